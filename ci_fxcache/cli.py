@@ -1,0 +1,101 @@
+"""The `fxcache` command line: argument parsing, dispatch, errors and exit codes.
+
+Exit codes: 0 ok, 1 a check failed, 2 a usage or input error. Errors are one line on stderr
+(plus an `::error::` annotation inside Actions); `--debug` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+
+from ci_fxcache import __version__, gha
+from ci_fxcache.errors import EXIT_USAGE, FxcacheError
+
+# One module per subcommand under ci_fxcache.commands; each has register(subparsers).
+# Modules must stay cheap to import: heavy imports (requests, jinja2) go inside functions.
+COMMANDS: tuple[str, ...] = ("fingerprint", "key")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line that says what to do, and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        _report_error(f"{message} (see '{self.prog} --help')")
+        sys.exit(EXIT_USAGE)
+
+
+def _report_error(message: str) -> None:
+    gha.say("error", message)
+
+
+def report_failure(message: str) -> None:
+    """A failed check: one line on stderr, plus an `::error::` annotation inside Actions."""
+    _report_error(message)
+
+
+def common_options() -> argparse.ArgumentParser:
+    """Options every subcommand accepts (after the subcommand name)."""
+    parent = _Parser(add_help=False)
+    parent.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show tracebacks for errors",
+    )
+    return parent
+
+
+def python_option(parser: argparse.ArgumentParser) -> None:
+    """`--python`: the interpreter whose torch is served (env FXCACHE_PYTHON)."""
+    parser.add_argument(
+        "--python",
+        metavar="PATH",
+        default=os.environ.get("FXCACHE_PYTHON") or "python3",
+        help="interpreter whose torch is served (env FXCACHE_PYTHON; default: python3 on PATH)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser with every subcommand registered."""
+    parser = _Parser(
+        prog="fxcache",
+        description=(
+            "Keep torch.compile caches alive between CI jobs, scoped by torch / CUDA / triton / "
+            "Python / GPU architecture, and verify that hot loads are safe before trusting them."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"fxcache {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    parent = common_options()
+    for name in COMMANDS:
+        module = importlib.import_module(f"ci_fxcache.commands.{name}")
+        module.register(sub, parent)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `fxcache` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    debug = bool(getattr(args, "debug", False)) or os.environ.get("FXCACHE_DEBUG") == "1"
+    try:
+        return int(args.func(args) or 0)
+    except FxcacheError as exc:
+        if debug:
+            traceback.print_exc()
+        _report_error(str(exc))
+        return exc.exit_code
+    except KeyboardInterrupt:
+        _report_error("interrupted")
+        return 130
+    except BrokenPipeError:
+        return 0

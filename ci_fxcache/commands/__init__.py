@@ -1,0 +1,1 @@
+"""One module per `fxcache` subcommand; each defines `register(subparsers, parent)`."""

@@ -1,0 +1,100 @@
+"""GitHub Actions workflow commands and environment files.
+
+Everything here is a no-op or a plain print outside Actions, so commands can call it freely.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def in_actions() -> bool:
+    """True inside a GitHub Actions (or act) job."""
+    return os.environ.get("GITHUB_ACTIONS") == "true"
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def annotate(level: str, message: str, title: str | None = None) -> None:
+    """Print an `::error::` / `::warning::` / `::notice::` line inside Actions.
+
+    Annotations go to stderr (the runner reads workflow commands from both streams) so that
+    stdout stays clean for `--json` documents.
+    """
+    if not in_actions():
+        return
+    props = f" title={_escape_property(title)}" if title else ""
+    print(f"::{level}{props}::{_escape_data(message)}", file=sys.stderr, flush=True)
+
+
+def say(level: str, message: str) -> None:
+    """One line on stderr: an annotation inside Actions, `fxcache: LEVEL: ...` elsewhere."""
+    if in_actions():
+        annotate(level, f"fxcache: {message}")
+    else:
+        print(f"fxcache: {level}: {message}", file=sys.stderr, flush=True)
+
+
+def warn(message: str) -> None:
+    """A warning: one line on stderr, an annotation inside Actions."""
+    say("warning", message)
+
+
+def mask(value: str) -> None:
+    """Ask the runner to hide a secret in all later log output."""
+    if in_actions() and value:
+        print(f"::add-mask::{value}", flush=True)
+
+
+@contextlib.contextmanager
+def group(title: str) -> Iterator[None]:
+    """Fold the enclosed output into a collapsible group inside Actions."""
+    active = in_actions()
+    if active:
+        print(f"::group::{_escape_data(title)}", flush=True)
+    try:
+        yield
+    finally:
+        if active:
+            print("::endgroup::", flush=True)
+
+
+def _append_file_var(env_name: str, name: str, value: str) -> bool:
+    path = os.environ.get(env_name)
+    if not path:
+        return False
+    delimiter = f"fxcache_{uuid.uuid4().hex}"
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(f"{name}<<{delimiter}\n{value}\n{delimiter}\n")
+    return True
+
+
+def set_output(name: str, value: str) -> bool:
+    """Write a step output to `$GITHUB_OUTPUT`; False when there is none."""
+    return _append_file_var("GITHUB_OUTPUT", name, value)
+
+
+def export_env(name: str, value: str) -> bool:
+    """Export a variable to later steps through `$GITHUB_ENV`; False when there is none."""
+    return _append_file_var("GITHUB_ENV", name, value)
+
+
+def append_summary(markdown: str) -> bool:
+    """Append markdown to the job summary (`$GITHUB_STEP_SUMMARY`); False when there is none."""
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not path:
+        return False
+    with Path(path).open("a", encoding="utf-8") as fh:
+        fh.write(markdown if markdown.endswith("\n") else markdown + "\n")
+    return True
