@@ -1,0 +1,100 @@
+"""`fxcache fingerprint`: what this runner and interpreter are, as far as compiled code cares."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ci_fxcache import cli, fingerprint, probe, scopekey
+from ci_fxcache.errors import EXIT_CHECK_FAILED, EXIT_OK
+
+
+def register(sub: Any, parent: argparse.ArgumentParser) -> None:
+    """Add the `fingerprint` subcommand."""
+    parser = sub.add_parser(
+        "fingerprint",
+        parents=[parent],
+        help="show the environment fingerprint (torch, CUDA, triton, Python, GPUs, CPU ISA)",
+        description="Read the target interpreter's torch/triton versions without importing "
+        "torch, plus GPUs (nvidia-smi / rocminfo) and the CPU ISA.",
+    )
+    cli.python_option(parser)
+    salt_option(parser)
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument(
+        "--probe",
+        action="store_true",
+        help="also import torch in the target interpreter and cross-check every field "
+        "(exit 1 on a mismatch)",
+    )
+    parser.set_defaults(func=run)
+
+
+def salt_option(parser: argparse.ArgumentParser) -> None:
+    """`--salt`: a user string mixed into the key (env FXCACHE_KEY_SALT)."""
+    parser.add_argument(
+        "--salt",
+        default=None,
+        help="user salt mixed into the scope key (env FXCACHE_KEY_SALT); change it to start "
+        "a fresh cache",
+    )
+
+
+def _text(fp: fingerprint.Fingerprint) -> str:
+    gpus = ", ".join(f"{g.name} ({g.arch})" for g in fp.gpus) or "none"
+    rows = [
+        ("torch", fp.torch_version),
+        ("torch git", fp.torch_git_version),
+        ("CUDA", fp.cuda_version or "-"),
+        ("HIP", fp.hip_version or "-"),
+        ("triton", fp.triton_version or "-"),
+        ("python", f"{fp.python_implementation} {fp.python_version} ({fp.python_abi})"),
+        ("interpreter", fp.python_executable),
+        ("platform", f"{fp.os} {fp.machine}"),
+        ("GPUs", gpus),
+        ("driver", fp.driver_version or "-"),
+        (
+            "CPU ISA",
+            fp.cpu_isa
+            + (
+                f" (ATEN_CPU_CAPABILITY={fp.cpu_capability_override})"
+                if fp.cpu_capability_override
+                else ""
+            ),
+        ),
+        ("salt", fp.salt or "-"),
+        ("scope key", scopekey.scope_key(fp)),
+    ]
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the fingerprint; with --probe, cross-check it against `import torch`."""
+    fp = fingerprint.collect(args.python, args.salt)
+    checks = probe.run(fp, args.python) if args.probe else []
+    failed = [c for c in checks if not c.ok]
+    if args.json:
+        doc: dict[str, Any] = {"fingerprint": fp.to_dict(), "scope_key": scopekey.scope_key(fp)}
+        if args.probe:
+            doc["probe"] = {
+                "ok": not failed,
+                "fields": [c.__dict__ for c in checks],
+            }
+        print(json.dumps(doc, indent=2))
+    else:
+        print(_text(fp))
+        if args.probe:
+            print()
+            print("probe (import torch):", "all fields agree" if not failed else "MISMATCH")
+            for c in checks:
+                mark = "ok      " if c.ok else "MISMATCH"
+                print(f"  {mark} {c.field}: fingerprint={c.fingerprint!r} torch={c.torch!r}")
+    if failed:
+        cli.report_failure(
+            "fingerprint and torch disagree on "
+            + ", ".join(f"{c.field} ({c.fingerprint!r} vs {c.torch!r})" for c in failed)
+        )
+        return EXIT_CHECK_FAILED
+    return EXIT_OK

@@ -1,0 +1,59 @@
+"""`fxcache key`: the scope key for this environment, or the parts of a given key."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ci_fxcache import cli, fingerprint, scopekey
+from ci_fxcache.commands.fingerprint import salt_option
+from ci_fxcache.errors import UsageError
+
+
+def register(sub: Any, parent: argparse.ArgumentParser) -> None:
+    """Add the `key` subcommand."""
+    parser = sub.add_parser(
+        "key",
+        parents=[parent],
+        help="print the cache scope key for this environment",
+        description="Print the scope key: a readable prefix plus a hash of the canonical "
+        "fingerprint. The same environment always gives the same key.",
+    )
+    cli.python_option(parser)
+    salt_option(parser)
+    parser.add_argument("--suffix", default="", help="free-form suffix appended to the key")
+    parser.add_argument("--json", action="store_true", help="print the key, its parts and fields")
+    parser.add_argument(
+        "--parse", metavar="KEY", help="parse KEY instead of computing one (exit 2 if foreign)"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the key (or, with --parse, its parts)."""
+    if args.parse is not None:
+        parsed = scopekey.parse(args.parse)
+        if parsed is None:
+            raise UsageError(f"not an fxcache scope key: {args.parse!r}")
+        print(json.dumps(parsed.to_dict(), indent=2) if args.json else parsed.scope)
+        return 0
+    fp = fingerprint.collect(args.python, args.salt)
+    key = scopekey.scope_key(fp, args.suffix)
+    if args.json:
+        parsed = scopekey.parse(key)
+        assert parsed is not None
+        print(
+            json.dumps(
+                {
+                    "key": key,
+                    "parts": parsed.to_dict(),
+                    "keyed_fields": fp.keyed_fields(),
+                    "canonical": scopekey.canonical_json(fp.keyed_fields()),
+                },
+                indent=2,
+            )
+        )
+    else:
+        print(key)
+    return 0

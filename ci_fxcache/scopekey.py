@@ -1,0 +1,170 @@
+"""Scope keys: a readable prefix plus a hash of the canonical fingerprint.
+
+Format (v1), `-`-separated, every segment in [A-Za-z0-9._+]:
+
+    fxcache-v1-<os>-<machine>-<abi>-torch<version>-<accel>[-<archs>]-<hash12>[-<suffix>]
+
+`accel` is `cpu`, `cu<CUDA major.minor>` or `rocm<HIP major.minor>`; `archs` (GPU builds only)
+is the sorted distinct GPU architectures joined by `_` (`sm90`, `sm80_sm90`, `gfx90a`), or
+`nogpu` when a GPU build sees no device. `hash12` is the first 12 hex digits of the SHA-256 of
+the canonical JSON of `Fingerprint.keyed_fields()`. `suffix` is free (e.g. a run id when saving
+to actions/cache) and is ignored when scopes are compared.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ci_fxcache.errors import UsageError
+from ci_fxcache.fingerprint import Fingerprint
+
+KEY_VERSION = 1
+PREFIX = f"fxcache-v{KEY_VERSION}"
+MAX_KEY_LENGTH = 512  # actions/cache's limit; directory names allow 255
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+]")
+KEY_RE = re.compile(
+    r"^fxcache-v(?P<version>\d+)"
+    r"-(?P<os>[A-Za-z0-9._+]+)"
+    r"-(?P<machine>[A-Za-z0-9._+]+)"
+    r"-(?P<abi>[A-Za-z0-9._+]+)"
+    r"-torch(?P<torch>[A-Za-z0-9._+]+)"
+    r"-(?P<accel>cpu|cu[0-9.]+|rocm[0-9.]+)"
+    r"(?:-(?P<archs>(?![0-9a-f]{12}(?:-|$))[A-Za-z0-9._+]+))?"
+    r"-(?P<hash>[0-9a-f]{12})"
+    r"(?:-(?P<suffix>[A-Za-z0-9._+-]+))?$"
+)
+
+
+def segment(text: str) -> str:
+    """Make `text` safe as one key segment (no `-`, `/`, spaces or commas)."""
+    return _UNSAFE.sub("_", text.strip()) or "_"
+
+
+def _normalise(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, dict):
+        return {str(k): _normalise(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_normalise(v) for v in value]
+    return value
+
+
+def canonical_json(fields: dict[str, Any]) -> str:
+    """Order- and whitespace-independent serialisation of the keyed fields."""
+    return json.dumps(_normalise(fields), sort_keys=True, separators=(",", ":"))
+
+
+def fingerprint_hash(fields: dict[str, Any]) -> str:
+    """First 12 hex digits of the SHA-256 of `canonical_json(fields)`."""
+    return hashlib.sha256(canonical_json(fields).encode("utf-8")).hexdigest()[:12]
+
+
+def _major_minor(version: str) -> str:
+    return ".".join(re.findall(r"\d+", version)[:2]) or "0"
+
+
+def accelerator_segment(fp: Fingerprint) -> str:
+    """`cpu`, `cu12.8` or `rocm6.2`."""
+    if fp.hip_version:
+        return f"rocm{_major_minor(fp.hip_version)}"
+    if fp.cuda_version:
+        return f"cu{_major_minor(fp.cuda_version)}"
+    return "cpu"
+
+
+def scope_key(fp: Fingerprint, suffix: str = "") -> str:
+    """The scope key of fingerprint `fp` (optionally with a free-form suffix)."""
+    parts = [
+        PREFIX,
+        segment(fp.os),
+        segment(fp.machine),
+        segment(fp.python_abi),
+        "torch" + segment(fp.torch_version),
+        accelerator_segment(fp),
+    ]
+    if fp.device_kind != "cpu":
+        parts.append("_".join(segment(a) for a in fp.gpu_archs) or "nogpu")
+    parts.append(fingerprint_hash(fp.keyed_fields()))
+    if suffix.strip():
+        parts.append(re.sub(r"[^A-Za-z0-9._+-]", "_", suffix.strip()))
+    key = "-".join(parts)
+    if len(key) > MAX_KEY_LENGTH:
+        raise UsageError(
+            f"scope key would be {len(key)} characters (max {MAX_KEY_LENGTH}): use a shorter suffix"
+        )
+    return key
+
+
+@dataclass(frozen=True)
+class ParsedKey:
+    """The readable parts of a scope key."""
+
+    version: int
+    os: str
+    machine: str
+    abi: str
+    torch: str
+    accel: str
+    archs: tuple[str, ...]  # () for CPU builds; ("nogpu",) for a GPU build that saw no device
+    hash: str
+    suffix: str
+
+    @property
+    def scope(self) -> str:
+        """The key without its suffix: what identifies the scope."""
+        parts = [
+            f"fxcache-v{self.version}",
+            self.os,
+            self.machine,
+            self.abi,
+            f"torch{self.torch}",
+            self.accel,
+        ]
+        if self.archs:
+            parts.append("_".join(self.archs))
+        parts.append(self.hash)
+        return "-".join(parts)
+
+    @property
+    def runner_arch(self) -> str:
+        """What scopes of one runner pool share: OS, machine and accelerator archs."""
+        return "-".join([self.os, self.machine, "_".join(self.archs) or "cpu"])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict, with the scope."""
+        return {
+            "version": self.version,
+            "os": self.os,
+            "machine": self.machine,
+            "abi": self.abi,
+            "torch": self.torch,
+            "accel": self.accel,
+            "archs": list(self.archs),
+            "hash": self.hash,
+            "suffix": self.suffix,
+            "scope": self.scope,
+        }
+
+
+def parse(key: str) -> ParsedKey | None:
+    """Parse a key of our format; None for anything else (foreign caches are left alone)."""
+    match = KEY_RE.match(key)
+    if match is None:
+        return None
+    archs = match["archs"]
+    return ParsedKey(
+        version=int(match["version"]),
+        os=match["os"],
+        machine=match["machine"],
+        abi=match["abi"],
+        torch=match["torch"],
+        accel=match["accel"],
+        archs=tuple(archs.split("_")) if archs else (),
+        hash=match["hash"],
+        suffix=match["suffix"] or "",
+    )

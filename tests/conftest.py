@@ -1,0 +1,125 @@
+"""Shared fixtures: the real `fxcache` CLI in a subprocess; interpreters with/without torch."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# The interpreter running the tests has the pinned torch==2.13.0: it is the "user's" Python.
+TORCH_PYTHON = sys.executable
+
+RunFxcache = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def _clean_env(extra: dict[str, str] | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "FXCACHE_"))}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env.update(extra or {})
+    return env
+
+
+@pytest.fixture
+def run_fxcache() -> RunFxcache:
+    """Run `python -m ci_fxcache ARGS` with a clean environment (no GITHUB_*/FXCACHE_* leaks)."""
+
+    def run(
+        *args: str, env: dict[str, str] | None = None, timeout: float = 120, **kw: object
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "ci_fxcache", *args],
+            capture_output=True,
+            text=True,
+            env=_clean_env(env),
+            timeout=timeout,
+            check=False,
+            **kw,  # type: ignore[arg-type]
+        )
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def python_without_torch(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A real interpreter (a fresh venv) that has no torch."""
+    target = tmp_path_factory.mktemp("notorch")
+    venv.EnvBuilder(with_pip=False).create(target)
+    return str(target / "bin" / "python")
+
+
+@pytest.fixture
+def fake_tools(tmp_path: Path) -> Callable[[str, str], Path]:
+    """Write executable stand-ins for vendor tools (nvidia-smi, rocminfo) into a PATH dir."""
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir()
+
+    def make(name: str, script: str) -> Path:
+        path = bin_dir / name
+        path.write_text("#!/bin/sh\n" + script)
+        path.chmod(0o755)
+        return bin_dir
+
+    return make
+
+
+def free_port() -> int:
+    """A free TCP port on loopback."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> object:
+    """A real redis-server on a free loopback port for the whole session (no persistence)."""
+    import shutil
+    import time
+
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.fail("redis-server is not installed: run the README's test set-up command")
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        [
+            exe,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    import socket
+
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
+                sock.sendall(b"PING\r\n")
+                if sock.recv(16).startswith(b"+PONG"):
+                    break
+        except OSError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            pytest.fail(f"redis-server did not start on port {port}")
+        time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}/0"
+    proc.terminate()
+    proc.wait(timeout=10)

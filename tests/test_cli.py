@@ -1,0 +1,116 @@
+"""The CLI frame: help, exit codes, one-line errors, annotations inside Actions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.conftest import TORCH_PYTHON, RunFxcache
+
+
+def test_help_lists_subcommands(run_fxcache: RunFxcache) -> None:
+    proc = run_fxcache("--help")
+    assert proc.returncode == 0
+    assert "fingerprint" in proc.stdout and "key" in proc.stdout
+
+
+def test_version(run_fxcache: RunFxcache) -> None:
+    proc = run_fxcache("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("fxcache ")
+
+
+def test_no_subcommand_is_usage_error(run_fxcache: RunFxcache) -> None:
+    assert run_fxcache().returncode == 2
+
+
+def test_unknown_subcommand_one_line_exit_2(run_fxcache: RunFxcache) -> None:
+    proc = run_fxcache("frobnicate")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("fxcache: error:") and "frobnicate" in lines[0]
+    assert "--help" in lines[0]
+
+
+def test_unknown_flag_exit_2(run_fxcache: RunFxcache) -> None:
+    proc = run_fxcache("key", "--bogus")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        line for line in proc.stderr.strip().splitlines() if "--bogus" in line
+    ]
+
+
+def test_missing_interpreter_is_clear(run_fxcache: RunFxcache, tmp_path: Path) -> None:
+    proc = run_fxcache("fingerprint", "--python", str(tmp_path / "nope" / "python"))
+    assert proc.returncode == 2
+    assert "no such file" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_interpreter_not_on_path(run_fxcache: RunFxcache) -> None:
+    proc = run_fxcache("key", "--python", "python-does-not-exist-3.99")
+    assert proc.returncode == 2 and "not found on PATH" in proc.stderr
+
+
+def test_env_var_selects_interpreter(run_fxcache: RunFxcache, tmp_path: Path) -> None:
+    proc = run_fxcache("key", env={"FXCACHE_PYTHON": str(tmp_path / "missing")})
+    assert proc.returncode == 2 and str(tmp_path / "missing") in proc.stderr
+
+
+def test_interpreter_without_torch(run_fxcache: RunFxcache, python_without_torch: str) -> None:
+    proc = run_fxcache("fingerprint", "--python", python_without_torch)
+    assert proc.returncode == 2
+    assert "torch is not installed" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_unreadable_version_py(run_fxcache: RunFxcache, tmp_path: Path) -> None:
+    # A torch package whose version.py cannot be read (a directory where the file should be).
+    pkg = tmp_path / "site" / "torch"
+    (pkg / "version.py").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    proc = run_fxcache(
+        "fingerprint", "--python", TORCH_PYTHON, env={"PYTHONPATH": str(tmp_path / "site")}
+    )
+    assert proc.returncode == 2
+    assert "cannot read" in proc.stderr and "version.py" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_corrupt_version_py(run_fxcache: RunFxcache, tmp_path: Path) -> None:
+    pkg = tmp_path / "site" / "torch"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "version.py").write_text("__version__ = '2.13.0\n")  # unterminated string
+    proc = run_fxcache("key", "--python", TORCH_PYTHON, env={"PYTHONPATH": str(tmp_path / "site")})
+    assert proc.returncode == 2 and "cannot read" in proc.stderr
+
+
+def test_debug_shows_traceback(run_fxcache: RunFxcache, tmp_path: Path) -> None:
+    proc = run_fxcache("fingerprint", "--debug", "--python", str(tmp_path / "nope"))
+    assert proc.returncode == 2 and "Traceback" in proc.stderr
+
+
+def test_error_annotation_inside_actions(run_fxcache: RunFxcache, tmp_path: Path) -> None:
+    proc = run_fxcache(
+        "fingerprint", "--python", str(tmp_path / "nope"), env={"GITHUB_ACTIONS": "true"}
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("::error::fxcache: --python"), proc.stderr
+    assert proc.stdout == ""
+
+
+def test_python_m_entry_point_matches_console_script(run_fxcache: RunFxcache) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    script = Path(sys.executable).with_name("fxcache")
+    exe = str(script) if script.exists() else shutil.which("fxcache")
+    assert exe, "console script fxcache is not installed"
+    direct = subprocess.run(
+        [exe, "key", "--python", TORCH_PYTHON], capture_output=True, text=True, check=True
+    )
+    via_module = run_fxcache("key", "--python", TORCH_PYTHON)
+    assert via_module.returncode == 0
+    assert direct.stdout == via_module.stdout

@@ -1,0 +1,165 @@
+"""Scope keys: deterministic, sensitive to every keyed field, safe as names; property-based."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ci_fxcache import scopekey
+from ci_fxcache.fingerprint import Fingerprint
+from ci_fxcache.gpus import Gpu
+from tests.conftest import TORCH_PYTHON, RunFxcache
+
+text = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+    min_size=1,
+    max_size=30,
+)
+version = st.from_regex(r"\A[0-9]{1,2}\.[0-9]{1,2}(\.[0-9]{1,2})?(\+[a-z0-9]{1,8})?\Z")
+gpu = st.builds(
+    Gpu,
+    index=st.integers(0, 7),
+    name=st.sampled_from(["NVIDIA H100", "NVIDIA A100", "AMD Instinct MI300X"]),
+    capability=st.sampled_from(["8.0", "8.9", "9.0", "10.0"]),
+    arch=st.sampled_from(["sm80", "sm89", "sm90", "sm100", "gfx90a", "gfx942"]),
+)
+fingerprints = st.builds(
+    Fingerprint,
+    torch_version=version,
+    torch_git_version=st.from_regex(r"\A[0-9a-f]{40}\Z"),
+    cuda_version=st.none() | st.sampled_from(["12.8", "12.6", "13.0"]),
+    hip_version=st.none() | st.sampled_from(["6.2.41133-dd7f95766", "6.4.0"]),
+    triton_version=st.none() | version,
+    python_implementation=st.just("cpython"),
+    python_version=st.sampled_from(["3.10.14", "3.11.7", "3.12.3", "3.13.1"]),
+    python_abi=st.sampled_from(["cp310", "cp311", "cp312", "cp313", "cp313t"]),
+    os=st.sampled_from(["linux", "darwin", "win32"]),
+    machine=st.sampled_from(["x86_64", "aarch64"]),
+    gpus=st.lists(gpu, max_size=4).map(tuple),
+    driver_version=st.none() | st.sampled_from(["570.86.15", "550.54"]),
+    cpu_isa=st.sampled_from(["amx", "avx512", "avx2", "asimd", "default"]),
+    cpu_capability_override=st.none() | st.sampled_from(["avx2", "default"]),
+    salt=st.just("") | text,
+)
+
+KEY_CHARS = re.compile(r"\A[A-Za-z0-9._+-]+\Z")
+
+# Each keyed field with a strategy that produces a *different* value for it.
+CHANGES = {
+    "torch_version": lambda fp: fp.torch_version + ".post1",
+    "torch_git_version": lambda fp: "f" * 40 if fp.torch_git_version != "f" * 40 else "e" * 40,
+    "cuda_version": lambda fp: "11.8" if fp.cuda_version != "11.8" else "12.1",
+    "hip_version": lambda fp: "5.7.1" if fp.hip_version != "5.7.1" else "6.0",
+    "triton_version": lambda fp: "3.9.9" if fp.triton_version != "3.9.9" else None,
+    "python_abi": lambda fp: "cp399",
+    "os": lambda fp: "freebsd",
+    "machine": lambda fp: "ppc64le",
+    "cpu_isa": lambda fp: "zvector",
+    "cpu_capability_override": lambda fp: (
+        "avx512" if fp.cpu_capability_override != "avx512" else None
+    ),
+    "salt": lambda fp: fp.salt + "x",
+}
+
+
+@settings(max_examples=200, deadline=None)
+@given(fingerprints)
+def test_key_is_deterministic_and_parses(fp: Fingerprint) -> None:
+    key = scopekey.scope_key(fp)
+    assert key == scopekey.scope_key(dataclasses.replace(fp))
+    assert KEY_CHARS.match(key) and len(key) <= 255 and "," not in key
+    parsed = scopekey.parse(key)
+    assert parsed is not None and parsed.scope == key and parsed.suffix == ""
+    assert parsed.hash == scopekey.fingerprint_hash(fp.keyed_fields())
+    assert parsed.accel == scopekey.accelerator_segment(fp)
+    with_suffix = scopekey.scope_key(fp, "run-812/attempt 2")
+    reparsed = scopekey.parse(with_suffix)
+    assert reparsed is not None and reparsed.scope == key and reparsed.suffix == "run-812_attempt_2"
+
+
+@settings(max_examples=150, deadline=None)
+@given(fingerprints, st.sampled_from(sorted(CHANGES)))
+def test_any_keyed_change_changes_key(fp: Fingerprint, field: str) -> None:
+    changed = dataclasses.replace(fp, **{field: CHANGES[field](fp)})
+    assert changed.keyed_fields() != fp.keyed_fields()
+    assert scopekey.scope_key(changed) != scopekey.scope_key(fp)
+
+
+@settings(max_examples=100, deadline=None)
+@given(fingerprints, st.sampled_from(["sm75", "sm120", "gfx1100"]))
+def test_gpu_arch_change_changes_key_for_gpu_builds(fp: Fingerprint, arch: str) -> None:
+    gpu_fp = dataclasses.replace(fp, cuda_version="12.8", hip_version=None)
+    new_gpu = Gpu(len(fp.gpus), "NVIDIA Other", "0.0", arch)
+    changed = dataclasses.replace(gpu_fp, gpus=(*gpu_fp.gpus, new_gpu))
+    assert scopekey.scope_key(changed) != scopekey.scope_key(gpu_fp)
+    parsed = scopekey.parse(scopekey.scope_key(changed))
+    assert parsed is not None and arch in parsed.archs
+
+
+@settings(max_examples=100, deadline=None)
+@given(fingerprints, st.randoms(use_true_random=False))
+def test_irrelevant_differences_do_not_change_key(fp: Fingerprint, rnd: object) -> None:
+    # Reported-only fields, GPU order/duplication and surrounding whitespace leave the key alone.
+    import random
+
+    assert isinstance(rnd, random.Random)
+    shuffled = list(fp.gpus)
+    rnd.shuffle(shuffled)
+    other = dataclasses.replace(
+        fp,
+        gpus=tuple(dataclasses.replace(g, name=g.name + " (renamed)") for g in shuffled * 2),
+        driver_version="999.1",
+        python_executable="/elsewhere/bin/python",
+        python_version=fp.python_version + "0",
+        torch_path="/elsewhere/torch",
+        gpu_source="rocminfo",
+        torch_version=f"  {fp.torch_version}\t",
+    )
+    assert scopekey.scope_key(other) == scopekey.scope_key(fp)
+    fields = fp.keyed_fields()
+    reordered = dict(reversed(list(fields.items())))
+    assert scopekey.canonical_json(reordered) == scopekey.canonical_json(fields)
+
+
+@given(st.text(max_size=80))
+def test_parse_rejects_foreign_keys(text_key: str) -> None:
+    parsed = scopekey.parse(text_key)
+    if parsed is not None:  # anything accepted must round-trip to its own scope
+        assert text_key.startswith(parsed.scope)
+
+
+def test_parse_examples() -> None:
+    cpu_key = "fxcache-v1-linux-x86_64-cp311-torch2.13.0+cpu-cpu-59b2e5fecf37"
+    gpu_key = "fxcache-v1-linux-x86_64-cp312-torch2.13.0+cu128-cu12.8-sm80_sm90-0d4e61a2c9f3-run-9"
+    cpu = scopekey.parse(cpu_key)
+    gpu = scopekey.parse(gpu_key)
+    assert cpu is not None and cpu.archs == () and cpu.accel == "cpu" and cpu.torch == "2.13.0+cpu"
+    assert gpu is not None and gpu.archs == ("sm80", "sm90") and gpu.suffix == "run-9"
+    assert gpu.accel == "cu12.8" and gpu.runner_arch == "linux-x86_64-sm80_sm90"
+    for foreign in ("node-cache-linux-x64", "fxcache-v1-linux", "pip-fxcache-v1-x"):
+        assert scopekey.parse(foreign) is None
+
+
+def test_cli_key_is_stable_and_salt_changes_it(run_fxcache: RunFxcache) -> None:
+    first = run_fxcache("key", "--python", TORCH_PYTHON)
+    second = run_fxcache("key", "--python", TORCH_PYTHON)
+    salted = run_fxcache("key", "--python", TORCH_PYTHON, "--salt", "team-a")
+    env_salted = run_fxcache("key", "--python", TORCH_PYTHON, env={"FXCACHE_KEY_SALT": "team-a"})
+    assert first.returncode == second.returncode == salted.returncode == 0
+    assert first.stdout == second.stdout
+    assert first.stdout.startswith("fxcache-v1-linux-") and "-torch2.13.0+cpu-cpu-" in first.stdout
+    assert salted.stdout != first.stdout and env_salted.stdout == salted.stdout
+
+
+def test_cli_key_json_and_parse(run_fxcache: RunFxcache) -> None:
+    doc = json.loads(run_fxcache("key", "--json", "--python", TORCH_PYTHON).stdout)
+    assert doc["parts"]["scope"] == doc["key"]
+    assert scopekey.fingerprint_hash(doc["keyed_fields"]) == doc["parts"]["hash"]
+    parsed = run_fxcache("key", "--parse", doc["key"] + "-run-1", "--json")
+    assert json.loads(parsed.stdout)["suffix"] == "run-1"
+    bad = run_fxcache("key", "--parse", "not-a-key")
+    assert bad.returncode == 2 and "not an fxcache scope key" in bad.stderr
