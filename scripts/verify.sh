@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Run `fxcache verify` with the action's inputs (IN_*). A usage error (exit 2) or a crash stops
+# the action here; a failed fail-on check (exit 1) is recorded as output `rc` so that the report
+# and the comment are still written, and the last step fails the action.
+set -uo pipefail
+
+args=(verify --phase auto --json "$RESULTS" --timeout "$TIMEOUT_S")
+[ -n "$VERIFY_DIR" ] && args+=(--cache-dir "$VERIFY_DIR")
+[ -n "$STATE_FILE" ] && [ -f "$STATE_FILE" ] && args+=(--cache-state "$STATE_FILE")
+[ -n "$IN_MATRIX_FILE" ] && args+=(--matrix-file "$IN_MATRIX_FILE")
+[ -n "$IN_DEVICE" ] && args+=(--device "$IN_DEVICE")
+[ -n "$IN_DTYPES" ] && args+=(--dtypes "$IN_DTYPES")
+[ -n "$IN_DYNAMIC" ] && args+=(--dynamic "$IN_DYNAMIC")
+[ -n "$IN_MECHANISMS" ] && args+=(--mechanisms "$IN_MECHANISMS")
+[ -n "$IN_TRAINING" ] && args+=(--training "$IN_TRAINING")
+[ -n "$IN_WORKLOADS" ] && args+=(--workloads "$IN_WORKLOADS")
+[ -n "$IN_MIN_SPEEDUP" ] && args+=(--min-speedup "$IN_MIN_SPEEDUP")
+args+=(--fail-on "$IN_FAIL_ON")
+
+"$FXCACHE" "${args[@]}"
+rc=$?
+if [ "$rc" = 1 ] && [ -s "$RESULTS" ]; then
+  echo "rc=1" >>"$GITHUB_OUTPUT"
+elif [ "$rc" != 0 ]; then
+  exit "$rc"
+fi
+echo "report-json=$RESULTS" >>"$GITHUB_OUTPUT"
