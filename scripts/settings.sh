@@ -51,6 +51,8 @@ mkdir -p "$root"
 root="$(cd "$root" && pwd)"
 work="${RUNNER_TEMP:-/tmp}/fxcache/$IN_REPORT_ID"
 mkdir -p "$work"
+# For the workflow_run follow-up that comments on fork pull requests (see the README).
+[ -n "${PR_NUMBER:-}" ] && echo "$PR_NUMBER" >"$work/pr-number"
 timeout_s="$(awk -v m="$IN_TIMEOUT_MINUTES" 'BEGIN { printf "%d", m * 60 + 0.5 }')"
 restore_store=local
 [ "$IN_STORE" = redis ] && restore_store=redis
