@@ -1,0 +1,216 @@
+"""Static checks of the action, its sub-actions and the workflows: actionlint, zizmor (offline),
+check-jsonschema (built-in schemas), plus the rules zizmor does not cover (no `${{ }}` in any
+`run:`, remote actions pinned by SHA and kept behind `store == 'github'` in the action)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+ACTIONS = sorted(
+    p.relative_to(ROOT).as_posix() for p in [ROOT / "action.yml", *ROOT.glob("*/action.yml")]
+)
+WORKFLOWS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "workflows").glob("*.yml"))
+TEST_WORKFLOWS = sorted(
+    p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("workflows/*.yml")
+)
+SHA_PIN = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}$")
+OWN_ACTION = re.compile(r"^fxcache/fxcache-action(/(save|invalidate|toolkit))?@v1$")
+
+
+def _tool(name: str) -> str:
+    exe = Path(sys.executable).with_name(name)
+    found = str(exe) if exe.exists() else shutil.which(name)
+    assert found, f"{name} is not installed: run the README's test set-up command"
+    return found
+
+
+def _run(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+
+
+def _load(rel: str) -> dict[Any, Any]:
+    doc = yaml.safe_load((ROOT / rel).read_text())
+    assert isinstance(doc, dict)
+    return doc
+
+
+def _steps(doc: dict[Any, Any]) -> list[dict[str, Any]]:
+    if "runs" in doc:
+        return list(doc["runs"].get("steps", []))
+    return [s for job in doc["jobs"].values() for s in job.get("steps", [])]
+
+
+def test_inventory() -> None:
+    assert ACTIONS == [
+        "action.yml",
+        "invalidate/action.yml",
+        "save/action.yml",
+        "toolkit/action.yml",
+    ]
+    assert WORKFLOWS == [
+        "workflows/fxcache-comment-fork.yml",
+        "workflows/fxcache-invalidate.yml",
+        "workflows/fxcache-verify.yml",
+    ]
+    assert TEST_WORKFLOWS, "the act end-to-end workflow is missing"
+
+
+def test_actionlint() -> None:
+    proc = _run(
+        _tool("actionlint"),
+        "-config-file",
+        ".github/actionlint.yaml",
+        *WORKFLOWS,
+        *TEST_WORKFLOWS,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_actionlint_catches_an_undeclared_runner_label(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yml"
+    text = (ROOT / "workflows/fxcache-invalidate.yml").read_text()
+    bad.write_text(text.replace("gpu-l4]", "gpu-l40s]"))
+    proc = _run(_tool("actionlint"), "-config-file", ".github/actionlint.yaml", str(bad))
+    assert proc.returncode == 1
+    assert 'label "gpu-l40s" is unknown' in proc.stdout
+
+
+def _zizmor(*paths: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return _run(_tool("zizmor"), "--offline", "--no-progress", *paths, cwd=cwd)
+
+
+def test_zizmor_has_no_findings() -> None:
+    proc = _zizmor(*ACTIONS, *WORKFLOWS)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "No findings to report" in out, out
+    # zizmor only warns about files it cannot parse: make that a failure.
+    assert "failed to" not in out.lower(), out
+    for path in [*ACTIONS, *WORKFLOWS]:
+        assert f"completed {path}" in out, f"zizmor did not audit {path}:\n{out}"
+
+
+def _copy_repo_config(dest: Path) -> None:
+    (dest / ".github").mkdir(parents=True)
+    shutil.copy(ROOT / ".github/zizmor.yml", dest / ".github/zizmor.yml")
+
+
+def test_zizmor_flags_an_input_expanded_inside_run(tmp_path: Path) -> None:
+    _copy_repo_config(tmp_path)
+    text = (ROOT / "action.yml").read_text()
+    injected = text.replace(
+        """run: '"$FXCACHE_ACTION_ROOT/scripts/install-toolkit.sh"'""",
+        """run: echo ${{ inputs.python }}""",
+        1,
+    )
+    assert injected != text
+    (tmp_path / "action.yml").write_text(injected)
+    proc = _zizmor("action.yml", cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "template-injection" in proc.stdout
+
+
+def test_fork_comment_trigger_is_ignored_deliberately_not_by_accident(tmp_path: Path) -> None:
+    """Without its `zizmor: ignore[dangerous-triggers]` comment the workflow_run is flagged."""
+    _copy_repo_config(tmp_path)
+    text = (ROOT / "workflows/fxcache-comment-fork.yml").read_text()
+    assert "workflow_run: # zizmor: ignore[dangerous-triggers] never runs PR code" in text
+    stripped = re.sub(r" # zizmor: ignore\[dangerous-triggers\].*", "", text)
+    (tmp_path / "fork.yml").write_text(stripped)
+    proc = _zizmor("fork.yml", cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "dangerous-triggers" in proc.stdout
+
+
+def test_zizmor_config_still_requires_sha_pins_for_others(tmp_path: Path) -> None:
+    _copy_repo_config(tmp_path)
+    text = (ROOT / "save/action.yml").read_text()
+    unpinned = re.sub(r"actions/cache/save@[0-9a-f]{40}", "actions/cache/save@v5", text)
+    assert unpinned != text
+    (tmp_path / "action.yml").write_text(unpinned)
+    proc = _zizmor("action.yml", cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "unpinned-uses" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("schema", "files"),
+    [("vendor.github-actions", ACTIONS), ("vendor.github-workflows", WORKFLOWS + TEST_WORKFLOWS)],
+)
+def test_check_jsonschema(schema: str, files: list[str]) -> None:
+    proc = _run(_tool("check-jsonschema"), "--builtin-schema", schema, *files)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ok -- validation done" in proc.stdout
+
+
+def test_check_jsonschema_rejects_a_broken_action(tmp_path: Path) -> None:
+    doc = _load("action.yml")
+    doc["runs"]["steps"][0].pop("shell")  # composite run steps must name their shell
+    bad = tmp_path / "action.yml"
+    bad.write_text(yaml.safe_dump(doc))
+    proc = _run(_tool("check-jsonschema"), "--builtin-schema", "vendor.github-actions", str(bad))
+    assert proc.returncode == 1
+
+
+@pytest.mark.parametrize("rel", ACTIONS + WORKFLOWS + TEST_WORKFLOWS)
+def test_no_expression_inside_run(rel: str) -> None:
+    for step in _steps(_load(rel)):
+        if "run" in step:
+            assert "${{" not in step["run"], f"{rel}: step {step.get('name')!r} expands ${{{{ }}}}"
+
+
+@pytest.mark.parametrize("rel", ACTIONS + WORKFLOWS)
+def test_remote_actions_are_pinned(rel: str) -> None:
+    for step in _steps(_load(rel)):
+        uses = step.get("uses")
+        if uses and not uses.startswith("./"):
+            assert SHA_PIN.match(uses) or OWN_ACTION.match(uses), f"{rel}: {uses} is not pinned"
+
+
+@pytest.mark.parametrize("rel", ["action.yml", "save/action.yml"])
+def test_actions_cache_only_behind_store_github(rel: str) -> None:
+    """act (offline) and self-hosted local stores never fetch actions/cache."""
+    remote = [s for s in _steps(_load(rel)) if "uses" in s]
+    assert remote, rel
+    for step in remote:
+        assert step["uses"].startswith("actions/cache/")
+        assert re.search(r"(inputs|env)\.(store|FXCACHE_STORE) == 'github'", step.get("if", ""))
+
+
+def test_action_inputs_and_outputs_are_documented() -> None:
+    doc = _load("action.yml")
+    expected_inputs = {
+        "python", "device", "dtypes", "dynamic", "mechanisms", "training", "workloads",
+        "matrix-file", "store", "cache-root", "redis-url", "key-suffix", "read-only",
+        "invalidate-on-upgrade", "min-speedup", "fail-on", "on-unsafe", "comment", "report-id",
+        "github-token", "timeout-minutes",
+    }  # fmt: skip
+    assert set(doc["inputs"]) == expected_inputs
+    for name, spec in doc["inputs"].items():
+        assert spec.get("description", "").strip(), name
+        assert "default" in spec, name
+    assert doc["inputs"]["github-token"]["default"] == "${{ github.token }}"
+    assert set(doc["outputs"]) == {
+        "cache-key", "cache-hit", "safe-combos", "unsafe-count", "report-json", "report-markdown",
+    }  # fmt: skip
+    for rel in ACTIONS:
+        for name, spec in _load(rel).get("inputs", {}).items():
+            assert spec.get("description", "").strip() and "default" in spec, f"{rel}: {name}"
+
+
+def test_workflows_start_with_no_permissions() -> None:
+    for rel in WORKFLOWS:
+        doc = _load(rel)
+        assert doc["permissions"] == {}, rel
+        for name, job in doc["jobs"].items():
+            assert "permissions" in job, f"{rel}: job {name} must state its permissions"
