@@ -1,0 +1,274 @@
+"""The action end to end: tests/act/workflows/e2e.yml under act in host mode (no Docker), using
+the action from the working tree (`uses: ./`) with the local store, a real torch compile on CPU,
+and tests/fake_github.py as the GitHub API (GITHUB_API_URL).
+
+act's `--json` log carries what the runner received: step-summary contents, `::error::` lines
+(act does not render annotations) and job results. The workflow's last step writes the action's
+outputs and the environment later steps see into $E2E_OUT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT, TORCH_PYTHON
+from tests.fake_github import FakeGitHub
+
+pytestmark = pytest.mark.slow
+
+REPOSITORY = "octo-org/fxcache-demo"
+PR = 7
+COMBO = "sin_matmul-cpu-float32-static-fxgraph-infer"
+LABEL = "fxcache-e2e"
+# What the action needs from the working tree (a real checkout would bring all of it).
+SHIPPED = ["action.yml", "save", "invalidate", "toolkit", "scripts", "ci_fxcache",
+           "pyproject.toml", "README.md"]  # fmt: skip
+
+
+def _act() -> str:
+    exe = Path(sys.executable).with_name("act")
+    found = str(exe) if exe.exists() else shutil.which("act")
+    assert found, "act is not installed: run the README's test set-up command"
+    return found
+
+
+@dataclass
+class ActRun:
+    """One `act` invocation: its exit code, its JSON log, and what the workflow wrote out."""
+
+    name: str
+    returncode: int
+    events: list[dict[str, Any]]
+    out: Path
+    raw: str = field(repr=False)
+
+    def _distinct(self, command: str, key: str) -> list[str]:
+        # Composite steps are logged for the inner and the outer step: keep each once.
+        seen: list[str] = []
+        for event in self.events:
+            if event.get("command") == command and event.get(key) not in seen:
+                seen.append(str(event.get(key)))
+        return seen
+
+    @property
+    def summary(self) -> str:
+        return "".join(self._distinct("summary", "content"))
+
+    @property
+    def errors(self) -> list[str]:
+        return [e.strip() for e in self._distinct("error", "raw")]
+
+    @property
+    def succeeded(self) -> bool:
+        return self.returncode == 0 and any(e.get("jobResult") == "success" for e in self.events)
+
+    def log(self) -> str:
+        """The log as a person reads it (for assertion messages)."""
+        lines = [str(e.get("msg", "")).rstrip() for e in self.events]
+        return (
+            f"--- act run {self.name!r} (exit {self.returncode}) ---\n" + "\n".join(lines)[-8000:]
+        )
+
+    def json(self, name: str) -> dict[str, Any]:
+        path = self.out / name
+        assert path.exists(), f"{name} was not written\n{self.log()}"
+        doc = json.loads(path.read_text())
+        assert isinstance(doc, dict)
+        return doc
+
+
+class Harness:
+    """A repository checkout for act plus the state that survives between runs of one job."""
+
+    def __init__(self, base: Path, fake: FakeGitHub) -> None:
+        self.base = base
+        self.fake = fake
+        self.src = base / "repo"
+        self.cache_root = base / "store"
+        self.xdg = base / "xdg"  # act's own cache: workspaces and RUNNER_TOOL_CACHE
+        self.event = base / "event.json"
+        self._make_repo()
+        self.event.write_text(json.dumps(self._pull_request_event()))
+
+    def _make_repo(self) -> None:
+        self.src.mkdir(parents=True)
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
+        for rel in SHIPPED:
+            path = ROOT / rel
+            if path.is_dir():
+                shutil.copytree(path, self.src / rel, ignore=ignore)
+            else:
+                shutil.copy2(path, self.src / rel)
+        (self.src / ".github/workflows").mkdir(parents=True)
+        shutil.copy(ROOT / "tests/act/workflows/e2e.yml", self.src / ".github/workflows/e2e.yml")
+        shutil.copy(ROOT / "tests/act/user_compile.py", self.src / "user_compile.py")
+        git = ["git", "-C", str(self.src), "-c", "user.name=e2e", "-c", "user.email=e2e@invalid"]
+        for args in (
+            ["init", "-q", "-b", "feature"],
+            ["add", "-A"],
+            ["commit", "-q", "-m", "e2e"],
+            ["remote", "add", "origin", f"https://github.com/{REPOSITORY}.git"],
+        ):
+            subprocess.run([*git, *args], check=True, capture_output=True)
+
+    def _pull_request_event(self) -> dict[str, Any]:
+        repo = {"full_name": REPOSITORY, "fork": False}
+        return {
+            "action": "synchronize",
+            "number": PR,
+            "pull_request": {
+                "number": PR,
+                "head": {"ref": "feature", "repo": repo},
+                "base": {"ref": "main", "repo": repo},
+            },
+            "repository": repo,
+        }
+
+    def run(self, name: str, dtypes: str = "float32") -> ActRun:
+        out = self.base / f"out-{name}"
+        out.mkdir()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "FXCACHE_"))}
+        env["XDG_CACHE_HOME"] = str(self.xdg)
+        argv = [
+            _act(), "pull_request", "--json",
+            "-W", ".github/workflows/e2e.yml",
+            "-e", str(self.event),
+            "-P", f"{LABEL}=-self-hosted",
+            "--action-offline-mode",
+            "--env", f"SRC={self.src}",
+            "--env", f"E2E_OUT={out}",
+            "--env", f"GITHUB_API_URL={self.fake.url}",
+            "--env", "TORCHINDUCTOR_COMPILE_THREADS=1",
+            "--var", f"E2E_PYTHON={TORCH_PYTHON}",
+            "--var", f"E2E_DTYPES={dtypes}",
+            "--var", f"E2E_CACHE_ROOT={self.cache_root}",
+            "-s", f"GITHUB_TOKEN={self.fake.token}",
+        ]  # fmt: skip
+        proc = subprocess.run(
+            argv, cwd=self.src, env=env, capture_output=True, text=True, timeout=900, check=False
+        )
+        events = []
+        for line in (proc.stdout + proc.stderr).splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                events.append(event)
+        return ActRun(name, proc.returncode, events, out, proc.stdout + proc.stderr)
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeGitHub]:
+    with FakeGitHub(repository=REPOSITORY) as server:
+        server.add_pull(PR)
+        yield server
+
+
+def _combo(results: dict[str, Any]) -> dict[str, Any]:
+    combos = [c for c in results["combos"] if c["id"] == COMBO]
+    assert len(combos) == 1, [c["id"] for c in results["combos"]]
+    return combos[0]
+
+
+def _our_comments(fake: FakeGitHub) -> list[dict[str, Any]]:
+    return [c for c in fake.comments[PR] if c["user"]["login"] == "github-actions[bot]"]
+
+
+def _scope_dirs(root: Path) -> list[Path]:
+    return [p for p in root.iterdir() if p.is_dir() and p.name.startswith("fxcache-v1-")]
+
+
+def test_action_restores_verifies_reports_and_survives_tampering(
+    tmp_path: Path, fake: FakeGitHub
+) -> None:
+    harness = Harness(tmp_path, fake)
+
+    # 1. A cold runner: nothing to restore; verify compiles cold then hot; the report lands in
+    #    the job summary and as a PR comment; save commits the store.
+    first = harness.run("first")
+    assert first.succeeded, first.log()
+    out = first.json("outputs.json")
+    assert out["CACHE_KEY"].startswith("fxcache-v1-linux-"), out
+    assert out["CACHE_HIT"] == "false", out
+    assert json.loads(out["SAFE_COMBOS"]) == [COMBO], out
+    assert out["UNSAFE_COUNT"] == "0", out
+    assert out["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] is None, out
+    scope = harness.cache_root / out["CACHE_KEY"]
+    assert out["TORCHINDUCTOR_CACHE_DIR"] == str(scope / "inductor"), out
+    assert out["TRITON_CACHE_DIR"] == str(scope / "triton"), out
+    assert (scope / "manifest.json").is_file(), "save did not commit the scope"
+    results = first.json("results.json")
+    combo = _combo(results)
+    assert combo["verdict"] == "safe", combo
+    assert combo["cold"]["status"] == "ok" and combo["hot"]["status"] == "ok", combo
+    assert combo["max_abs_err"]["hot_vs_cold"] == 0.0, combo
+    user = first.json("user.json")
+    assert user["cache_dir"] == str(scope / "inductor")
+    assert user["inductor"].get("fxgraph_cache_miss", 0) >= 1, user
+    # The summary the runner received is the rendered report, for this combination.
+    assert COMBO in first.summary, first.summary
+    assert first.summary.strip() == (first.out / "report.md").read_text().strip()
+    comments = _our_comments(fake)
+    assert len(comments) == 1, fake.comments
+    assert COMBO in comments[0]["body"]
+    assert first.errors == [], first.errors
+
+    # 2. The same job again: the store restores (cache-hit), verify runs the hot phase only
+    #    against the recorded reference, and it hits; the user's own compile hits too. The
+    #    sticky comment is updated, not duplicated.
+    second = harness.run("second")
+    assert second.succeeded, second.log()
+    out2 = second.json("outputs.json")
+    assert out2["CACHE_KEY"] == out["CACHE_KEY"]
+    assert out2["CACHE_HIT"] == "true", out2
+    assert json.loads(out2["SAFE_COMBOS"]) == [COMBO], out2
+    combo2 = _combo(second.json("results.json"))
+    assert combo2["verdict"] == "safe", combo2
+    assert combo2["cold"] is None or combo2["cold"]["status"] == "not-run", combo2
+    assert combo2["hot"]["counters"].get("fxgraph_cache_hit", 0) >= 1, combo2
+    assert combo2["hot"]["counters"].get("fxgraph_cache_miss", 0) == 0, combo2
+    user2 = second.json("user.json")
+    assert user2["inductor"].get("fxgraph_cache_hit", 0) >= 1, user2
+    assert user2["inductor"].get("fxgraph_cache_miss", 0) == 0, user2
+    assert len(_our_comments(fake)) == 1, fake.comments
+    assert fake.calls("PATCH", rf"/repos/{REPOSITORY}/issues/comments/\d+"), "comment not updated"
+
+    # 3. Tamper with the stored cache: restore must quarantine the scope and the job falls back
+    #    to a cold compile that still passes with correct results.
+    victims = sorted(p for p in (scope / "verify").rglob("*") if p.is_file())
+    assert victims, "nothing stored under verify/"
+    victim = max(victims, key=lambda p: p.stat().st_size)
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) // 2])
+    tampered = harness.run("tampered")
+    assert tampered.succeeded, tampered.log()
+    out3 = tampered.json("outputs.json")
+    assert out3["CACHE_HIT"] == "false", out3
+    quarantine = harness.cache_root / ".quarantine"
+    assert quarantine.is_dir() and any(quarantine.iterdir()), "tampered scope not quarantined"
+    combo3 = _combo(tampered.json("results.json"))
+    assert combo3["verdict"] == "safe", combo3
+    assert combo3["cold"]["status"] == "ok", combo3
+    assert combo3["max_abs_err"]["hot_vs_cold"] == 0.0, combo3
+    assert fake.violations == [], fake.violations
+
+
+def test_invalid_input_fails_with_one_clear_error(tmp_path: Path, fake: FakeGitHub) -> None:
+    harness = Harness(tmp_path, fake)
+    run = harness.run("invalid", dtypes="bf17")
+    assert run.returncode != 0 and not run.succeeded, run.log()
+    assert len(run.errors) == 1, run.errors
+    assert run.errors[0].startswith("::error::fxcache: "), run.errors
+    assert "bf17" in run.errors[0], run.errors
+    assert not (run.out / "outputs.json").exists(), "the job went on after a usage error"
