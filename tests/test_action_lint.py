@@ -214,3 +214,26 @@ def test_workflows_start_with_no_permissions() -> None:
         assert doc["permissions"] == {}, rel
         for name, job in doc["jobs"].items():
             assert "permissions" in job, f"{rel}: job {name} must state its permissions"
+
+
+def test_readme_workflow_examples_lint(tmp_path: Path) -> None:
+    """The README's complete workflow examples are valid as written (copy-paste ready)."""
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", readme, flags=re.S)
+    workflows = [b for b in blocks if b.startswith("name:")]
+    assert len(workflows) >= 2, "the README lost its workflow examples"
+    wf_dir = tmp_path / ".github" / "workflows"
+    wf_dir.mkdir(parents=True)
+    (tmp_path / ".git").mkdir()  # actionlint finds the project root by it
+    shutil.copy(ROOT / ".github/actionlint.yaml", tmp_path / ".github/actionlint.yaml")
+    # The fleet example calls the reusable workflow copied into the user's repository.
+    shutil.copy(ROOT / "workflows/fxcache-verify.yml", wf_dir / "fxcache-verify.yml")
+    files = []
+    for i, text in enumerate(workflows):
+        path = wf_dir / f"example{i}.yml"
+        path.write_text(text)
+        files.append(str(path))
+    proc = _run(_tool("actionlint"), *files, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = _run(_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *files)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
