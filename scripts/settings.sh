@@ -46,7 +46,8 @@ if [ "$comment" = auto ]; then
   esac
 fi
 
-root="${IN_CACHE_ROOT:-$HOME/.cache/fxcache}"
+# The store's own default: the runner's tool cache (kept between jobs on self-hosted runners).
+root="${IN_CACHE_ROOT:-${RUNNER_TOOL_CACHE:-$HOME/.cache}/fxcache}"
 mkdir -p "$root"
 root="$(cd "$root" && pwd)"
 work="${RUNNER_TEMP:-/tmp}/fxcache/$IN_REPORT_ID"
