@@ -79,15 +79,23 @@ class ActRun:
         return [e.strip() for e in self._distinct("error", "raw")]
 
     @property
+    def notices(self) -> list[str]:
+        return [e.strip() for e in self._distinct("notice", "raw")]
+
+    @property
     def succeeded(self) -> bool:
         return self.returncode == 0 and any(e.get("jobResult") == "success" for e in self.events)
 
     def log(self) -> str:
         """The log as a person reads it (for assertion messages)."""
-        lines = [str(e.get("msg", "")).rstrip() for e in self.events]
-        return (
-            f"--- act run {self.name!r} (exit {self.returncode}) ---\n" + "\n".join(lines)[-8000:]
-        )
+        lines = []
+        for line in self.raw.splitlines():  # act's JSON events, and anything it said besides
+            try:
+                lines.append(str(json.loads(line).get("msg", "")).rstrip())
+            except (ValueError, AttributeError):
+                lines.append(line)
+        text = "\n".join(lines)[-8000:]
+        return f"--- act run {self.name!r} (exit {self.returncode}) ---\n{text}"
 
     def json(self, name: str) -> dict[str, Any]:
         path = self.out / name
@@ -106,9 +114,7 @@ class Harness:
         self.src = base / "repo"
         self.cache_root = base / "store"
         self.xdg = base / "xdg"  # act's own cache: workspaces and RUNNER_TOOL_CACHE
-        self.event = base / "event.json"
         self._make_repo()
-        self.event.write_text(json.dumps(self._pull_request_event()))
 
     def _make_repo(self) -> None:
         self.src.mkdir(parents=True)
@@ -131,28 +137,31 @@ class Harness:
         ):
             subprocess.run([*git, *args], check=True, capture_output=True)
 
-    def _pull_request_event(self) -> dict[str, Any]:
+    def _pull_request_event(self, fork: bool = False) -> dict[str, Any]:
         repo = {"full_name": REPOSITORY, "fork": False}
+        head = {"full_name": f"someone/{REPOSITORY.split('/')[1]}", "fork": True} if fork else repo
         return {
             "action": "synchronize",
             "number": PR,
             "pull_request": {
                 "number": PR,
-                "head": {"ref": "feature", "repo": repo},
+                "head": {"ref": "feature", "repo": head},
                 "base": {"ref": "main", "repo": repo},
             },
             "repository": repo,
         }
 
-    def run(self, name: str, dtypes: str = "float32") -> ActRun:
+    def run(self, name: str, dtypes: str = "float32", fork: bool = False) -> ActRun:
         out = self.base / f"out-{name}"
         out.mkdir()
+        event = self.base / f"event-{name}.json"
+        event.write_text(json.dumps(self._pull_request_event(fork)))
         env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "FXCACHE_"))}
         env["XDG_CACHE_HOME"] = str(self.xdg)
         argv = [
             _act(), "pull_request", "--json",
             "-W", ".github/workflows/e2e.yml",
-            "-e", str(self.event),
+            "-e", str(event),
             "-P", f"{LABEL}=-self-hosted",
             "--action-offline-mode",
             # act resolves remote actions before `if:` (tests/act/actions-cache-standin)
@@ -240,6 +249,7 @@ def test_action_restores_verifies_reports_and_survives_tampering(
     assert report_md.splitlines()[0] in comments[0]["body"]
     assert "1 safe" in comments[0]["body"]
     assert first.errors == [], first.errors
+    assert first.json("save.json") == {"saved": "true"}
 
     # 2. The same job again: the store restores (cache-hit), verify runs the hot phase only
     #    against the recorded reference, and it hits; the user's own compile hits too. The
@@ -281,6 +291,23 @@ def test_action_restores_verifies_reports_and_survives_tampering(
     assert combo3["verdict"] == "safe", combo3
     assert combo3["cold"]["status"] == "ok", combo3
     assert combo3["max_abs_err"]["hot_vs_cold"] == 0.0, combo3
+    assert tampered.json("save.json") == {"saved": "true"}
+
+    # 4. A pull request from a fork: it restores and verifies, but read-only (its compiles go
+    #    to an overlay, save writes nothing) and it leaves the comment to the workflow_run
+    #    follow-up (its token could not write).
+    manifest = (scope / "manifest.json").read_bytes()
+    writes = len(fake.calls("POST")) + len(fake.calls("PATCH"))
+    fork = harness.run("fork", fork=True)
+    assert fork.succeeded, fork.log()
+    out4 = fork.json("outputs.json")
+    assert out4["CACHE_HIT"] == "true", out4
+    assert not out4["TORCHINDUCTOR_CACHE_DIR"].startswith(str(scope)), out4
+    assert json.loads(out4["SAFE_COMBOS"]) == [COMBO], out4
+    assert fork.json("save.json") == {"saved": "false"}
+    assert (scope / "manifest.json").read_bytes() == manifest, "a fork's run wrote the store"
+    assert any("pull request from a fork" in n for n in fork.notices), fork.notices
+    assert len(fake.calls("POST")) + len(fake.calls("PATCH")) == writes
     assert fake.violations == [], fake.violations
 
 
