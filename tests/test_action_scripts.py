@@ -287,3 +287,53 @@ def test_verify_usage_errors_and_crashes_stop_the_action(
     proc, outputs, _ = _verify(tmp_path, rc, write)
     assert proc.returncode == rc
     assert outputs == {}
+
+
+def _action_step(name: str) -> dict[str, object]:
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "action.yml").read_text())
+    steps = [s for s in doc["runs"]["steps"] if s.get("name") == name]
+    assert len(steps) == 1, name
+    return dict(steps[0])
+
+
+def _run_step(step: dict[str, object], tmp_path: Path, env: dict[str, str]) -> tuple[
+    subprocess.CompletedProcess[str], dict[str, str]
+]:  # fmt: skip
+    """Run a step's script the way the runner does (bash -e -o pipefail), env given by value."""
+    genv = tmp_path / "env"
+    genv.write_text("")
+    assert set(env) <= set(step["env"]), "the test sets a variable the step does not declare"  # type: ignore[arg-type]
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "FXCACHE_"))}
+    full.update(env, GITHUB_ENV=str(genv))
+    proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c",
+                           str(step["run"])], env=full, capture_output=True, text=True,
+                          check=False)  # fmt: skip
+    return proc, _read_file_vars(genv)
+
+
+def test_unsafe_declared_combination_disables_caches_for_later_steps(tmp_path: Path) -> None:
+    step = _action_step("Disable caches for the rest of the job when unsafe")
+    assert step["if"] == (
+        "steps.report.outputs.unsafe-count != '' && steps.report.outputs.unsafe-count != '0'"
+    )
+    proc, exported = _run_step(step, tmp_path, {"UNSAFE_COUNT": "2", "ON_UNSAFE": "disable"})
+    assert proc.returncode == 0, proc.stderr
+    assert exported == {"TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
+    assert proc.stdout.startswith("::warning::fxcache: 2 declared combination(s) unsafe")
+
+
+def test_on_unsafe_keep_leaves_caches_on(tmp_path: Path) -> None:
+    step = _action_step("Disable caches for the rest of the job when unsafe")
+    proc, exported = _run_step(step, tmp_path, {"UNSAFE_COUNT": "1", "ON_UNSAFE": "keep"})
+    assert proc.returncode == 0 and exported == {}
+    assert "caches stay enabled (on-unsafe: keep)" in proc.stdout
+
+
+def test_fail_on_gate_fails_with_verify_exit_code(tmp_path: Path) -> None:
+    step = _action_step("Fail on the verdicts (fail-on)")
+    assert step["if"] == "steps.verify.outputs.rc != ''"
+    proc, _ = _run_step(step, tmp_path, {"VERIFY_RC": "1", "FAIL_ON": "unsafe"})
+    assert proc.returncode == 1
+    assert "::error::" not in proc.stdout  # verify already said why, once
