@@ -36,13 +36,29 @@ SHIPPED = ["action.yml", "save", "invalidate", "toolkit", "scripts", "ci_fxcache
            "pyproject.toml", "README.md"]  # fmt: skip
 
 
-def _actions_cache_pin() -> str:
-    """The actions/cache commit action.yml pins (the stand-in is mapped to exactly that)."""
-    pins = set(
-        re.findall(r"actions/cache/restore@([0-9a-f]{40})", (ROOT / "action.yml").read_text())
-    )
+def _pin(action: str, rel: str) -> str:
+    """The commit `rel` pins `action` to (each stand-in is mapped to exactly that)."""
+    pins = set(re.findall(rf"{action}@([0-9a-f]{{40}})", (ROOT / rel).read_text()))
     assert len(pins) == 1, pins
     return pins.pop()
+
+
+def _standins(src: Path) -> list[str]:
+    """--local-repository mappings: act resolves every remote action before evaluating `if:`
+    and cannot fetch offline. actions/cache is skipped with store: local (its stand-in fails if
+    run); the artifact actions are stand-ins with their documented behaviour (see
+    tests/act/standins); our own action at its release tag is the repository under test."""
+    standins = ROOT / "tests" / "act" / "standins"
+    fleet = "workflows/fxcache-verify.yml"
+    maps = {
+        f"actions/cache@{_pin('actions/cache/restore', 'action.yml')}": standins / "cache",
+        f"actions/upload-artifact@{_pin('actions/upload-artifact', fleet)}": standins
+        / "upload-artifact",
+        f"actions/download-artifact@{_pin('actions/download-artifact', fleet)}": standins
+        / "download-artifact",
+        "fxcache/fxcache-action@v1": src,
+    }
+    return [arg for ref, path in maps.items() for arg in ("--local-repository", f"{ref}={path}")]
 
 
 def _act() -> str:
@@ -114,6 +130,7 @@ class Harness:
         self.src = base / "repo"
         self.cache_root = base / "store"
         self.xdg = base / "xdg"  # act's own cache: workspaces and RUNNER_TOOL_CACHE
+        self.artifacts = base / "artifacts"
         self._make_repo()
 
     def _make_repo(self) -> None:
@@ -126,7 +143,10 @@ class Harness:
             else:
                 shutil.copy2(path, self.src / rel)
         (self.src / ".github/workflows").mkdir(parents=True)
-        shutil.copy(ROOT / "tests/act/workflows/e2e.yml", self.src / ".github/workflows/e2e.yml")
+        for workflow in (ROOT / "tests/act/workflows").glob("*.yml"):
+            shutil.copy(workflow, self.src / ".github/workflows" / workflow.name)
+        # The fleet workflow, copied into the repository as the README tells users to.
+        shutil.copy(ROOT / "workflows/fxcache-verify.yml", self.src / ".github/workflows")
         shutil.copy(ROOT / "tests/act/user_compile.py", self.src / "user_compile.py")
         git = ["git", "-C", str(self.src), "-c", "user.name=e2e", "-c", "user.email=e2e@invalid"]
         for args in (
@@ -151,7 +171,9 @@ class Harness:
             "repository": repo,
         }
 
-    def run(self, name: str, dtypes: str = "float32", fork: bool = False) -> ActRun:
+    def run(
+        self, name: str, dtypes: str = "float32", fork: bool = False, workflow: str = "e2e.yml"
+    ) -> ActRun:
         out = self.base / f"out-{name}"
         out.mkdir()
         event = self.base / f"event-{name}.json"
@@ -160,13 +182,12 @@ class Harness:
         env["XDG_CACHE_HOME"] = str(self.xdg)
         argv = [
             _act(), "pull_request", "--json",
-            "-W", ".github/workflows/e2e.yml",
+            "-W", f".github/workflows/{workflow}",
             "-e", str(event),
             "-P", f"{LABEL}=-self-hosted",
             "--action-offline-mode",
-            # act resolves remote actions before `if:` (tests/act/actions-cache-standin)
-            "--local-repository",
-            f"actions/cache@{_actions_cache_pin()}={ROOT / 'tests/act/actions-cache-standin'}",
+            *_standins(self.src),
+            "--env", f"E2E_ARTIFACTS={self.artifacts}",
             "--env", f"SRC={self.src}",
             "--env", f"E2E_OUT={out}",
             "--env", f"GITHUB_API_URL={self.fake.url}",
@@ -211,7 +232,7 @@ def _scope_dirs(root: Path) -> list[Path]:
     return [p for p in root.iterdir() if p.is_dir() and p.name.startswith("fxcache-v1-")]
 
 
-def test_action_restores_verifies_reports_and_survives_tampering(
+def test_action_restores_verifies_reports_survives_tampering_and_runs_the_fleet(
     tmp_path: Path, fake: FakeGitHub
 ) -> None:
     harness = Harness(tmp_path, fake)
@@ -308,6 +329,29 @@ def test_action_restores_verifies_reports_and_survives_tampering(
     assert (scope / "manifest.json").read_bytes() == manifest, "a fork's run wrote the store"
     assert any("pull request from a fork" in n for n in fork.notices), fork.notices
     assert len(fake.calls("POST")) + len(fake.calls("PATCH")) == writes
+
+    # 5. The fleet: workflows/fxcache-verify.yml called with one pool (this runner). plan ->
+    #    verify (the action at its release tag = this tree) uploads the pool's results -> merge
+    #    renders one fleet report and keeps its own sticky comment (report id "fleet").
+    fleet = harness.run("fleet", workflow="fleet.yml")
+    assert fleet.succeeded, fleet.log()
+    jobs = {
+        str(e["job"]).rsplit("/", 1)[-1].strip()
+        for e in fleet.events
+        if e.get("jobResult") == "success"
+    }
+    assert jobs == {"plan", "verify (fxcache-e2e)", "merge"}, jobs
+    shard = harness.artifacts / "fxcache-fleet-pool-fxcache-e2e" / "results.json"
+    assert shard.is_file(), sorted(p.name for p in harness.artifacts.iterdir())
+    assert _combo(json.loads(shard.read_text()))["verdict"] == "safe"
+    fleet_comments = [
+        c for c in _our_comments(fake) if c["body"].startswith("<!-- fxcache-report:fleet -->")
+    ]
+    assert len(fleet_comments) == 1, fake.comments
+    assert "1 safe" in fleet_comments[0]["body"]
+    assert len(_our_comments(fake)) == 2, "the fleet comment replaced the action's"
+    assert "1 safe" in fleet.summary
+    assert fleet.errors == [], fleet.errors
     assert fake.violations == [], fake.violations
 
 
