@@ -89,7 +89,6 @@ fi
   echo "FXCACHE_STORE=$IN_STORE"
   echo "FXCACHE_ROOT=$root"
   echo "FXCACHE_STATE_FILE=$work/restore-state.json"
-  echo "FXCACHE_READ_ONLY=$read_only"
   echo "FXCACHE_PYTHON=$FXCACHE_PYTHON"
 } >>"$GITHUB_ENV"
 echo "fxcache: store $IN_STORE at $root, read-only $read_only, comment $comment"

@@ -196,6 +196,7 @@ class Harness:
             "--var", f"E2E_DTYPES={dtypes}",
             "--var", f"E2E_CACHE_ROOT={self.cache_root}",
             "-s", f"GITHUB_TOKEN={self.fake.token}",
+            "-s", "FXCACHE_SIGNING_KEY=e2e-signing-key",
         ]  # fmt: skip
         proc = subprocess.run(
             argv, cwd=self.src, env=env, capture_output=True, text=True, timeout=900, check=False
@@ -250,7 +251,8 @@ def test_action_restores_verifies_reports_survives_tampering_and_runs_the_fleet(
     scope = harness.cache_root / out["CACHE_KEY"]
     assert out["TORCHINDUCTOR_CACHE_DIR"] == str(scope / "inductor"), out
     assert out["TRITON_CACHE_DIR"] == str(scope / "triton"), out
-    assert (scope / "manifest.json").is_file(), "save did not commit the scope"
+    manifest_doc = json.loads((scope / "manifest.json").read_text())
+    assert manifest_doc.get("signature"), "save did not sign the manifest with the secret key"
     results = first.json("results.json")
     assert results["settings"]["phase"] == "both", results["settings"]
     combo = _combo(results)

@@ -194,7 +194,7 @@ def test_action_inputs_and_outputs_are_documented() -> None:
         "python", "device", "dtypes", "dynamic", "mechanisms", "training", "workloads",
         "matrix-file", "store", "cache-root", "redis-url", "key-suffix", "read-only",
         "invalidate-on-upgrade", "min-speedup", "fail-on", "on-unsafe", "comment", "report-id",
-        "github-token", "timeout-minutes",
+        "github-token", "timeout-minutes", "signing-key",
     }  # fmt: skip
     assert set(doc["inputs"]) == expected_inputs
     for name, spec in doc["inputs"].items():
