@@ -97,3 +97,10 @@ def plan(spec: str, report_id: str = "fxcache") -> list[Pool]:
 def matrix(pools: list[Pool]) -> dict[str, Any]:
     """The `strategy.matrix` object (for `fromJSON`)."""
     return {"include": [p.to_dict() for p in pools]}
+
+
+def combos(flags: dict[str, str | None], matrix_file: str | None) -> list[str]:
+    """Check the verification matrix exactly as `fxcache verify` reads it; its combination ids."""
+    from ci_fxcache import matrix as verify_matrix
+
+    return [c.id for c in verify_matrix.build(flags, matrix_file).combos()]

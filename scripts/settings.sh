@@ -23,6 +23,13 @@ one_of invalidate-on-upgrade "$IN_INVALIDATE_ON_UPGRADE" true false
 if [ "$IN_STORE" = redis ] && [ -z "$IN_REDIS_URL" ]; then
   fail "store: redis needs the redis-url input (e.g. redis-url: \${{ secrets.FXCACHE_REDIS_URL }})"
 fi
+# The verification matrix, checked as verify will read it, before the store is touched
+# (fxcache prints its own one-line ::error:: and exits 2).
+# shellcheck source=matrix-args.sh
+. "$FXCACHE_ACTION_ROOT/scripts/matrix-args.sh"
+args=(plan)
+matrix_args
+GITHUB_OUTPUT="" "$FXCACHE" "${args[@]}" >/dev/null
 
 # A pull request from a fork runs untrusted code with a read-only token: never let it write the
 # store (cache poisoning), and leave its comment to the workflow_run follow-up.

@@ -7,13 +7,9 @@ set -uo pipefail
 args=(verify --phase auto --json "$RESULTS" --timeout "$TIMEOUT_S")
 [ -n "$VERIFY_DIR" ] && args+=(--cache-dir "$VERIFY_DIR")
 [ -n "$STATE_FILE" ] && [ -f "$STATE_FILE" ] && args+=(--cache-state "$STATE_FILE")
-[ -n "$IN_MATRIX_FILE" ] && args+=(--matrix-file "$IN_MATRIX_FILE")
-[ -n "$IN_DEVICE" ] && args+=(--device "$IN_DEVICE")
-[ -n "$IN_DTYPES" ] && args+=(--dtypes "$IN_DTYPES")
-[ -n "$IN_DYNAMIC" ] && args+=(--dynamic "$IN_DYNAMIC")
-[ -n "$IN_MECHANISMS" ] && args+=(--mechanisms "$IN_MECHANISMS")
-[ -n "$IN_TRAINING" ] && args+=(--training "$IN_TRAINING")
-[ -n "$IN_WORKLOADS" ] && args+=(--workloads "$IN_WORKLOADS")
+# shellcheck source=matrix-args.sh
+. "$(dirname "$0")/matrix-args.sh"
+matrix_args
 [ -n "$IN_MIN_SPEEDUP" ] && args+=(--min-speedup "$IN_MIN_SPEEDUP")
 args+=(--fail-on "$IN_FAIL_ON")
 

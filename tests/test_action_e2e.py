@@ -365,3 +365,4 @@ def test_invalid_input_fails_with_one_clear_error(tmp_path: Path, fake: FakeGitH
     assert run.errors[0].startswith("::error::fxcache: "), run.errors
     assert "bf17" in run.errors[0], run.errors
     assert not (run.out / "outputs.json").exists(), "the job went on after a usage error"
+    assert not harness.cache_root.exists(), "the store was touched before the inputs were checked"

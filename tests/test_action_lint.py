@@ -238,3 +238,26 @@ def test_readme_workflow_examples_lint(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     proc = _run(_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *files)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_documented_matrix_defaults_are_verifys() -> None:
+    """The action's empty matrix inputs mean verify's defaults: action.yml and the README say
+    which, and must keep saying the truth."""
+    import argparse
+
+    from ci_fxcache import cli, matrix
+
+    action_inputs = _load("action.yml")["inputs"]
+    descriptions = {k: " ".join(v["description"].split()) for k, v in action_inputs.items()}
+    readme = (ROOT / "README.md").read_text()
+    inputs = {axis: axis for axis in ("dtypes", "dynamic", "mechanisms", "training", "workloads")}
+    inputs["devices"] = "device"
+    for axis, name in inputs.items():
+        expected = ",".join(str(v).lower() for v in matrix.DEFAULTS[axis])
+        assert action_inputs[name]["default"] == ""
+        assert f"Empty: verify's default, {expected}" in descriptions[name], name
+        assert f"| `{name}` | `{expected}` |" in readme, name
+    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    speedup = sub.choices["verify"].get_default("min_speedup")
+    assert f"Empty: verify's default, {speedup}." in descriptions["min-speedup"]
+    assert f"| `min-speedup` | `{speedup}` |" in readme

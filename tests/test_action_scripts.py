@@ -72,6 +72,13 @@ def _settings(tmp_path: Path, **overrides: str) -> Settings:
             "IN_KEY_SUFFIX": "",
             "IN_TIMEOUT_MINUTES": "10",
             "IN_REDIS_URL": "",
+            "IN_DEVICE": "",
+            "IN_DTYPES": "",
+            "IN_DYNAMIC": "",
+            "IN_MECHANISMS": "",
+            "IN_TRAINING": "",
+            "IN_WORKLOADS": "",
+            "IN_MATRIX_FILE": "",
             "EVENT_NAME": "pull_request",
             "HEAD_REPOSITORY": "octo-org/demo",
             "PR_NUMBER": "7",
@@ -156,6 +163,8 @@ def test_store_github_keys(tmp_path: Path) -> None:
         ({"IN_TIMEOUT_MINUTES": "ten"}, "timeout-minutes must be a positive number"),
         ({"IN_REPORT_ID": "a/b"}, "input report-id may use only"),
         ({"IN_STORE": "redis"}, "store: redis needs the redis-url input"),
+        ({"IN_DTYPES": "bf17"}, "--dtypes bf17: unknown dtype value 'bf17'"),
+        ({"IN_WORKLOADS": "my model"}, "unknown workload 'my model'"),
     ],
 )
 def test_bad_inputs_fail_with_one_error_line(
@@ -163,9 +172,11 @@ def test_bad_inputs_fail_with_one_error_line(
 ) -> None:
     s = _settings(tmp_path, **overrides)
     assert s.proc.returncode == 2
-    errors = [line for line in s.proc.stdout.splitlines() if line.startswith("::error::")]
-    assert len(errors) == 1 and message in errors[0], s.proc.stdout
+    lines = (s.proc.stdout + s.proc.stderr).splitlines()
+    errors = [line for line in lines if line.startswith("::error::")]
+    assert len(errors) == 1 and message in errors[0], lines
     assert s.outputs == {} and s.env == {}
+    assert not (tmp_path / "store").exists(), "the store was touched before the inputs were checked"
 
 
 def test_fractional_timeout_minutes(tmp_path: Path) -> None:

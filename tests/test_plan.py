@@ -12,7 +12,7 @@ from tests.conftest import RunFxcache
 
 def _include(proc: object) -> list[dict[str, object]]:
     assert proc.returncode == 0, proc.stderr  # type: ignore[attr-defined]
-    return json.loads(proc.stdout)["include"]  # type: ignore[attr-defined, no-any-return]
+    return json.loads(proc.stdout)["matrix"]["include"]  # type: ignore[attr-defined, no-any-return]
 
 
 def test_text_spec_pools_and_artifacts(run_fxcache: RunFxcache) -> None:
@@ -38,17 +38,58 @@ def test_json_spec_equals_text_spec(run_fxcache: RunFxcache) -> None:
     assert text == as_json
 
 
-def test_step_output_is_compact_matrix(run_fxcache: RunFxcache, tmp_path: Path) -> None:
+def test_step_outputs_are_compact_json(run_fxcache: RunFxcache, tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.touch()
     proc = run_fxcache(
-        "plan", "--runners", "a,b", env={"GITHUB_ACTIONS": "true", "GITHUB_OUTPUT": str(out)}
-    )
+        "plan", "--runners", "a,b", "--dtypes", "float32", "--dynamic", "false",
+        "--mechanisms", "fxgraph", "--device", "cpu",
+        env={"GITHUB_ACTIONS": "true", "GITHUB_OUTPUT": str(out)},
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
     lines = out.read_text().splitlines()
-    assert lines[0].startswith("matrix<<") and lines[2] == lines[0].split("<<")[1]
-    assert json.loads(lines[1]) == json.loads(proc.stdout)
-    assert "\n" not in lines[1] and " " not in lines[1]
+    outputs = {lines[i].split("<<")[0]: lines[i + 1] for i in range(0, len(lines), 3)}
+    assert set(outputs) == {"matrix", "combos"}
+    assert json.loads(outputs["matrix"]) == doc["matrix"]
+    assert (
+        json.loads(outputs["combos"])
+        == doc["combos"]
+        == ["sin_matmul-cpu-float32-static-fxgraph-train"]
+    )
+    assert " " not in outputs["matrix"] + outputs["combos"]
+
+
+def test_without_runners_only_the_matrix_is_checked(run_fxcache: RunFxcache) -> None:
+    proc = run_fxcache("plan", "--device", "cpu", "--dtypes", "float32,bfloat16", "--dynamic",
+                       "false", "--mechanisms", "fxgraph", "--training", "false,true")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["matrix"] is None
+    assert len(doc["combos"]) == 4
+    assert "sin_matmul-cpu-bfloat16-static-fxgraph-infer" in doc["combos"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--dtypes", "bf17"], "--dtypes bf17: unknown dtype value 'bf17'"),
+        (["--dynamic", "maybe"], "unknown dynamic value 'maybe'"),
+        (["--workloads", "no such"], "unknown workload 'no such'"),
+        (["--matrix-file", "/nonexistent.yml"], "--matrix-file /nonexistent.yml: cannot read"),
+    ],
+)
+def test_bad_matrix_fails_like_verify(
+    run_fxcache: RunFxcache, args: list[str], message: str
+) -> None:
+    """The plan job (and the action's settings step) reject what verify would, before any
+    GPU runner or store is touched."""
+    plan = run_fxcache("plan", "--runners", "gpu-a100", *args)
+    assert plan.returncode == 2 and plan.stdout == ""
+    assert len(plan.stderr.splitlines()) == 1 and message in plan.stderr, plan.stderr
+    verify = run_fxcache("verify", *args, "--json", "-")
+    assert verify.returncode == 2
+    assert plan.stderr == verify.stderr
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,6 @@
-"""`fxcache plan`: the runner-pool job matrix for the reusable fleet workflow."""
+"""`fxcache plan`: the fleet's job matrix (runner pools), and the verification matrix checked
+the way `fxcache verify` will read it, so a typo fails in a cheap step before any GPU runner or
+any store is touched."""
 
 from __future__ import annotations
 
@@ -15,31 +17,44 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser = sub.add_parser(
         "plan",
         parents=[parent],
-        help="turn runner pools into the fleet workflow's job matrix",
-        description="Print the job matrix (JSON for fromJSON) of workflows/fxcache-verify.yml: "
-        "one verify job per runner pool, each with the artifact name its results travel in. "
-        "Inside Actions it is also the step output 'matrix'.",
+        help="check the matrix and turn runner pools into the fleet workflow's job matrix",
+        description="Check the verification matrix (the same flags as 'fxcache verify') and, "
+        "with --runners, print the job matrix of workflows/fxcache-verify.yml: one verify job "
+        "per runner pool, each with the artifact name its results travel in. Inside Actions "
+        "the step outputs are 'matrix' (for fromJSON) and 'combos' (JSON list of ids).",
     )
     parser.add_argument(
         "--runners",
-        default=os.environ.get("FXCACHE_RUNNERS", ""),
+        default=os.environ.get("FXCACHE_RUNNERS"),
         metavar="SPEC",
         help="runner pools: comma or newline list of labels, '+' joining the labels of one "
         "pool (self-hosted+gpu-a100), or a JSON list of labels / label lists "
-        "(env FXCACHE_RUNNERS)",
+        "(env FXCACHE_RUNNERS); without it only the verification matrix is checked",
     )
     parser.add_argument(
         "--report-id", default="fxcache", help="names the artifacts (default: fxcache)"
     )
+    axes = parser.add_argument_group("verification matrix (as for 'fxcache verify')")
+    axes.add_argument("--device", dest="devices", metavar="DEVICES")
+    axes.add_argument("--dtypes", metavar="DTYPES")
+    axes.add_argument("--dynamic", metavar="DYNAMIC")
+    axes.add_argument("--mechanisms", metavar="MECHANISMS")
+    axes.add_argument("--training", metavar="TRAINING")
+    axes.add_argument("--workloads", metavar="WORKLOADS")
+    axes.add_argument("--matrix-file", metavar="F")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the matrix; set the `matrix` step output inside Actions."""
+    """Print {"matrix": job matrix or null, "combos": [...]}; set step outputs in Actions."""
     from ci_fxcache import plan
 
-    doc = plan.matrix(plan.plan(args.runners, args.report_id))
-    text = json.dumps(doc, separators=(",", ":"))
-    gha.set_output("matrix", text)
-    print(json.dumps(doc, indent=2))
+    axes = ("devices", "dtypes", "dynamic", "mechanisms", "training", "workloads")
+    combos = plan.combos({axis: getattr(args, axis) for axis in axes}, args.matrix_file)
+    job_matrix = None
+    if args.runners is not None:
+        job_matrix = plan.matrix(plan.plan(args.runners, args.report_id))
+        gha.set_output("matrix", json.dumps(job_matrix, separators=(",", ":")))
+    gha.set_output("combos", json.dumps(combos, separators=(",", ":")))
+    print(json.dumps({"matrix": job_matrix, "combos": combos}, indent=2))
     return 0
