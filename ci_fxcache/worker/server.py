@@ -1,0 +1,130 @@
+"""Fork server: imports torch once (compiling nothing), then forks one child per phase.
+
+Protocol (JSON lines): the server prints `{"ready": ..., "info": {...}}`; each request line
+`{"id", "kind": "phase"|"check", "spec", "log", "result"}` is answered by `{"id", "pid"}` when the
+child starts and `{"id", "exit": <wait status>}` when it ends. EOF on stdin: kill what is left
+and exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import sys
+import time
+from typing import Any
+
+
+def _info() -> dict[str, Any]:
+    import importlib.util
+
+    import torch
+
+    caps = []
+    if torch.cuda.is_available():
+        caps = [list(torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count())]
+    return {
+        "torch": torch.__version__,
+        "cuda_capabilities": caps,
+        "hip": bool(torch.version.hip),
+        "redis_module": importlib.util.find_spec("redis") is not None,
+        "python": sys.executable,
+    }
+
+
+def child(request: dict[str, Any]) -> None:
+    """Inside the forked child: own process group, log to a file, run, write the result."""
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    code = 1
+    try:
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        sys.stdout = os.fdopen(1, "w", buffering=1)
+        sys.stderr = os.fdopen(2, "w", buffering=1)
+        code = execute(request)
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def execute(request: dict[str, Any]) -> int:
+    """Run one request in this process and write its result file; the exit code."""
+    started = time.perf_counter()
+    if request["kind"] == "check":
+        result = check(request["spec"])
+    else:
+        from . import phase
+
+        result = phase.run(request["spec"])
+    result["wall_s"] = round(time.perf_counter() - started, 4)
+    tmp = request["result"] + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f)
+    os.replace(tmp, request["result"])
+    return 0
+
+
+def check(spec: dict[str, Any]) -> dict[str, Any]:
+    """Import a user workload and call its factory once: catches bad paths and bad shapes early."""
+    from . import phase, workloads
+
+    try:
+        workloads.build(spec["workload"], phase.DTYPES["float32"], spec["device"])
+    except workloads.WorkloadError as exc:
+        return {"status": "error", "error": str(exc)}
+    return {"status": "ok"}
+
+
+def _emit(message: dict[str, Any]) -> None:
+    os.write(1, (json.dumps(message) + "\n").encode())
+
+
+def serve() -> None:
+    """The server loop."""
+    import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401
+    import torch._inductor.config  # noqa: F401
+
+    _emit({"ready": True, "info": _info()})
+    children: dict[int, Any] = {}
+    pending = b""
+    stdin = sys.stdin.fileno()
+    open_ = True
+    while open_ or children:
+        timeout = 0.05 if children else None
+        ready, _, _ = select.select([stdin] if open_ else [], [], [], timeout)
+        if ready:
+            data = os.read(stdin, 65536)
+            if not data:
+                open_ = False
+                for pid in children:
+                    try:
+                        os.killpg(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+            pending += data
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                if not line.strip():
+                    continue
+                request = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    child(request)
+                children[pid] = request["id"]
+                _emit({"id": request["id"], "pid": pid})
+        while children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            _emit({"id": children.pop(pid), "exit": status})
