@@ -90,9 +90,7 @@ def _run(model: Any, inputs: tuple[Any, ...], spec: dict[str, Any]) -> list[torc
         loss.backward()
     grads = [t.grad for t in leaves if isinstance(t, torch.Tensor) and t.requires_grad]
     grads += [p.grad for p in params if p.requires_grad]
-    return [t.detach().clone() for t in outs] + [
-        g.detach().clone() for g in grads if g is not None
-    ]
+    return [t.detach().clone() for t in outs] + [g.detach().clone() for g in grads if g is not None]
 
 
 def _counters() -> dict[str, int]:
@@ -123,13 +121,21 @@ def compare(
 ) -> dict[str, Any]:
     """Max absolute error, bitwise equality and closeness (dtype tolerance) of two results."""
     if len(got) != len(want):
-        return {"max_abs_err": None, "bitwise": False, "close": False,
-                "detail": f"{len(got)} tensors vs {len(want)}"}
+        return {
+            "max_abs_err": None,
+            "bitwise": False,
+            "close": False,
+            "detail": f"{len(got)} tensors vs {len(want)}",
+        }
     err, bitwise, close, detail = 0.0, True, True, ""
-    for i, (a, b) in enumerate(zip(got, want)):
+    for i, (a, b) in enumerate(zip(got, want, strict=False)):
         if a.shape != b.shape or a.dtype != b.dtype:
-            return {"max_abs_err": None, "bitwise": False, "close": False,
-                    "detail": f"tensor {i}: {a.dtype}{list(a.shape)} vs {b.dtype}{list(b.shape)}"}
+            return {
+                "max_abs_err": None,
+                "bitwise": False,
+                "close": False,
+                "detail": f"tensor {i}: {a.dtype}{list(a.shape)} vs {b.dtype}{list(b.shape)}",
+            }
         a64, b64 = a.detach().cpu().double(), b.detach().cpu().double()
         if a.numel():
             diff = (a64 - b64).abs().nan_to_num(nan=float("inf"))
@@ -143,6 +149,13 @@ def compare(
             if close:
                 detail = f"tensor {i} differs beyond rtol={tol['rtol']} atol={tol['atol']}"
             close = False
+    if err == float("inf"):  # NaN or inf where the other side is finite: not valid JSON
+        return {
+            "max_abs_err": None,
+            "bitwise": False,
+            "close": False,
+            "detail": detail or "non-finite values differ",
+        }
     return {"max_abs_err": err, "bitwise": bitwise, "close": close, "detail": detail}
 
 
@@ -154,9 +167,13 @@ def _mark(inputs: tuple[Any, ...], second: tuple[Any, ...] | None) -> None:
     """mark_dynamic dim 0 of every input whose batch size differs in the second input set."""
     for i, t in enumerate(inputs):
         other = second[i] if second is not None and i < len(second) else None
-        if isinstance(t, torch.Tensor) and t.dim() and isinstance(other, torch.Tensor):
-            if other.shape[0] != t.shape[0]:
-                torch._dynamo.mark_dynamic(t, 0)
+        if (
+            isinstance(t, torch.Tensor)
+            and t.dim()
+            and isinstance(other, torch.Tensor)
+            and other.shape[0] != t.shape[0]
+        ):
+            torch._dynamo.mark_dynamic(t, 0)
 
 
 def _timed(fn: Any) -> tuple[Any, float]:
@@ -234,9 +251,7 @@ def _phase(spec: dict[str, Any], result: dict[str, Any]) -> None:
         else:
             outs2 = _run(compiled, second, spec)
             result["recompiles"] = counters["stats"]["unique_graphs"] - graphs
-    result["kernels_built"] = len(
-        _kernel_files(spec["inductor_dir"], spec["triton_dir"]) - before
-    )
+    result["kernels_built"] = len(_kernel_files(spec["inductor_dir"], spec["triton_dir"]) - before)
     if spec["phase"] == "cold":
         if eager is not None:
             vs_eager = compare(outs, eager, tol)

@@ -8,6 +8,7 @@ and exit.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -15,6 +16,31 @@ import signal
 import sys
 import time
 from typing import Any
+
+
+def _info_in_child() -> dict[str, Any]:
+    """Facts about the devices, asked in a throwaway child: querying CUDA in the server itself
+    would initialise it, and CUDA does not survive a fork."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        code = 1
+        try:
+            os.write(write_fd, json.dumps(_info()).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    chunks = []
+    while True:
+        chunk = os.read(read_fd, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(read_fd)
+    os.waitpid(pid, 0)
+    return json.loads(b"".join(chunks) or b"{}")
 
 
 def _info() -> dict[str, Any]:
@@ -60,6 +86,8 @@ def child(request: dict[str, Any]) -> None:
 def execute(request: dict[str, Any]) -> int:
     """Run one request in this process and write its result file; the exit code."""
     started = time.perf_counter()
+    for name, value in (request.get("env") or {}).items():
+        os.environ[name] = value
     if request["kind"] == "check":
         result = check(request["spec"])
     else:
@@ -91,11 +119,11 @@ def _emit(message: dict[str, Any]) -> None:
 
 def serve() -> None:
     """The server loop."""
-    import torch  # noqa: F401
-    import torch._dynamo  # noqa: F401
+    import torch
+    import torch._dynamo
     import torch._inductor.config  # noqa: F401
 
-    _emit({"ready": True, "info": _info()})
+    _emit({"ready": True, "info": _info_in_child()})
     children: dict[int, Any] = {}
     pending = b""
     stdin = sys.stdin.fileno()
@@ -108,10 +136,8 @@ def serve() -> None:
             if not data:
                 open_ = False
                 for pid in children:
-                    try:
+                    with contextlib.suppress(OSError):
                         os.killpg(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
             pending += data
             while b"\n" in pending:
                 line, pending = pending.split(b"\n", 1)

@@ -44,7 +44,9 @@ def _sin_matmul(dtype: torch.dtype, device: str) -> dict[str, Any]:
 class _Mlp(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 64), nn.LayerNorm(64))
+        self.net = nn.Sequential(
+            nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 64), nn.LayerNorm(64)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
