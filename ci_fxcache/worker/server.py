@@ -60,11 +60,23 @@ def _info() -> dict[str, Any]:
     }
 
 
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this child when the server dies, so no phase outlives a killed run."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def child(request: dict[str, Any]) -> None:
     """Inside the forked child: own process group, log to a file, run, write the result."""
     os.setpgid(0, 0)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _die_with_parent()
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
     code = 1
     try:
         null = os.open(os.devnull, os.O_RDONLY)
@@ -125,6 +137,15 @@ def serve() -> None:
 
     _emit({"ready": True, "info": _info_in_child()})
     children: dict[int, Any] = {}
+
+    def stop(signum: int, _frame: Any) -> None:
+        for pid in children:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+        os._exit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(signum, stop)
     pending = b""
     stdin = sys.stdin.fileno()
     open_ = True

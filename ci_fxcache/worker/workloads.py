@@ -36,8 +36,8 @@ def _sin_matmul(dtype: torch.dtype, device: str) -> dict[str, Any]:
     y = torch.rand(100, 100, dtype=dtype, device=device)
     return {
         "model": fn,
-        "inputs": (torch.rand(100, 100, dtype=dtype, device=device), y),
-        "dynamic_inputs": (torch.rand(60, 100, dtype=dtype, device=device), y),
+        "inputs": (torch.rand(64, 100, dtype=dtype, device=device), y),
+        "dynamic_inputs": (torch.rand(40, 100, dtype=dtype, device=device), y),
     }
 
 
