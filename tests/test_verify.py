@@ -41,8 +41,19 @@ def fxgraph_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str
     root = tmp_path_factory.mktemp("verify")
     out = root / "results.json"
     proc = verify(
-        run, "--dtypes", "float32,bfloat16", "--dynamic", "false,true", "--mechanisms",
-        "fxgraph", "--training", "true", "--cache-dir", str(root / "cache"), "--json", str(out),
+        run,
+        "--dtypes",
+        "float32,bfloat16",
+        "--dynamic",
+        "false,true",
+        "--mechanisms",
+        "fxgraph",
+        "--training",
+        "true",
+        "--cache-dir",
+        str(root / "cache"),
+        "--json",
+        str(out),
     )
     return proc, load(out) if out.exists() else {}, root / "cache"
 
@@ -74,8 +85,19 @@ def test_phase_auto_is_hot_only_when_references_exist(
     shutil.copytree(cache / F32_STATIC, tmp_path / F32_STATIC)
     out = tmp_path / "r.json"
     proc = verify(
-        run_fxcache, "--dtypes", "float32", "--dynamic", "false", "--mechanisms", "fxgraph",
-        "--phase", "auto", "--cache-dir", str(tmp_path), "--json", str(out),
+        run_fxcache,
+        "--dtypes",
+        "float32",
+        "--dynamic",
+        "false",
+        "--mechanisms",
+        "fxgraph",
+        "--phase",
+        "auto",
+        "--cache-dir",
+        str(tmp_path),
+        "--json",
+        str(out),
     )
     assert proc.returncode == 0, proc.stderr
     doc = load(out)
@@ -94,8 +116,19 @@ def test_tampered_generated_code_is_unsafe(
     assert tamper_generated_code(tmp_path / F32_STATIC / "inductor") >= 1
     out = tmp_path / "r.json"
     proc = verify(
-        run_fxcache, "--dtypes", "float32", "--dynamic", "false", "--mechanisms", "fxgraph",
-        "--phase", "hot", "--cache-dir", str(tmp_path), "--json", str(out),
+        run_fxcache,
+        "--dtypes",
+        "float32",
+        "--dynamic",
+        "false",
+        "--mechanisms",
+        "fxgraph",
+        "--phase",
+        "hot",
+        "--cache-dir",
+        str(tmp_path),
+        "--json",
+        str(out),
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (combo,) = load(out)["combos"]
@@ -106,14 +139,27 @@ def test_tampered_generated_code_is_unsafe(
     assert "failed the --fail-on unsafe policy" in proc.stderr
 
 
-def test_emptied_cache_is_no_gain(fxgraph_run: Any, run_fxcache: RunFxcache, tmp_path: Path) -> None:
+def test_emptied_cache_is_no_gain(
+    fxgraph_run: Any, run_fxcache: RunFxcache, tmp_path: Path
+) -> None:
     _, _, cache = fxgraph_run
     shutil.copytree(cache / F32_STATIC, tmp_path / F32_STATIC)
     shutil.rmtree(tmp_path / F32_STATIC / "inductor")
     out = tmp_path / "r.json"
     proc = verify(
-        run_fxcache, "--dtypes", "float32", "--dynamic", "false", "--mechanisms", "fxgraph",
-        "--phase", "hot", "--cache-dir", str(tmp_path), "--json", str(out),
+        run_fxcache,
+        "--dtypes",
+        "float32",
+        "--dynamic",
+        "false",
+        "--mechanisms",
+        "fxgraph",
+        "--phase",
+        "hot",
+        "--cache-dir",
+        str(tmp_path),
+        "--json",
+        str(out),
     )
     assert proc.returncode == 0, proc.stderr  # --fail-on unsafe: no-gain does not fail
     (combo,) = load(out)["combos"]
@@ -121,8 +167,19 @@ def test_emptied_cache_is_no_gain(fxgraph_run: Any, run_fxcache: RunFxcache, tmp
     assert combo["reason"].startswith("hot load missed")
     assert combo["misses"] >= 1 and combo["hot"]["counters"]["fxgraph_cache_miss"] >= 1
     proc = verify(
-        run_fxcache, "--dtypes", "float32", "--dynamic", "false", "--mechanisms", "fxgraph",
-        "--phase", "hot", "--cache-dir", str(tmp_path), "--fail-on", "no-gain",
+        run_fxcache,
+        "--dtypes",
+        "float32",
+        "--dynamic",
+        "false",
+        "--mechanisms",
+        "fxgraph",
+        "--phase",
+        "hot",
+        "--cache-dir",
+        str(tmp_path),
+        "--fail-on",
+        "no-gain",
     )
     assert proc.returncode == 1, proc.stderr
 
@@ -136,9 +193,23 @@ def faulty_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cache = tmp_path_factory.mktemp("faulty")
     out = cache / "cold.json"
     proc = verify(
-        run, "--workloads", "tests.workloads.faulty:sin_matmul", "--dtypes", "float32",
-        "--dynamic", "false", "--mechanisms", "fxgraph", "--training", "false",
-        "--phase", "cold", "--cache-dir", str(cache), "--json", str(out),
+        run,
+        "--workloads",
+        "tests.workloads.faulty:sin_matmul",
+        "--dtypes",
+        "float32",
+        "--dynamic",
+        "false",
+        "--mechanisms",
+        "fxgraph",
+        "--training",
+        "false",
+        "--phase",
+        "cold",
+        "--cache-dir",
+        str(cache),
+        "--json",
+        str(out),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (combo,) = load(out)["combos"]
@@ -150,9 +221,24 @@ def faulty_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _hot_fault(run_fxcache: RunFxcache, cache: Path, fault: str, *extra: str) -> Any:
     out = cache / f"{fault}.json"
     proc = verify(
-        run_fxcache, "--workloads", "tests.workloads.faulty:sin_matmul", "--dtypes", "float32",
-        "--dynamic", "false", "--mechanisms", "fxgraph", "--training", "false",
-        "--phase", "hot", "--cache-dir", str(cache), "--json", str(out), *extra,
+        run_fxcache,
+        "--workloads",
+        "tests.workloads.faulty:sin_matmul",
+        "--dtypes",
+        "float32",
+        "--dynamic",
+        "false",
+        "--mechanisms",
+        "fxgraph",
+        "--training",
+        "false",
+        "--phase",
+        "hot",
+        "--cache-dir",
+        str(cache),
+        "--json",
+        str(out),
+        *extra,
         env={"FXCACHE_TEST_FAULT": fault},
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -184,8 +270,17 @@ def test_mega_cache_on_cpu_rebuilds_kernels_and_is_no_gain(
 ) -> None:
     out = tmp_path / "r.json"
     proc = verify(
-        run_fxcache, "--dtypes", "float32", "--dynamic", "false", "--mechanisms", "mega",
-        "--cache-dir", str(tmp_path / "c"), "--json", str(out),
+        run_fxcache,
+        "--dtypes",
+        "float32",
+        "--dynamic",
+        "false",
+        "--mechanisms",
+        "mega",
+        "--cache-dir",
+        str(tmp_path / "c"),
+        "--json",
+        str(out),
     )
     assert proc.returncode == 0, proc.stderr
     (combo,) = load(out)["combos"]
@@ -201,8 +296,19 @@ def test_remote_cache_hits_through_redis_with_an_empty_local_dir(
 ) -> None:
     out = tmp_path / "r.json"
     proc = verify(
-        run_fxcache, "--dtypes", "float32", "--dynamic", "false", "--mechanisms", "remote",
-        "--redis-url", redis_url, "--cache-dir", str(tmp_path / "c"), "--json", str(out),
+        run_fxcache,
+        "--dtypes",
+        "float32",
+        "--dynamic",
+        "false",
+        "--mechanisms",
+        "remote",
+        "--redis-url",
+        redis_url,
+        "--cache-dir",
+        str(tmp_path / "c"),
+        "--json",
+        str(out),
     )
     assert proc.returncode == 0, proc.stderr
     (combo,) = load(out)["combos"]
@@ -225,8 +331,9 @@ def test_remote_without_or_with_unreachable_redis_is_skipped(
     (combo,) = load(tmp_path / "a.json")["combos"]
     assert combo["verdict"] == "skipped" and combo["reason"].startswith("Redis not configured")
     url = f"redis://127.0.0.1:{free_port()}/0"
-    proc = verify(run_fxcache, *args, "--json", str(tmp_path / "b.json"),
-                  env={"FXCACHE_REDIS_URL": url})
+    proc = verify(
+        run_fxcache, *args, "--json", str(tmp_path / "b.json"), env={"FXCACHE_REDIS_URL": url}
+    )
     assert proc.returncode == 0, proc.stderr
     (combo,) = load(tmp_path / "b.json")["combos"]
     assert combo["verdict"] == "skipped" and "unreachable" in combo["reason"]

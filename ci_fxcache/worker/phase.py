@@ -118,7 +118,9 @@ def _count_kernel_builds() -> None:
         return
 
     def build(self: Any) -> None:
-        _BUILDS.append(os.path.basename(str(self.get_target_file_path())))
+        target = os.path.basename(str(self.get_target_file_path()))
+        if target.endswith((".so", ".pyd", ".dll", ".dylib")):  # not header preprocessing
+            _BUILDS.append(target)
         original(self)
 
     build._fxcache_counted = True  # type: ignore[attr-defined]
