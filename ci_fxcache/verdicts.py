@@ -141,10 +141,15 @@ def judge(
             f"{vs_cold.get('max_abs_err')}{detail})",
         )
     if hot.get("recompiles"):
+        also = (
+            "; it recompiled in the cold process too: the compiled graph did not generalise "
+            "to the second shape (e.g. duck sizing tied the batch to another dimension)"
+            if cold.get("recompiles")
+            else ""
+        )
+        error = str(hot_result.get("recompile_error", "recompile")).split(". ")[0]
         return verdict(
-            "unsafe",
-            "the second input shape recompiled in the hot process "
-            f"({hot_result.get('recompile_error', 'recompile')})",
+            "unsafe", f"the second input shape recompiled in the hot process ({error}){also}"
         )
     same = "bitwise equal" if bitwise else "within tolerance"
     speed = f"{out['speedup']}x" if out["speedup"] is not None else "speedup unknown"
@@ -155,11 +160,10 @@ def judge(
     if built:
         # A "hit" that still compiles kernels is a partial hot load (mega-cache on CPU): the
         # counters look fine, but the cost grows with the model's kernel count.
-        kind = "C++" if combo["device"] == "cpu" else "GPU"
         return verdict(
             "no-gain",
-            f"counters report a hit ({shown}) but the hot process rebuilt {built} {kind} "
-            f"kernel files ({speed}); outputs {same}",
+            f"counters report a hit ({shown}) but the hot process rebuilt {built} C++ "
+            f"kernels ({speed}); outputs {same}",
         )
     if out["speedup"] is None or out["speedup"] < min_speedup:
         return verdict(

@@ -166,6 +166,8 @@ def test_emptied_cache_is_no_gain(
     assert combo["verdict"] == "no-gain"
     assert combo["reason"].startswith("hot load missed")
     assert combo["misses"] >= 1 and combo["hot"]["counters"]["fxgraph_cache_miss"] >= 1
+    # the hot phase wrote what it compiled: empty the cache again for the exit-status check
+    shutil.rmtree(tmp_path / F32_STATIC / "inductor")
     proc = verify(
         run_fxcache,
         "--dtypes",
@@ -288,7 +290,7 @@ def test_mega_cache_on_cpu_rebuilds_kernels_and_is_no_gain(
     assert combo["hot"]["counters"].get("fxgraph_cache_hit", 0) >= 1
     assert combo["hot"]["kernels_built"] >= 1
     assert combo["verdict"] == "no-gain"
-    assert "rebuilt" in combo["reason"] and "C++ kernel" in combo["reason"]
+    assert "rebuilt" in combo["reason"] and "C++ kernels" in combo["reason"]
 
 
 def test_remote_cache_hits_through_redis_with_an_empty_local_dir(

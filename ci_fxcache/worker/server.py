@@ -131,9 +131,16 @@ def _emit(message: dict[str, Any]) -> None:
 
 def serve() -> None:
     """The server loop."""
+    # Import what every phase needs (seconds per process), but compile nothing: the phase
+    # sets cache dirs and mechanism config in the child, and Inductor reads the cache dir
+    # lazily (cache_dir_utils.cache_dir() reads TORCHINDUCTOR_CACHE_DIR on every call).
     import torch
     import torch._dynamo
-    import torch._inductor.config  # noqa: F401
+    import torch._functorch.aot_autograd
+    import torch._inductor.codecache
+    import torch._inductor.compile_fx
+    import torch._inductor.config
+    import torch._inductor.cpp_builder  # noqa: F401
 
     _emit({"ready": True, "info": _info_in_child()})
     children: dict[int, Any] = {}
