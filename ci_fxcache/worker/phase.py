@@ -240,6 +240,7 @@ def _phase(spec: dict[str, Any], result: dict[str, Any]) -> None:
 
     def mark(event: str) -> None:
         timeline[event] = round(time.perf_counter() - _T0[0], 3)
+
     if spec["phase"] == "cold":
         reference: dict[str, Any] = {"inputs": work.inputs, "dynamic_inputs": second}
         if isinstance(work.model, torch.nn.Module):
