@@ -242,7 +242,9 @@ class Runner:
         judged = verdicts.judge(
             combo.to_dict(), cold, hot, cold_result, hot_result, self.settings.to_dict()
         )
-        if self.settings.phase == "cold" and judged["verdict"] not in ("error", "unsafe"):
+        # judge() calls a hot phase that never ran an error; here it was not asked for
+        cold_only = self.settings.phase == "cold" and cold["status"] == "ok"
+        if cold_only and judged["verdict"] == "error":
             judged["verdict"] = "skipped"
             judged["reason"] = "cold phase only (--phase cold): reference recorded, hot not run"
         return self._result(combo, judged)
