@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -32,16 +34,38 @@ def load(path: Path) -> dict[str, Any]:
     return doc
 
 
+def _shared(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A directory shared by every pytest-xdist worker of this session (or this process)."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    return base / name
+
+
+def _run_once(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run `fxcache verify ARGS` once per session, whichever xdist worker asks first; the others
+    wait on the lock and reuse its output (the cache dir is only ever copied by the tests)."""
+    from filelock import FileLock
+
+    from tests.conftest import run_fxcache as fixture
+
+    with FileLock(str(root) + ".lock"):
+        done = root / "proc.json"
+        if not done.exists():
+            root.mkdir(parents=True, exist_ok=True)
+            proc = verify(fixture.__wrapped__(), *args)  # type: ignore[attr-defined]
+            done.write_text(json.dumps([proc.returncode, proc.stdout, proc.stderr]))
+        code, stdout, stderr = json.loads(done.read_text())
+    return subprocess.CompletedProcess([], code, stdout, stderr)
+
+
 @pytest.fixture(scope="module")
 def fxgraph_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, Any], Path]:
     """One cold+hot matrix shared by several tests: sin_matmul fp32/bf16 x static/dynamic."""
-    from tests.conftest import run_fxcache as fixture
-
-    run = fixture.__wrapped__()  # type: ignore[attr-defined]
-    root = tmp_path_factory.mktemp("verify")
+    root = _shared(tmp_path_factory, "verify-fxgraph")
     out = root / "results.json"
-    proc = verify(
-        run,
+    proc = _run_once(
+        root,
         "--dtypes",
         "float32,bfloat16",
         "--dynamic",
@@ -189,13 +213,10 @@ def test_emptied_cache_is_no_gain(
 @pytest.fixture(scope="module")
 def faulty_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Cold phase only, for a user workload that can be told to abort or hang later."""
-    from tests.conftest import run_fxcache as fixture
-
-    run = fixture.__wrapped__()  # type: ignore[attr-defined]
-    cache = tmp_path_factory.mktemp("faulty")
+    cache = _shared(tmp_path_factory, "verify-faulty")
     out = cache / "cold.json"
-    proc = verify(
-        run,
+    proc = _run_once(
+        cache,
         "--workloads",
         "tests.workloads.faulty:sin_matmul",
         "--dtypes",
@@ -220,7 +241,10 @@ def faulty_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cache
 
 
-def _hot_fault(run_fxcache: RunFxcache, cache: Path, fault: str, *extra: str) -> Any:
+def _hot_fault(run_fxcache: RunFxcache, shared: Path, fault: str, *extra: str) -> Any:
+    cache = shared.with_name(f"{shared.name}-{fault}")
+    shutil.rmtree(cache, ignore_errors=True)
+    shutil.copytree(shared, cache)
     out = cache / f"{fault}.json"
     proc = verify(
         run_fxcache,
