@@ -14,7 +14,7 @@ import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from ci_fxcache.store.layout import CACHE_DIRS, SCOPE_ENTRIES
@@ -48,13 +48,13 @@ def sha256_file(path: Path) -> str:
 
 def safe_relpath(rel: str) -> bool:
     """True when `rel` names a file inside one of the scope's cache dirs (no `..`, not absolute)."""
-    path = PurePosixPath(rel)
+    parts = rel.split("/")
     return (
-        not path.is_absolute()
-        and len(path.parts) >= 2
-        and path.parts[0] in CACHE_DIRS
-        and all(part not in ("", ".", "..") for part in path.parts)
-        and str(path) == rel
+        len(parts) >= 2
+        and parts[0] in CACHE_DIRS
+        and all(part not in ("", ".", "..") for part in parts)
+        and "\\" not in rel
+        and "\0" not in rel
     )
 
 
@@ -66,29 +66,31 @@ def scan(scope_dir: Path) -> tuple[dict[str, os.stat_result], list[Problem]]:
     """
     files: dict[str, os.stat_result] = {}
     problems: list[Problem] = []
-    for entry in os.scandir(scope_dir):
+    root = str(scope_dir)
+    for entry in os.scandir(root):
         if entry.name not in SCOPE_ENTRIES:
             problems.append(Problem("unexpected", entry.name, "not part of the scope layout"))
         elif entry.is_symlink():
             problems.append(Problem("symlink", entry.name, f"-> {os.readlink(entry.path)}"))
     for top in CACHE_DIRS:
-        base = scope_dir / top
-        if base.is_symlink() or not base.is_dir():
+        base = os.path.join(root, top)
+        if os.path.islink(base) or not os.path.isdir(base):
             continue
-        stack = [base]
+        # Plain strings and scandir's cached d_type: this runs on every restore.
+        stack = [(base, top + "/")]
         while stack:
-            current = stack.pop()
-            for entry in os.scandir(current):
-                rel = Path(entry.path).relative_to(scope_dir).as_posix()
-                st = entry.stat(follow_symlinks=False)
-                if stat.S_ISLNK(st.st_mode):
-                    problems.append(Problem("symlink", rel, f"-> {os.readlink(entry.path)}"))
-                elif stat.S_ISDIR(st.st_mode):
-                    stack.append(Path(entry.path))
-                elif stat.S_ISREG(st.st_mode):
-                    files[rel] = st
-                else:
-                    problems.append(Problem("unexpected", rel, "not a regular file"))
+            current, prefix = stack.pop()
+            with os.scandir(current) as it:
+                for entry in it:
+                    rel = prefix + entry.name
+                    if entry.is_symlink():
+                        problems.append(Problem("symlink", rel, f"-> {os.readlink(entry.path)}"))
+                    elif entry.is_dir(follow_symlinks=False):
+                        stack.append((entry.path, rel + "/"))
+                    elif entry.is_file(follow_symlinks=False):
+                        files[rel] = entry.stat(follow_symlinks=False)
+                    else:
+                        problems.append(Problem("unexpected", rel, "not a regular file"))
     return files, problems
 
 
