@@ -40,7 +40,7 @@ def _client(url: str) -> Any:
             "the redis package is not installed (pip install 'ci-fxcache[redis]')"
         ) from exc
     return redis.Redis.from_url(
-        url, socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=CONNECT_TIMEOUT_S * 5
+        url, socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=CONNECT_TIMEOUT_S * 2
     )
 
 
