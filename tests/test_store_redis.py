@@ -122,8 +122,8 @@ def test_invalidate_redis_removes_only_idle_pt2_keys(store: Store, url: str) -> 
     assert json.loads(proc.stdout)["redis"]["removed"] == 1199
     assert sorted(client.scan_iter()) == [
         b"other:app:key",
-        idle[0].encode(),
         b"pt2:fx-graph-v1::fresh:c1",
+        idle[0].encode(),
     ]
     table = store.run("invalidate", "--redis", "--max-age", "1d", "--redis-url", url)
     assert "scanned 2 pt2: keys, removed 0 idle ones" in table.stdout
