@@ -186,26 +186,58 @@ def check(scope_dir: Path, manifest: dict[str, Any], full: bool) -> list[Problem
 
     Fast mode compares sizes and mtimes and re-hashes only files whose mtime changed; `full`
     re-hashes every file. Unlisted files, symlinks and entries that would leave the scope are
-    problems too.
+    problems too. One walk, comparing as it goes: this runs on every restore.
     """
-    files, problems = scan(scope_dir)
     listed: dict[str, dict[str, Any]] = manifest["files"]
-    for rel, meta in sorted(listed.items()):
-        if not safe_relpath(rel):
-            problems.append(Problem("escape", rel, "manifest entry leaves the scope"))
+    problems: list[Problem] = []
+    root = str(scope_dir)
+    seen = 0
+    for entry in os.scandir(root):
+        if entry.name not in SCOPE_ENTRIES:
+            problems.append(Problem("unexpected", entry.name, "not part of the scope layout"))
+        elif entry.is_symlink():
+            problems.append(Problem("symlink", entry.name, f"-> {os.readlink(entry.path)}"))
+    for top in CACHE_DIRS:
+        base = os.path.join(root, top)
+        if os.path.islink(base) or not os.path.isdir(base):
             continue
-        st = files.get(rel)
-        if st is None:
-            problems.append(Problem("missing", rel))
-            continue
-        size = int(meta["size"])
-        if st.st_size != size:
-            kind = "truncated" if st.st_size < size else "altered"
-            problems.append(Problem(kind, rel, f"{st.st_size} bytes, expected {size}"))
-            continue
-        rehash = full or st.st_mtime_ns != meta.get("mtime_ns")
-        if rehash and sha256_file(scope_dir / rel) != meta["sha256"]:
-            problems.append(Problem("altered", rel, "sha256 differs"))
-    for rel in sorted(files.keys() - listed.keys()):
-        problems.append(Problem("unexpected", rel, "not in the manifest"))
+        stack = [(base, top + "/")]
+        while stack:
+            current, prefix = stack.pop()
+            with os.scandir(current) as it:
+                for entry in it:
+                    rel = prefix + entry.name
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append((entry.path, rel + "/"))
+                        continue
+                    meta = listed.get(rel)
+                    if entry.is_symlink():
+                        problems.append(Problem("symlink", rel, f"-> {os.readlink(entry.path)}"))
+                    elif not entry.is_file(follow_symlinks=False):
+                        problems.append(Problem("unexpected", rel, "not a regular file"))
+                    elif meta is None:
+                        problems.append(Problem("unexpected", rel, "not in the manifest"))
+                    else:
+                        seen += 1
+                        st = entry.stat(follow_symlinks=False)
+                        size = meta["size"]
+                        if st.st_size != size:
+                            kind = "truncated" if st.st_size < size else "altered"
+                            detail = f"{st.st_size} bytes, expected {size}"
+                            problems.append(Problem(kind, rel, detail))
+                        elif (full or st.st_mtime_ns != meta.get("mtime_ns")) and sha256_file(
+                            Path(entry.path)
+                        ) != meta["sha256"]:
+                            problems.append(Problem("altered", rel, "sha256 differs"))
+    if seen != len(listed):
+        present = {p.path for p in problems}
+        for rel in sorted(listed):
+            if rel in present:
+                continue
+            if not safe_relpath(rel):
+                problems.append(Problem("escape", rel, "manifest entry leaves the scope"))
+            elif not os.path.isfile(os.path.join(root, rel)) or os.path.islink(
+                os.path.join(root, rel)
+            ):
+                problems.append(Problem("missing", rel))
     return problems
