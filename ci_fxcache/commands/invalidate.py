@@ -74,9 +74,9 @@ def run(args: argparse.Namespace) -> int:
         except Exception as exc:  # redis errors: report, do not crash the scheduled job
             raise UsageError(f"Redis at {redis_cache.redact(url)}: {exc}") from exc
     if args.github:
-        from ci_fxcache import github_caches
+        from ci_fxcache.github_caches import run as github_run
 
-        result["rows"] += github_caches.run(policy, args.dry_run)
+        result["rows"] += github_run(policy, args.dry_run)
     if not args.redis and not args.github:
         layout = Layout(opts.resolve_root(args.root))
         result["root"] = str(layout.root)
