@@ -98,9 +98,12 @@ def test_read_only_overlay_never_reaches_the_scope(store: Store) -> None:
     overlay = Path(ro["overlay_dir"])
     write_files(overlay, {"inductor/new/entry": b"new", "inductor/fxgraph/ab/entry1": b"x"})
     target = overlay / "triton/KERNELHASH/kernel.so"
-    target.chmod(0o644)
-    with target.open("r+b") as fh:
-        fh.write(b"CORRUPTED")
+    try:  # root writes through the 0444 mode: `auto` gave root a copy
+        with target.open("r+b") as fh:
+            fh.write(b"CORRUPTED")
+        assert ro["mode"] in ("copy", "reflink")
+    except PermissionError:  # an unprivileged user got a hardlink and is refused
+        assert ro["mode"] == "hardlink" and os.geteuid() != 0
     assert tree_digest(state["scope_dir"]) == before
     proc = store.save(state="ro.json")
     assert proc.returncode == 0
