@@ -253,3 +253,27 @@ def test_enospc_on_a_real_full_filesystem(tmp_path: Path, run_fxcache: RunFxcach
         assert not (Path(state["scope_dir"]) / "manifest.json").exists()
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_unusable_root_means_a_cold_job_not_a_failed_one(store: Store) -> None:
+    store.root.parent.mkdir(parents=True, exist_ok=True)
+    store.root.write_text("not a directory")
+    state = store.restore(env={"GITHUB_ACTIONS": "true"})
+    assert state["mode"] == "cold-fallback" and state["hit"] is False and state["read_only"]
+    assert "::warning::fxcache: local store unusable" in state["_stderr"]
+    assert Path(state["inductor_dir"]).is_dir()
+    assert not str(state["inductor_dir"]).startswith(str(store.root))
+
+
+def test_a_lock_held_too_long_is_a_warning_never_a_hang(store: Store) -> None:
+    from filelock import FileLock
+
+    first = saved(store)
+    env = {"FXCACHE_LOCK_TIMEOUT": "0.5", "GITHUB_ACTIONS": "true"}
+    job = store.restore(state="job.json")
+    with FileLock(str(store.root / ".locks" / f"{first['scope_key']}.lock")):
+        blocked = store.restore(state="blocked.json", env=env)
+        assert blocked["mode"] == "cold-fallback"
+        proc = store.save(state="job.json", env=env)
+    assert proc.returncode == 0 and "::warning::fxcache: could not save" in proc.stderr
+    assert job["hit"] and store.save(state="job.json").returncode == 0
