@@ -112,6 +112,11 @@ def _tamper(kind: str, scope: Path) -> None:
         manifest = json.loads(path.read_text())
         manifest["files"]["inductor/../../outside"] = {"size": 1, "sha256": "0" * 64}
         path.write_text(json.dumps(manifest))
+    elif kind == "manifest-other-scope":
+        path = scope / "manifest.json"
+        manifest = json.loads(path.read_text())
+        manifest["scope_key"] = manifest["scope_key"].replace("torch2.13.0", "torch2.12.0")
+        path.write_text(json.dumps(manifest))
     elif kind == "manifest-garbage":
         (scope / "manifest.json").write_text("{not json")
 
@@ -127,6 +132,7 @@ def _tamper(kind: str, scope: Path) -> None:
         ("symlink", "symlink"),
         ("symlink-dir", "symlink"),
         ("manifest-escape", "escape"),
+        ("manifest-other-scope", "manifest belongs to scope"),
         ("manifest-garbage", "unreadable manifest"),
     ],
 )

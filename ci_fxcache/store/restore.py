@@ -61,7 +61,10 @@ def _check_scope(layout: Layout, key: str, opts: Options) -> _Checked:
             manifest = mf.load(layout.manifest(key))
         except mf.ManifestError as exc:
             reason = str(exc)
-        if manifest is not None and opts.signing_key:
+        if manifest is not None and manifest.get("scope_key") != key:
+            # A manifest (and its files) carried over from another scope: another environment.
+            reason = f"manifest belongs to scope {manifest.get('scope_key')!r}"
+        elif manifest is not None and opts.signing_key:
             reason = mf.signature_problem(manifest, opts.signing_key)
         if manifest is not None and reason is None:
             problems = mf.check(scope, manifest, opts.full_verify)
