@@ -3,8 +3,14 @@ the action from the working tree (`uses: ./`) with the local store, a real torch
 and tests/fake_github.py as the GitHub API (GITHUB_API_URL).
 
 act's `--json` log carries what the runner received: step-summary contents, `::error::` lines
-(act does not render annotations) and job results. The workflow's last step writes the action's
+(act does not render annotations) and job results. The workflow's last steps write the action's
 outputs and the environment later steps see into $E2E_OUT.
+
+One job's life, in one test because each run builds on the store the previous one left (and
+the cold compiles are shared): 1 cold runner, 2 restored (hot-only, hits), 3 tampered store
+(quarantined, cold fallback), 4 a fork's pull request (read-only, no comment), 5 the fleet
+workflow (plan -> verify -> merge), 6 the invalidate sub-action. The invalid-input run is a
+separate test: it stops before anything is compiled or restored.
 """
 
 from __future__ import annotations
@@ -233,9 +239,7 @@ def _scope_dirs(root: Path) -> list[Path]:
     return [p for p in root.iterdir() if p.is_dir() and p.name.startswith("fxcache-v1-")]
 
 
-def test_action_restores_verifies_reports_survives_tampering_and_runs_the_fleet(
-    tmp_path: Path, fake: FakeGitHub
-) -> None:
+def test_action_end_to_end(tmp_path: Path, fake: FakeGitHub) -> None:
     harness = Harness(tmp_path, fake)
 
     # 1. A cold runner: nothing to restore; verify compiles cold then hot; the report lands in
@@ -354,6 +358,16 @@ def test_action_restores_verifies_reports_survives_tampering_and_runs_the_fleet(
     assert len(_our_comments(fake)) == 2, "the fleet comment replaced the action's"
     assert "1 safe" in fleet.summary
     assert fleet.errors == [], fleet.errors
+
+    # 6. Scheduled invalidation with the invalidate sub-action: a dry run lists the scope (an
+    #    older torch than 99) and keeps it; the real run removes it.
+    invalidate = harness.run("invalidate", workflow="invalidate.yml")
+    assert invalidate.succeeded, invalidate.log()
+    dry = invalidate.json("dry.json")
+    assert [(r["scope"], r["action"]) for r in dry["rows"]] == [(scope.name, "would remove")]
+    real = invalidate.json("real.json")
+    assert [(r["scope"], r["action"]) for r in real["rows"]] == [(scope.name, "removed")]
+    assert not scope.exists()
     assert fake.violations == [], fake.violations
 
 
