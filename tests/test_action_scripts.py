@@ -346,3 +346,10 @@ def test_fail_on_gate_fails_with_verify_exit_code(tmp_path: Path) -> None:
     proc, _ = _run_step(step, tmp_path, {"VERIFY_RC": "1", "FAIL_ON": "unsafe"})
     assert proc.returncode == 1
     assert "::error::" not in proc.stdout  # verify already said why, once
+
+
+def test_store_redis_restores_with_the_redis_store(tmp_path: Path) -> None:
+    s = _settings(tmp_path, IN_STORE="redis", IN_REDIS_URL="redis://127.0.0.1:6379/0")
+    assert s.proc.returncode == 0, s.proc.stderr
+    assert s.outputs["restore-store"] == "redis"
+    assert "redis://" not in (tmp_path / "env").read_text(), "the Redis URL leaked into GITHUB_ENV"
