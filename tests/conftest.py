@@ -123,3 +123,13 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> object:
     yield f"redis://127.0.0.1:{port}/0"
     proc.terminate()
     proc.wait(timeout=10)
+
+
+@pytest.fixture
+def fake_github() -> object:
+    """A strict local GitHub REST stand-in; fails the test if any request broke the API rules."""
+    from tests.fake_github import FakeGitHub
+
+    with FakeGitHub() as server:
+        yield server
+    assert server.violations == [], server.violations
