@@ -95,7 +95,9 @@ def test_junit_parses_with_junitparser(run_fxcache: RunFxcache, tmp_path: Path) 
     from junitparser import Error, Failure, JUnitXml, Skipped
 
     out = tmp_path / "junit.xml"
-    proc = run_fxcache("report", str(DATA / "results_h200.json"), "--format", "junit", "-o", str(out))
+    proc = run_fxcache(
+        "report", str(DATA / "results_h200.json"), "--format", "junit", "-o", str(out)
+    )
     assert proc.returncode == 0, proc.stderr
     xml = JUnitXml.fromfile(str(out))
     cases = {case.name: case for suite in xml for case in suite}
@@ -122,11 +124,15 @@ def test_other_schema_version_is_one_clear_error(run_fxcache: RunFxcache, tmp_pa
     path = tmp_path / "r.json"
     path.write_text(json.dumps(doc))
     for command in ("report", "comment", "merge"):
-        argv = [command, str(path)] + (["-o", str(tmp_path / "m.json")] if command == "merge" else [])
+        argv = [command, str(path)] + (
+            ["-o", str(tmp_path / "m.json")] if command == "merge" else []
+        )
         proc = run_fxcache(*argv)
         assert proc.returncode == 2, (command, proc.stderr)
         lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and "fxcache-results/2" in lines[0] and "Traceback" not in proc.stderr
+        assert (
+            len(lines) == 1 and "fxcache-results/2" in lines[0] and "Traceback" not in proc.stderr
+        )
         assert "expected" in lines[0]
 
 
@@ -135,10 +141,15 @@ def test_other_schema_version_is_one_clear_error(run_fxcache: RunFxcache, tmp_pa
     [
         (lambda p: p.write_text('{"schema": "fxcache-results/1", "combos": ['), "not valid JSON"),
         (lambda p: p.unlink(), "no such results file"),
-        (lambda p: p.write_text('{"schema": "fxcache-results/1", "combos": [{"id": 1}]}'), "'fingerprint'"),
+        (
+            lambda p: p.write_text('{"schema": "fxcache-results/1", "combos": [{"id": 1}]}'),
+            "'fingerprint'",
+        ),
     ],
 )
-def test_bad_results_files(run_fxcache: RunFxcache, tmp_path: Path, mutate: Any, words: str) -> None:
+def test_bad_results_files(
+    run_fxcache: RunFxcache, tmp_path: Path, mutate: Any, words: str
+) -> None:
     path = tmp_path / "r.json"
     path.write_text((DATA / "results_cpu.json").read_text())
     mutate(path)
@@ -171,17 +182,27 @@ def test_recommendations_only_name_verified_safe_combos(verdicts: list[str]) -> 
     for row in section.rows:
         if row.verdict in ("unsafe", "no-gain", "error"):
             assert row.recommendation
-        for alt in re.findall(r"(?:; |or )([^;]+?) is safe here", row.recommendation):
-            assert alt in safe_labels, (alt, row.recommendation)
-        for alt in re.findall(r"autocast \(([^;]+?): safe", row.recommendation):
-            assert alt in safe_labels
+        named = []
+        for part in row.recommendation.split("; ")[1:]:
+            part = part.removeprefix("or ")
+            if " is safe here" in part:
+                named.append(part.split(" is safe here")[0])
+            elif part.startswith("compile in"):
+                m = re.fullmatch(r"compile in \S+ and run under autocast \((.+): safe, .*\)", part)
+                assert m is not None, part
+                named.append(m[1])
+            else:
+                assert part in ("disable the cache for this model",) or "nothing for" in part, part
+        assert set(named) <= safe_labels, (named, row.recommendation)
         mentioned = {label for label in all_labels if f"{label} is safe" in row.recommendation}
         assert mentioned <= safe_labels
         if not safe_labels:
             assert "no alternative can be recommended" in row.recommendation
 
 
-def test_merge_three_shards_keeps_environments_apart(run_fxcache: RunFxcache, tmp_path: Path) -> None:
+def test_merge_three_shards_keeps_environments_apart(
+    run_fxcache: RunFxcache, tmp_path: Path
+) -> None:
     out = tmp_path / "all.json"
     proc = run_fxcache("merge", *map(str, SHARDS), str(DATA / "shard_h200_b.json"), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
@@ -192,7 +213,7 @@ def test_merge_three_shards_keeps_environments_apart(run_fxcache: RunFxcache, tm
     # Shards are carried verbatim: nothing averaged.
     shard_a100 = json.loads((DATA / "shard_a100.json").read_text())
     assert merged["groups"][1]["shards"] == [shard_a100]
-    assert merged["summary"] == {"safe": 9, "no-gain": 0, "unsafe": 1, "error": 0, "skipped": 1}
+    assert merged["summary"] == {"safe": 10, "no-gain": 0, "unsafe": 1, "error": 0, "skipped": 1}
 
     proc = run_fxcache("report", str(out), "--format", "md")
     assert proc.returncode == 0, proc.stderr
@@ -201,7 +222,10 @@ def test_merge_three_shards_keeps_environments_apart(run_fxcache: RunFxcache, tm
         "- bf16 dynamic: skipped on sm75, unsafe on sm80, safe on sm90 — "
         "bfloat16 needs sm80+ (this GPU is sm75)" in md
     )
-    assert "Safe to cache on A100-SXM4-80GB, sm80, torch 2.13.0+cu128: fp32 static, fp32 dynamic. Not safe: bf16 dynamic" in md
+    assert (
+        "Safe to cache on A100-SXM4-80GB, sm80, torch 2.13.0+cu128: fp32 static, fp32 dynamic. "
+        "Not safe: bf16 dynamic" in md
+    )
     # A100's recommendation names only what the A100 itself verified.
     a100 = md.split("### A100")[1].split("### H200")[0]
     assert "bf16 dynamic is unsafe; fp32 dynamic is safe here (200.0x)" in a100
@@ -230,36 +254,60 @@ def test_runners_that_disagree_count_as_the_worst(tmp_path: Path) -> None:
     assert "runners disagree: safe on gpu-h200-01, unsafe on gpu-h200-02" in row.disagreement
 
 
-def test_size_limit_on_a_large_fleet() -> None:
+def _fleet(n: int, log_lines: int) -> model.Report:
     base = json.loads((DATA / "results_h200.json").read_text())
     groups = []
-    for i in range(40):
+    for i in range(n):
         doc = copy.deepcopy(base)
         doc["runner"]["name"] = f"gpu-{i:02d}"
         doc["scope_key"] = doc["scope_key"][:-12] + f"{i:012x}"
         for c in doc["combos"]:
             for phase in ("cold", "hot"):
                 if c.get(phase):
-                    c[phase]["log_tail"] = "x" * 60 + "\n" + "line\n" * 400
+                    c[phase]["log_tail"] = "x" * 60 + "\n" + "line\n" * log_lines
         groups.append({"key": str(i), "shards": [doc]})
-    report = build({"schema": "fxcache-merged/1", "report_id": "big", "groups": groups})
+    return build({"schema": "fxcache-merged/1", "report_id": "big", "groups": groups})
+
+
+@pytest.mark.parametrize(
+    "n, log_lines, dropped",
+    [
+        (2, 3000, "left out most of each log tail."),
+        (6, 400, "left out log tails."),
+        (12, 10, "left out log tails, the chart."),
+        (16, 10, "the environment tables, the safe rows (the top line names them)."),
+        (20, 10, "the safe rows (the top line names them), the recommendations."),
+        (40, 400, "Only the summary fits in 65,000 characters"),
+    ],
+)
+def test_size_limit_steps_down_and_keeps_the_answer(n: int, log_lines: int, dropped: str) -> None:
+    report = _fleet(n, log_lines)
+    full = render.markdown(report, max_chars=10**8)
+    assert len(full) > render.DEFAULT_MAX_CHARS and "Shortened" not in full
     md = render.markdown(report, max_chars=render.DEFAULT_MAX_CHARS)
     assert len(md) <= render.DEFAULT_MAX_CHARS < render.COMMENT_LIMIT
-    assert "Shortened to fit 65,000 characters" in md
+    assert dropped in md
     # The answer survives shortening: every environment's top line is there.
-    assert md.count("Safe to cache on H200") == 40
-    full = render.markdown(report, max_chars=10**8)
-    assert len(full) > 10 * render.DEFAULT_MAX_CHARS and "Shortened" not in full
+    assert md.count("Safe to cache on") == n
+    assert md.count("<details>") == md.count("</details>")  # no block cut in half
 
 
 def test_user_template_replaces_builtin(run_fxcache: RunFxcache, tmp_path: Path) -> None:
     tpl = tmp_path / "mine.md.j2"
-    tpl.write_text("{% for s in report.sections %}{{ s.top_line }}{% endfor %} [{{ report.unsafe_count }}]\n")
-    proc = run_fxcache("report", str(DATA / "results_h200.json"), "--format", "md", "--template", str(tpl))
+    tpl.write_text(
+        "{% for s in report.sections %}{{ s.top_line }}{% endfor %} [{{ report.unsafe_count }}]\n"
+    )
+    proc = run_fxcache(
+        "report", str(DATA / "results_h200.json"), "--format", "md", "--template", str(tpl)
+    )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("Safe to cache on this runner (H200") and proc.stdout.endswith("[2]\n")
+    assert proc.stdout.startswith("Safe to cache on this runner (H200") and proc.stdout.endswith(
+        "[2]\n"
+    )
     tpl.write_text("{{ report.nope }}")
-    proc = run_fxcache("report", str(DATA / "results_h200.json"), "--format", "md", "--template", str(tpl))
+    proc = run_fxcache(
+        "report", str(DATA / "results_h200.json"), "--format", "md", "--template", str(tpl)
+    )
     assert proc.returncode == 2 and "template mine.md.j2" in proc.stderr
 
 
@@ -284,7 +332,9 @@ def test_inside_actions(run_fxcache: RunFxcache, tmp_path: Path) -> None:
         "GITHUB_STEP_SUMMARY": str(summary),
         "GITHUB_OUTPUT": str(outputs),
     }
-    proc = run_fxcache("report", str(src), "--format", "junit", "-o", str(tmp_path / "j.xml"), env=env)
+    proc = run_fxcache(
+        "report", str(src), "--format", "junit", "-o", str(tmp_path / "j.xml"), env=env
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""  # stdout stays clean; annotations go to stderr
     values = _read_outputs(outputs)

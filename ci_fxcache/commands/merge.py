@@ -1,4 +1,4 @@
-"""`fxcache merge`: several runners' results (the fleet fan-out) -> one fxcache-merged/1 document."""
+"""`fxcache merge`: several runners' results (the fleet fan-out) -> one fxcache-merged/1 doc."""
 
 from __future__ import annotations
 

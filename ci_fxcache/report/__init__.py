@@ -19,6 +19,9 @@ def safe_combo_ids(report: model.Report) -> list[str]:
         if row.verdict == "skipped":
             continue
         cid = str(row.combo["id"])
-        if cid not in worst or results.VERDICT_ORDER[row.verdict] < results.VERDICT_ORDER[worst[cid]]:
+        if (
+            cid not in worst
+            or results.VERDICT_ORDER[row.verdict] < results.VERDICT_ORDER[worst[cid]]
+        ):
             worst[cid] = row.verdict
     return sorted(cid for cid, v in worst.items() if v == "safe")

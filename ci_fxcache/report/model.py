@@ -27,7 +27,7 @@ def short_dtype(dtype: str) -> str:
 
 def dynamic_word(value: Any) -> str:
     """`"false"` -> `static`, `"true"` -> `dynamic`, `"mark"` -> `mark_dynamic`."""
-    text = str(value).lower() if not isinstance(value, bool) else str(value).lower()
+    text = str(value).lower()  # also turns a JSON boolean into "true"/"false"
     return _DYNAMIC_WORD.get(text, text)
 
 
@@ -338,7 +338,7 @@ def recommend(
     head = {
         "unsafe": f"{label} is unsafe",
         "no-gain": f"{label} gains nothing from the cache",
-        "error": f"{label} did not compile at all (fix that first; the cache is not the cause)",
+        "error": f"{label} did not compile at all (fix that first, the cache is not the cause)",
     }[bad["verdict"]]
     candidates = sorted(
         (g for g in safe if _base(g) == _base(bad)),
@@ -366,9 +366,7 @@ def _merge_same_combo(group: Group) -> dict[str, tuple[dict[str, Any], str]]:
         verdicts = {c["verdict"] for c, _ in seen}
         note = ""
         if len(verdicts) > 1:
-            note = "runners disagree: " + ", ".join(
-                f"{c['verdict']} on {r}" for c, r in seen
-            )
+            note = "runners disagree: " + ", ".join(f"{c['verdict']} on {r}" for c, r in seen)
         out[cid] = (worst[0], note)
     return out
 
@@ -449,14 +447,10 @@ def build_section(
                 for i in issues
                 if i.applies(c, torch_version) and (c["verdict"] != "skipped" or i.verdicts)
             ]
-            if c["verdict"] in ("unsafe", "no-gain", "error") and (
-                not several or c is worst
-            ):
+            if c["verdict"] in ("unsafe", "no-gain", "error") and (not several or c is worst):
                 row.recommendation = recommend(c, safe, labels)
             rows.append(row)
-    rows.sort(
-        key=lambda r: (VERDICT_ORDER[r.verdict], r.label, r.runner)
-    )
+    rows.sort(key=lambda r: (VERDICT_ORDER[r.verdict], r.label, r.runner))
     # The top line speaks for the environment: one entry per combination, worst verdict.
     summary_rows = [r for r in rows if r.combo is merged[str(r.combo["id"])][0]]
     counts = {v: 0 for v in VERDICT_ORDER}

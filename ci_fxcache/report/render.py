@@ -27,6 +27,8 @@ class Detail:
     log_chars: int = 3000
     max_rows: int = 100_000
     max_chart: int = 40
+    problems_only: bool = False
+    recommendations: bool = True
     note: str = ""
 
 
@@ -89,11 +91,14 @@ def _levels(report: Report) -> list[Detail]:
         Detail(logs=False, chart=False),
         Detail(logs=False, chart=False, environment=False),
     ]
+    lean = Detail(logs=False, chart=False, environment=False)
+    out.append(replace(lean, problems_only=True))
+    out.append(replace(lean, problems_only=True, recommendations=False))
     cap = 200
     while cap < rows:
         cap *= 2
     while cap >= 10:
-        out.append(Detail(logs=False, chart=False, environment=False, max_rows=cap))
+        out.append(replace(lean, problems_only=True, recommendations=False, max_rows=cap))
         cap //= 2
     return out
 
@@ -108,12 +113,18 @@ def _dropped(level: Detail) -> str:
         parts.append("the chart")
     if not level.environment:
         parts.append("the environment tables")
+    if level.problems_only:
+        parts.append("the safe rows (the top line names them)")
+    if not level.recommendations:
+        parts.append("the recommendations")
     if level.max_rows < Detail().max_rows:
         parts.append(f"rows past the first {level.max_rows} per environment")
     return ", ".join(parts)
 
 
-def markdown(report: Report, template: str | None = None, max_chars: int = DEFAULT_MAX_CHARS) -> str:
+def markdown(
+    report: Report, template: str | None = None, max_chars: int = DEFAULT_MAX_CHARS
+) -> str:
     """The markdown report, stepped down (logs, chart, rows) until it fits in `max_chars`."""
     import jinja2
 
@@ -141,7 +152,16 @@ def markdown(report: Report, template: str | None = None, max_chars: int = DEFAU
         text = _squeeze(render(level))
         if len(text) <= max_chars:
             return text
-    note = f"\n\n> [!NOTE]\n> Cut at {max_chars:,} characters; the JSON results have everything.\n"
+    # Last resort: the answer alone (one top line per environment), then a hard cut.
+    lines = [f"## fxcache: {'fleet report' if report.fleet else 'cache verification'}", ""]
+    lines += [f"- {s.top_line}" for s in report.sections]
+    note = (
+        f"\n> [!NOTE]\n> Only the summary fits in {max_chars:,} characters; the table, "
+        "recommendations and logs are in the job summary and the JSON results.\n"
+    )
+    text = "\n".join(lines) + "\n" + note
+    if len(text) <= max_chars:
+        return text
     return text[: max(0, max_chars - len(note))] + note
 
 
@@ -262,13 +282,10 @@ def junit(report: Report) -> str:
             }
             for k, v in counts.items():
                 totals[k] += v
-            suite = ET.SubElement(
-                root,
-                "testsuite",
-                name=f"fxcache {section.title} @ {runner}",
-                **{k: str(v) for k, v in counts.items()},
-                time=f"{sum(_seconds(r) for r in rows):.3f}",
-            )
+            attrs = {k: str(v) for k, v in counts.items()}
+            attrs["name"] = f"fxcache {section.title} @ {runner}"
+            attrs["time"] = f"{sum(_seconds(r) for r in rows):.3f}"
+            suite = ET.SubElement(root, "testsuite", attrs)
             for r in rows:
                 case = ET.SubElement(
                     suite,

@@ -61,10 +61,26 @@ DYN = {"false": "static", "true": "dynamic", "mark": "mark"}
 SHORT = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
 
-def combo(device, dtype, dynamic, mechanism, verdict, reason, *, speedup=None, cold=None,
-          hot=None, err=(0.0, 1.2e-06), hits=None, misses=None, workload="sin_matmul",
-          training=True):
-    cid = f"{workload}-{device}-{dtype}-{DYN[dynamic]}-{mechanism}-{'train' if training else 'infer'}"
+def combo(
+    device,
+    dtype,
+    dynamic,
+    mechanism,
+    verdict,
+    reason,
+    *,
+    speedup=None,
+    cold=None,
+    hot=None,
+    err=(0.0, 1.2e-06),
+    hits=None,
+    misses=None,
+    workload="sin_matmul",
+    training=True,
+):
+    cid = (
+        f"{workload}-{device}-{dtype}-{DYN[dynamic]}-{mechanism}-{'train' if training else 'infer'}"
+    )
     return {
         "id": cid,
         "workload": workload,
@@ -79,31 +95,51 @@ def combo(device, dtype, dynamic, mechanism, verdict, reason, *, speedup=None, c
         "cold": cold,
         "hot": hot,
         "max_abs_err": None if err is None else {"hot_vs_cold": err[0], "cold_vs_eager": err[1]},
-        "tolerance": {"atol": 1e-05, "rtol": 1.3e-06} if dtype == "float32" else
-        {"atol": 1e-02, "rtol": 1.6e-02},
+        "tolerance": {"atol": 1e-05, "rtol": 1.3e-06}
+        if dtype == "float32"
+        else {"atol": 1e-02, "rtol": 1.6e-02},
         "hits": hits,
         "misses": misses,
     }
 
 
 def ok_pair(cold_s, hot_s, hot_counters, recompiles=0):
-    cold = phase("ok", cold_s, {"fxgraph_cache_miss": 2, "aot_autograd_cache_miss": 1},
-                 "compiled sin_matmul (forward+backward)\ncold compile done")
-    hot = phase("ok", hot_s, hot_counters, "loaded from cache\nhot compile done",
-                recompiles=recompiles)
+    cold = phase(
+        "ok",
+        cold_s,
+        {"fxgraph_cache_miss": 2, "aot_autograd_cache_miss": 1},
+        "compiled sin_matmul (forward+backward)\ncold compile done",
+    )
+    hot = phase(
+        "ok", hot_s, hot_counters, "loaded from cache\nhot compile done", recompiles=recompiles
+    )
     return cold, hot
 
 
 def safe(device, dtype, dynamic, mechanism, cold_s, hot_s, **kw):
-    counters = ({"dynamo_cache_hit": 1} if mechanism == "precompile" else
-                {"fxgraph_cache_hit": 2, "aot_autograd_cache_hit": 1})
+    counters = (
+        {"dynamo_cache_hit": 1}
+        if mechanism == "precompile"
+        else {"fxgraph_cache_hit": 2, "aot_autograd_cache_hit": 1}
+    )
     cold, hot = ok_pair(cold_s, hot_s, counters)
     sp = round(cold_s / hot_s, 1)
     hits = sum(counters.values())
-    return combo(device, dtype, dynamic, mechanism, "safe",
-                 f"hot load hit ({', '.join(f'{k} {v}' for k, v in counters.items())}), "
-                 f"outputs bitwise equal, {sp}x faster",
-                 speedup=sp, cold=cold, hot=hot, hits=hits, misses=0, **kw)
+    return combo(
+        device,
+        dtype,
+        dynamic,
+        mechanism,
+        "safe",
+        f"hot load hit ({', '.join(f'{k} {v}' for k, v in counters.items())}), "
+        f"outputs bitwise equal, {sp}x faster",
+        speedup=sp,
+        cold=cold,
+        hot=hot,
+        hits=hits,
+        misses=0,
+        **kw,
+    )
 
 
 def skipped(device, dtype, dynamic, mechanism, reason, **kw):
@@ -123,8 +159,13 @@ def document(runner, fp, scope_key, combos, cache, matrix):
         "fingerprint": fp,
         "scope_key": scope_key,
         "cache": cache,
-        "settings": {"phase": "both", "min_speedup": 2.0, "compare": "bitwise",
-                     "fail_on": "unsafe", "timeout_s": 600},
+        "settings": {
+            "phase": "both",
+            "min_speedup": 2.0,
+            "compare": "bitwise",
+            "fail_on": "unsafe",
+            "timeout_s": 600,
+        },
         "matrix": matrix,
         "combos": combos,
         "summary": summary,
@@ -135,25 +176,81 @@ def h200(runner="gpu-h200-01"):
     fp = fingerprint("2.13.0+cu128", "12.8", [("NVIDIA H200", "9.0", "sm90")])
     c = "cuda"
     cold, hot = ok_pair(8.4, 8.3, {"fxgraph_cache_hit": 2, "fxgraph_lookup_write_file": 2})
-    mega_nogain = combo(c, "bfloat16", "true", "mega", "no-gain",
-                        "hot load hit (fxgraph 2) but kernels were rebuilt: 1.0x, below --min-speedup 2.0",
-                        speedup=1.0, cold=cold, hot=hot, hits=2, misses=0)
+    mega_nogain = combo(
+        c,
+        "bfloat16",
+        "true",
+        "mega",
+        "no-gain",
+        "hot load hit (fxgraph 2) but kernels were rebuilt: 1.0x, below --min-speedup 2.0",
+        speedup=1.0,
+        cold=cold,
+        hot=hot,
+        hits=2,
+        misses=0,
+    )
     cold_u, _ = ok_pair(9.6, 0.03, {})
-    hot_u = phase("ok", 0.03, {"dynamo_cache_hit": 1}, "loaded precompiled graph\nmax abs diff 6.25e-02",
-                  recompiles=0)
-    wrong = combo(c, "bfloat16", "true", "precompile", "unsafe",
-                  "hot-loaded outputs differ from the cold compile (max abs err 6.2e-02 > atol 1e-02)",
-                  speedup=320.0, cold=cold_u, hot=hot_u, err=(0.0625, 3.1e-03), hits=1, misses=0)
+    hot_u = phase(
+        "ok",
+        0.03,
+        {"dynamo_cache_hit": 1},
+        "loaded precompiled graph\nmax abs diff 6.25e-02",
+        recompiles=0,
+    )
+    wrong = combo(
+        c,
+        "bfloat16",
+        "true",
+        "precompile",
+        "unsafe",
+        "hot-loaded outputs differ from the cold compile (max abs err 6.2e-02 > atol 1e-02)",
+        speedup=320.0,
+        cold=cold_u,
+        hot=hot_u,
+        err=(0.0625, 3.1e-03),
+        hits=1,
+        misses=0,
+    )
     cold_c, _ = ok_pair(9.9, 0.0, {})
-    hot_c = phase("crash", None, {}, "Fatal Python error: Segmentation fault\n\x1b[31mcore dumped\x1b[0m",
-                  returncode=-11, signal=11, recompiles=0)
-    crash = combo(c, "float16", "true", "precompile", "unsafe", "hot phase crashed (SIGSEGV)",
-                  cold=cold_c, hot=hot_c, err=(None, 2.0e-03), hits=None, misses=None)
-    cold_e = phase("error", None, {}, "torch._inductor.exc.InductorError: LoweringException: "
-                   "mark_dynamic | unsupported")
-    err = combo(c, "float16", "mark", "fxgraph", "error",
-                "cold compile failed: InductorError (see log)", cold=cold_e,
-                hot=phase("not-run", None, {}, ""), err=None)
+    hot_c = phase(
+        "crash",
+        None,
+        {},
+        "Fatal Python error: Segmentation fault\n\x1b[31mcore dumped\x1b[0m",
+        returncode=-11,
+        signal=11,
+        recompiles=0,
+    )
+    crash = combo(
+        c,
+        "float16",
+        "true",
+        "precompile",
+        "unsafe",
+        "hot phase crashed (SIGSEGV)",
+        cold=cold_c,
+        hot=hot_c,
+        err=(None, 2.0e-03),
+        hits=None,
+        misses=None,
+    )
+    cold_e = phase(
+        "error",
+        None,
+        {},
+        "torch._inductor.exc.InductorError: LoweringException: mark_dynamic | unsupported",
+    )
+    err = combo(
+        c,
+        "float16",
+        "mark",
+        "fxgraph",
+        "error",
+        "cold compile failed: InductorError (see log)",
+        cold=cold_e,
+        hot=phase("not-run", None, {}, ""),
+        err=None,
+    )
     combos = [
         safe(c, "float32", "false", "fxgraph", 8.1, 0.9),
         safe(c, "float32", "false", "precompile", 8.3, 0.03),
@@ -166,46 +263,106 @@ def h200(runner="gpu-h200-01"):
         safe(c, "float32-autocast-bfloat16", "true", "precompile", 9.6, 1.3),
         crash,
         err,
-        skipped(c, "bfloat16", "true", "remote", "no Redis URL: pass --redis-url to check the remote cache"),
+        skipped(
+            c,
+            "bfloat16",
+            "true",
+            "remote",
+            "no Redis URL: pass --redis-url to check the remote cache",
+        ),
     ]
-    cache = {"cache_hit": True, "cache_key": "fxcache-v1-linux-x86_64-cp312-torch2.13.0+cu128-cu12.8-sm90-3f0c2a9b71de",
-             "read_only": False, "invalidated": ["fxcache-v1-linux-x86_64-cp312-torch2.12.1+cu128-cu12.8-sm90-9a8b7c6d5e4f"]}
-    matrix = {"devices": ["cuda"], "dtypes": ["float32", "bfloat16", "float16", "float32-autocast-bfloat16"],
-              "dynamic": ["false", "true", "mark"], "mechanisms": ["fxgraph", "precompile", "mega", "remote"],
-              "training": [True], "workloads": ["sin_matmul"]}
-    return document(runner, fp, "fxcache-v1-linux-x86_64-cp312-torch2.13.0+cu128-cu12.8-sm90-3f0c2a9b71de",
-                    combos, cache, matrix)
+    cache = {
+        "cache_hit": True,
+        "cache_key": "fxcache-v1-linux-x86_64-cp312-torch2.13.0+cu128-cu12.8-sm90-3f0c2a9b71de",
+        "read_only": False,
+        "invalidated": ["fxcache-v1-linux-x86_64-cp312-torch2.12.1+cu128-cu12.8-sm90-9a8b7c6d5e4f"],
+    }
+    matrix = {
+        "devices": ["cuda"],
+        "dtypes": ["float32", "bfloat16", "float16", "float32-autocast-bfloat16"],
+        "dynamic": ["false", "true", "mark"],
+        "mechanisms": ["fxgraph", "precompile", "mega", "remote"],
+        "training": [True],
+        "workloads": ["sin_matmul"],
+    }
+    return document(
+        runner,
+        fp,
+        "fxcache-v1-linux-x86_64-cp312-torch2.13.0+cu128-cu12.8-sm90-3f0c2a9b71de",
+        combos,
+        cache,
+        matrix,
+    )
 
 
 def small_gpu(runner, name, cap, arch, scope_hash, bf16_dynamic):
     fp = fingerprint("2.13.0+cu128", "12.8", [(name, cap, arch)])
     c = "cuda"
-    combos = [safe(c, "float32", "false", "precompile", 11.0, 0.05),
-              safe(c, "float32", "true", "precompile", 12.0, 0.06)]
+    combos = [
+        safe(c, "float32", "false", "precompile", 11.0, 0.05),
+        safe(c, "float32", "true", "precompile", 12.0, 0.06),
+    ]
     combos.append(bf16_dynamic)
-    matrix = {"devices": ["cuda"], "dtypes": ["float32", "bfloat16"], "dynamic": ["false", "true"],
-              "mechanisms": ["precompile"], "training": [True], "workloads": ["sin_matmul"]}
-    return document(runner, fp, f"fxcache-v1-linux-x86_64-cp312-torch2.13.0+cu128-cu12.8-{arch}-{scope_hash}",
-                    combos, None, matrix)
+    matrix = {
+        "devices": ["cuda"],
+        "dtypes": ["float32", "bfloat16"],
+        "dynamic": ["false", "true"],
+        "mechanisms": ["precompile"],
+        "training": [True],
+        "workloads": ["sin_matmul"],
+    }
+    return document(
+        runner,
+        fp,
+        f"fxcache-v1-linux-x86_64-cp312-torch2.13.0+cu128-cu12.8-{arch}-{scope_hash}",
+        combos,
+        None,
+        matrix,
+    )
 
 
 def a100():
     cold, _ = ok_pair(12.0, 0.05, {})
     hot = phase("ok", 0.05, {"dynamo_cache_hit": 1}, "max abs diff 3.1e-02")
-    bad = combo("cuda", "bfloat16", "true", "precompile", "unsafe",
-                "hot-loaded outputs differ from the cold compile (max abs err 3.1e-02 > atol 1e-02)",
-                speedup=240.0, cold=cold, hot=hot, err=(0.03125, 2.9e-03), hits=1, misses=0)
+    bad = combo(
+        "cuda",
+        "bfloat16",
+        "true",
+        "precompile",
+        "unsafe",
+        "hot-loaded outputs differ from the cold compile (max abs err 3.1e-02 > atol 1e-02)",
+        speedup=240.0,
+        cold=cold,
+        hot=hot,
+        err=(0.03125, 2.9e-03),
+        hits=1,
+        misses=0,
+    )
     return small_gpu("gpu-a100-01", "NVIDIA A100-SXM4-80GB", "8.0", "sm80", "77aa01b2c3d4", bad)
 
 
 def t4():
-    return small_gpu("gpu-t4-01", "Tesla T4", "7.5", "sm75", "5e6f70819a2b",
-                     skipped("cuda", "bfloat16", "true", "precompile", "bfloat16 needs sm80+ (this GPU is sm75)"))
+    return small_gpu(
+        "gpu-t4-01",
+        "Tesla T4",
+        "7.5",
+        "sm75",
+        "5e6f70819a2b",
+        skipped(
+            "cuda", "bfloat16", "true", "precompile", "bfloat16 needs sm80+ (this GPU is sm75)"
+        ),
+    )
 
 
 def h200_plain(runner):
-    d = small_gpu(runner, "NVIDIA H200", "9.0", "sm90", "3f0c2a9b71de",
-                  safe("cuda", "bfloat16", "true", "precompile", 10.0, 0.05))
+    d = small_gpu(
+        runner,
+        "NVIDIA H200",
+        "9.0",
+        "sm90",
+        "3f0c2a9b71de",
+        safe("cuda", "bfloat16", "true", "precompile", 10.0, 0.05),
+    )
     return d
 
 
@@ -213,9 +370,19 @@ def cpu():
     fp = fingerprint("2.13.0+cpu", None, [])
     c = "cpu"
     cold, hot = ok_pair(8.4, 7.9, {"fxgraph_cache_hit": 2, "fxgraph_lookup_write_file": 2})
-    mega = combo(c, "float32", "false", "mega", "no-gain",
-                 "hot load hit (fxgraph 2) but C++ kernels were rebuilt: 1.1x, below --min-speedup 2.0",
-                 speedup=1.1, cold=cold, hot=hot, hits=2, misses=0)
+    mega = combo(
+        c,
+        "float32",
+        "false",
+        "mega",
+        "no-gain",
+        "hot load hit (fxgraph 2) but C++ kernels were rebuilt: 1.1x, below --min-speedup 2.0",
+        speedup=1.1,
+        cold=cold,
+        hot=hot,
+        hits=2,
+        misses=0,
+    )
     combos = [
         safe(c, "float32", "false", "fxgraph", 9.1, 1.2),
         safe(c, "float32", "true", "fxgraph", 11.3, 1.4),
@@ -224,17 +391,35 @@ def cpu():
         mega,
         skipped("cuda", "bfloat16", "true", "fxgraph", "no CUDA device"),
     ]
-    matrix = {"devices": ["cpu", "cuda"], "dtypes": ["float32", "bfloat16"], "dynamic": ["false", "true"],
-              "mechanisms": ["fxgraph", "mega"], "training": [True], "workloads": ["sin_matmul"]}
-    return document("cpu-01", fp, "fxcache-v1-linux-x86_64-cp312-torch2.13.0+cpu-cpu-59b2e5fecf37",
-                    combos, {"cache_hit": False, "cache_key": "fxcache-v1-linux-x86_64-cp312-torch2.13.0+cpu-cpu-59b2e5fecf37", "invalidated": []}, matrix)
+    matrix = {
+        "devices": ["cpu", "cuda"],
+        "dtypes": ["float32", "bfloat16"],
+        "dynamic": ["false", "true"],
+        "mechanisms": ["fxgraph", "mega"],
+        "training": [True],
+        "workloads": ["sin_matmul"],
+    }
+    return document(
+        "cpu-01",
+        fp,
+        "fxcache-v1-linux-x86_64-cp312-torch2.13.0+cpu-cpu-59b2e5fecf37",
+        combos,
+        {
+            "cache_hit": False,
+            "cache_key": "fxcache-v1-linux-x86_64-cp312-torch2.13.0+cpu-cpu-59b2e5fecf37",
+            "invalidated": [],
+        },
+        matrix,
+    )
 
 
 def nothing_safe():
     d = cpu()
     d["combos"] = [c for c in d["combos"] if c["verdict"] in ("no-gain", "skipped")]
-    d["summary"] = {v: sum(c["verdict"] == v for c in d["combos"])
-                    for v in ("safe", "no-gain", "unsafe", "error", "skipped")}
+    d["summary"] = {
+        v: sum(c["verdict"] == v for c in d["combos"])
+        for v in ("safe", "no-gain", "unsafe", "error", "skipped")
+    }
     return d
 
 
