@@ -370,3 +370,20 @@ def test_known_issue_ranges() -> None:
     assert disabled.applies({**combo, "verdict": "unsafe"}, "2.13.0+cu128")
     assert not disabled.applies({**combo, "dtype": "float32", "verdict": "unsafe"}, "2.13.0")
     assert not disabled.applies({**combo, "verdict": "unsafe"}, "2.5.1")
+
+
+def test_json_summary_and_safe_combos_of_a_fleet(run_fxcache: RunFxcache, tmp_path: Path) -> None:
+    merged = tmp_path / "all.json"
+    shards = [*map(str, SHARDS), str(DATA / "shard_h200_b.json")]
+    assert run_fxcache("merge", *shards, "-o", str(merged)).returncode == 0
+    proc = run_fxcache("report", str(merged), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["schema"] == "fxcache-report/1" and doc["fleet"] is True
+    # bf16 dynamic is unsafe on sm80: not safe for the fleet, though safe on sm90.
+    assert doc["safe_combos"] == [
+        "sin_matmul-cuda-float32-dynamic-precompile-train",
+        "sin_matmul-cuda-float32-static-precompile-train",
+    ]
+    assert [e["arch"] for e in doc["environments"]] == ["sm75", "sm80", "sm90"]
+    assert doc["counts"]["unsafe"] == 1
