@@ -10,13 +10,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ci_fxcache import __version__, gha, results
+from ci_fxcache import __version__, gha, resultsdoc
 from ci_fxcache.errors import UsageError
 
 
 def _shard_docs(path: str) -> list[dict[str, Any]]:
-    doc = results.read_json(path)
-    loaded = results.from_document(doc, path)
+    doc = resultsdoc.read_json(path)
+    loaded = resultsdoc.from_document(doc, path)
     return [s.doc for g in loaded.groups for s in g.shards]
 
 
@@ -31,7 +31,7 @@ def merge(paths: list[str], report_id: str | None = None) -> dict[str, Any]:
     for path in paths:
         for doc in _shard_docs(path):
             ids.append(str(doc.get("report_id") or "fxcache"))
-            key = results.group_key(doc)
+            key = resultsdoc.group_key(doc)
             title, arch = environment_title(doc.get("fingerprint") or {})
             group = groups.setdefault(
                 key,
@@ -53,14 +53,14 @@ def merge(paths: list[str], report_id: str | None = None) -> dict[str, Any]:
             f"shards carry different report ids ({', '.join(distinct_ids)}); using "
             f"{ids[0]!r} (pass --report-id to choose)"
         )
-    summary = {v: 0 for v in results.VERDICTS}
+    summary = {v: 0 for v in resultsdoc.VERDICTS}
     for group in groups.values():
         for shard in group["shards"]:
             for combo in shard["combos"]:
                 summary[combo["verdict"]] += 1
     ordered = sorted(groups.values(), key=lambda g: (g["arch"], g["title"], g["key"]))
     return {
-        "schema": results.MERGED_SCHEMA,
+        "schema": resultsdoc.MERGED_SCHEMA,
         "fxcache_version": __version__,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "report_id": report_id or ids[0],

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ci_fxcache import results
+from ci_fxcache import resultsdoc
 from ci_fxcache.report import known_issues, model, render
 from tests.conftest import RunFxcache
 
@@ -38,15 +38,15 @@ def check_golden(name: str, actual: str) -> None:
 
 def build(doc_or_path: Any) -> model.Report:
     if isinstance(doc_or_path, Path):
-        loaded = results.load(doc_or_path)
+        loaded = resultsdoc.load(doc_or_path)
     else:
-        loaded = results.from_document(doc_or_path, "test")
+        loaded = resultsdoc.from_document(doc_or_path, "test")
     return model.build(loaded, known_issues.load_builtin())
 
 
 def test_markdown_golden_every_verdict(run_fxcache: RunFxcache) -> None:
     doc = json.loads((DATA / "results_h200.json").read_text())
-    assert {c["verdict"] for c in doc["combos"]} == set(results.VERDICTS)
+    assert {c["verdict"] for c in doc["combos"]} == set(resultsdoc.VERDICTS)
     proc = run_fxcache("report", str(DATA / "results_h200.json"), "--format", "md")
     assert proc.returncode == 0, proc.stderr
     check_golden("report_h200.md", proc.stdout)
@@ -56,10 +56,10 @@ def test_markdown_golden_every_verdict(run_fxcache: RunFxcache) -> None:
         "fp32 dynamic, bf16 static, bf16 dynamic (fxgraph)" in md
     )
     assert "Not safe: bf16 dynamic (precompile) — wrong values on hot load" in md
-    assert "fp16 dynamic (precompile) — crashed on hot load (signal 11)" in md
+    assert "fp16 dynamic (precompile) — crashed on hot load (SIGSEGV)" in md
     # Problems first, skipped collapsed with their reason.
     verdict_cells = re.findall(r"\| (?:✅|🟡|❌|💥) ([a-z-]+) \|", md)
-    order = [results.VERDICT_ORDER[v] for v in verdict_cells]
+    order = [resultsdoc.VERDICT_ORDER[v] for v in verdict_cells]
     assert order == sorted(order) and verdict_cells[0] == "unsafe"
     assert "⏭️ 1 skipped</summary>" in md and "no Redis URL" in md
     assert "```mermaid\nxychart-beta" in md
@@ -143,7 +143,7 @@ def test_other_schema_version_is_one_clear_error(run_fxcache: RunFxcache, tmp_pa
         (lambda p: p.unlink(), "no such results file"),
         (
             lambda p: p.write_text('{"schema": "fxcache-results/1", "combos": [{"id": 1}]}'),
-            "'fingerprint'",
+            "'fingerprint' must be an object or null",
         ),
     ],
 )
@@ -166,7 +166,7 @@ def test_nothing_safe_says_so() -> None:
     assert "is safe here" not in rec and "autocast" not in rec
 
 
-_VERDICTS = st.sampled_from(results.VERDICTS)
+_VERDICTS = st.sampled_from(resultsdoc.VERDICTS)
 
 
 @settings(max_examples=60, deadline=None)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from ci_fxcache import results
+from ci_fxcache import resultsdoc
 from ci_fxcache.report import known_issues, model
 
 
-def build(path: str) -> tuple[results.Results, model.Report]:
+def build(path: str) -> tuple[resultsdoc.Results, model.Report]:
     """Load a results document of either schema and build its report model."""
-    loaded = results.load(path)
+    loaded = resultsdoc.load(path)
     return loaded, model.build(loaded, known_issues.load_builtin())
 
 
@@ -21,7 +21,7 @@ def safe_combo_ids(report: model.Report) -> list[str]:
         cid = str(row.combo["id"])
         if (
             cid not in worst
-            or results.VERDICT_ORDER[row.verdict] < results.VERDICT_ORDER[worst[cid]]
+            or resultsdoc.VERDICT_ORDER[row.verdict] < resultsdoc.VERDICT_ORDER[worst[cid]]
         ):
             worst[cid] = row.verdict
     return sorted(cid for cid, v in worst.items() if v == "safe")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ci_fxcache.report.known_issues import KnownIssue
-from ci_fxcache.results import VERDICT_ORDER, Group, Results
+from ci_fxcache.resultsdoc import VERDICT_ORDER, Group, Results
 
 EMOJI = {"safe": "✅", "no-gain": "🟡", "unsafe": "❌", "error": "💥", "skipped": "⏭️"}
 _DTYPE_SHORT = (("bfloat16", "bf16"), ("float16", "fp16"), ("float32", "fp32"), ("float64", "fp64"))
@@ -187,6 +187,8 @@ def _gpu_summary(fp: dict[str, Any]) -> tuple[str, str]:
 
 def environment_title(fp: dict[str, Any]) -> tuple[str, str]:
     """('H200, sm90, torch 2.13.0+cu128', 'sm90') or ('CPU x86_64 avx512, torch ...', 'cpu')."""
+    if not fp:
+        return "unknown environment (no fingerprint)", "unknown"
     torch = f"torch {fp.get('torch_version', '?')}"
     name, arch = _gpu_summary(fp)
     if arch:
@@ -281,24 +283,33 @@ def problem_text(combo: dict[str, Any]) -> str:
     """What went wrong, in a few words, for the top line."""
     verdict = combo["verdict"]
     reason = str(combo.get("reason") or "")
+    low = reason.lower()
+    cold = combo.get("cold") or {}
     hot = combo.get("hot") or {}
-    if verdict == "error":
-        return "the cold compile itself failed (not a cache problem)"
     if verdict == "skipped":
         return reason or "skipped"
+    if verdict == "error":
+        if cold.get("status") not in (None, "ok"):
+            return "the cold compile itself failed (not a cache problem)"
+        return "the hot phase did not run"
     if verdict == "no-gain":
+        if hot.get("kernels_built"):
+            return "counted as a hit, but kernels were rebuilt"
+        if combo.get("hits") == 0 or combo.get("misses") or "missed" in low:
+            return "the cache missed on hot load"
         speed = combo.get("speedup")
         return f"no real speedup ({fmt_speedup(speed)})" if speed is not None else reason
     status = hot.get("status")
     if status == "crash":
         sig = hot.get("signal")
-        return f"crashed on hot load{f' (signal {sig})' if sig else ''}"
+        return f"crashed on hot load{f' ({sig})' if sig else ''}"
     if status == "timeout":
         return "hung on hot load (timeout)"
-    low = reason.lower()
+    if "from eager" in low:
+        return "the cold compile already differs from eager"
     if any(w in low for w in ("wrong", "differ", "mismatch", "not equal", "nan")):
         return "wrong values on hot load"
-    if hot.get("recompiles"):
+    if hot.get("recompiles") or "recompile" in low:
         return "recompiled on hot load"
     if status == "error":
         return "failed on hot load"
@@ -325,8 +336,8 @@ def _alternative_text(good: dict[str, Any], label: str) -> str:
     speed = fmt_speedup(good.get("speedup"))
     dtype = str(good["dtype"])
     if "autocast" in dtype:
-        base = short_dtype(dtype.split("autocast")[0].strip("-_+ ")) or "fp32"
-        return f"compile in {base} and run under autocast ({label}: safe, {speed})"
+        # verify's `bfloat16-autocast`: an fp32 model run under torch.autocast(bfloat16).
+        return f"compile in fp32 and run under autocast ({label}: safe, {speed})"
     return f"{label} is safe here ({speed})"
 
 

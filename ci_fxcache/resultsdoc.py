@@ -36,7 +36,7 @@ class Shard:
 
     @property
     def fingerprint(self) -> dict[str, Any]:
-        return dict(self.doc.get("fingerprint") or {})
+        return dict(self.doc.get("fingerprint") or {})  # null when verify could not read it
 
     @property
     def runner_name(self) -> str:
@@ -101,8 +101,8 @@ def check_results_doc(doc: Any, where: str) -> dict[str, Any]:
     combos = doc.get("combos")
     if not isinstance(combos, list):
         raise UsageError(f"{where}: 'combos' must be a list")
-    if not isinstance(doc.get("fingerprint"), dict):
-        raise UsageError(f"{where}: 'fingerprint' must be an object")
+    if "fingerprint" not in doc or not isinstance(doc["fingerprint"], dict | None):
+        raise UsageError(f"{where}: 'fingerprint' must be an object or null")
     for i, combo in enumerate(combos):
         if not isinstance(combo, dict):
             raise UsageError(f"{where}: combos[{i}] must be an object")
