@@ -387,3 +387,25 @@ def test_json_summary_and_safe_combos_of_a_fleet(run_fxcache: RunFxcache, tmp_pa
     ]
     assert [e["arch"] for e in doc["environments"]] == ["sm75", "sm80", "sm90"]
     assert doc["counts"]["unsafe"] == 1
+
+
+def test_renders_a_captured_verify_document(run_fxcache: RunFxcache, tmp_path: Path) -> None:
+    """tests/data/verify_real_cpu.json is the unedited output of a real `fxcache verify --json`
+    run on this CPU machine (sin_matmul, fp32/bf16 static, fxgraph/mega, cpu+cuda)."""
+    from junitparser import JUnitXml, Skipped
+
+    path = DATA / "verify_real_cpu.json"
+    proc = run_fxcache("report", str(path), "--format", "md")
+    assert proc.returncode == 0, proc.stderr
+    md = proc.stdout
+    assert md.startswith(
+        "## fxcache: cache verification\n\n**Nothing is safe to cache on this runner"
+    )
+    assert "fp32 static (fxgraph) — counted as a hit, but 1 kernel file(s) were rebuilt" in md
+    assert "⏭️ 4 skipped" in md and "no CUDA device" in md
+    assert "nothing for sin_matmul on cpu was verified safe in this run" in md
+    junit = tmp_path / "j.xml"
+    assert run_fxcache("report", str(path), "--format", "junit", "-o", str(junit)).returncode == 0
+    cases = [case for suite in JUnitXml.fromfile(str(junit)) for case in suite]
+    assert len(cases) == 8
+    assert sum(any(isinstance(r, Skipped) for r in case.result) for case in cases) == 4

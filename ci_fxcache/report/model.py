@@ -13,6 +13,7 @@ from typing import Any
 from ci_fxcache.report.known_issues import KnownIssue
 from ci_fxcache.resultsdoc import VERDICT_ORDER, Group, Results
 
+NO_ALTERNATIVE = "was verified safe in this run, so no alternative can be recommended"
 EMOJI = {"safe": "✅", "no-gain": "🟡", "unsafe": "❌", "error": "💥", "skipped": "⏭️"}
 _DTYPE_SHORT = (("bfloat16", "bf16"), ("float16", "fp16"), ("float32", "fp32"), ("float64", "fp64"))
 _DYNAMIC_WORD = {"false": "static", "true": "dynamic", "mark": "mark_dynamic"}
@@ -85,7 +86,7 @@ class Row:
     @property
     def hits_misses(self) -> str:
         hits, misses = self.combo.get("hits"), self.combo.get("misses")
-        if hits is None and misses is None:
+        if self.verdict == "skipped" or (hits is None and misses is None):
             return "–"
         return f"{hits if hits is not None else '–'}/{misses if misses is not None else '–'}"
 
@@ -136,6 +137,24 @@ class Section:
     @property
     def recommendations(self) -> list[Row]:
         return [r for r in self.rows if r.recommendation]
+
+    @property
+    def recommendation_lines(self) -> list[str]:
+        """One line per recommendation; combinations without any verified alternative share one."""
+        lines: list[str] = []
+        stranded: dict[tuple[str, ...], list[Row]] = {}
+        for row in self.recommendations:
+            if NO_ALTERNATIVE in row.recommendation:
+                stranded.setdefault(_base(row.combo), []).append(row)
+            else:
+                lines.append(row.recommendation)
+        for (workload, device, _), rows in stranded.items():
+            names = ", ".join(f"{r.label} ({r.verdict})" for r in rows)
+            lines.append(
+                f"{names}: nothing for {workload} on {device} {NO_ALTERNATIVE}: "
+                "disable the cache for this model"
+            )
+        return lines
 
     @property
     def issues(self) -> list[KnownIssue]:
@@ -294,7 +313,10 @@ def problem_text(combo: dict[str, Any]) -> str:
         return "the hot phase did not run"
     if verdict == "no-gain":
         if hot.get("kernels_built"):
-            return "counted as a hit, but kernels were rebuilt"
+            built = hot["kernels_built"]
+            speed = combo.get("speedup")
+            at = f", {fmt_speedup(speed)}" if speed is not None else ""
+            return f"counted as a hit, but {built} kernel file(s) were rebuilt{at}"
         if combo.get("hits") == 0 or combo.get("misses") or "missed" in low:
             return "the cache missed on hot load"
         speed = combo.get("speedup")
@@ -357,10 +379,7 @@ def recommend(
     )[:limit]
     if not candidates:
         scope = f"{bad['workload']} on {bad['device']}"
-        return (
-            f"{head}; nothing for {scope} was verified safe in this run, so no alternative "
-            "can be recommended: disable the cache for this model"
-        )
+        return f"{head}; nothing for {scope} {NO_ALTERNATIVE}: disable the cache for this model"
     alts = [_alternative_text(g, labels[str(g["id"])]) for g in candidates]
     return "; or ".join([f"{head}; {alts[0]}", *alts[1:], "disable the cache for this model"])
 
@@ -444,7 +463,10 @@ def build_section(
     torch_version = str(group.fingerprint.get("torch_version") or "")
     merged = _merge_same_combo(group)
     combos = [c for c, _ in merged.values()]
-    labels = labels or combo_labels(combos)
+    if labels is None:
+        # Skipped combinations (e.g. cuda on a CPU runner) need not lengthen every other label.
+        labels = combo_labels(combos)
+        labels.update(combo_labels([c for c in combos if c["verdict"] != "skipped"]))
     safe = [c for c in combos if c["verdict"] == "safe"]
     several = len(group.shards) > 1
     rows: list[Row] = []

@@ -246,10 +246,10 @@ def text(report: Report, colour: bool = False) -> str:
             out.append("")
             out.append("skipped:")
             out.extend(notes)
-        if section.recommendations:
+        if section.recommendation_lines:
             out.append("")
             out.append("recommendations (only from what this run verified):")
-            out.extend(f"  - {r.recommendation}." for r in section.recommendations)
+            out.extend(f"  - {line}." for line in section.recommendation_lines)
         if section.issues:
             out.append("")
             out.append("known upstream issues:")
