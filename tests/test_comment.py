@@ -211,3 +211,14 @@ def test_pull_number_from_event(
     path = tmp_path / "e.json"
     path.write_text(json.dumps(event))
     assert comment.pull_number_from_event(str(path)) == number
+
+
+def test_comments_a_captured_verify_document(
+    fake_github: FakeGitHub, run_fxcache: RunFxcache, tmp_path: Path
+) -> None:
+    fake_github.add_pull(PR)
+    real = str(DATA / "verify_real_cpu.json")
+    proc = run_fxcache("comment", real, env=_env(fake_github, tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    (mine,) = _mine(fake_github)
+    assert "Nothing is safe to cache on this runner (CPU x86_64" in str(mine["body"])
