@@ -28,11 +28,13 @@ def verified(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     work = tmp_path_factory.mktemp("verify")
     out = work / "results.json"
+    argv = [
+        *("--device", "cpu,cuda", "--dtypes", "float32", "--dynamic", "false"),
+        *("--mechanisms", "fxgraph", "--workloads", "sin_matmul", "--jobs", "1"),
+        *("--cache-dir", str(work / "cache"), "--json", str(out), "--fail-on", "never"),
+    ]
     proc = subprocess.run(
-        [sys.executable, "-m", "ci_fxcache", "verify", "--python", TORCH_PYTHON]
-        + ["--device", "cpu,cuda", "--dtypes", "float32", "--dynamic", "false"]
-        + ["--mechanisms", "fxgraph", "--workloads", "sin_matmul", "--jobs", "1"]
-        + ["--cache-dir", str(work / "cache"), "--json", str(out), "--fail-on", "never"],
+        [sys.executable, "-m", "ci_fxcache", "verify", "--python", TORCH_PYTHON, *argv],
         capture_output=True,
         text=True,
         env=_clean_env({"TORCHINDUCTOR_COMPILE_THREADS": "1"}),
