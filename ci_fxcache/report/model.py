@@ -247,25 +247,39 @@ def _environment_rows(group: Group) -> list[tuple[str, str]]:
 
 
 def describe_cache(state: Any) -> str:
-    """One line about the restore that preceded the run (restore's state object, or null)."""
+    """One line about the restore before the run (`fxcache-cache-state/1`, or null)."""
     if not isinstance(state, dict):
         return "not restored by fxcache (no --cache-state)"
-    hit = state.get("cache_hit", state.get("hit"))
+    hit = state.get("hit", state.get("cache_hit"))
     parts = []
-    if hit is not None:
+    if state.get("mode") == "cold-fallback":
+        parts.append("store unusable: cold fallback")
+    elif hit is not None:
         parts.append("restored (hit)" if hit else "not found (miss): cold start")
-    key = state.get("cache_key") or state.get("key")
+    key = state.get("scope_key") or state.get("cache_key")
     if key:
         parts.append(f"key `{key}`")
     if state.get("read_only"):
-        parts.append("read-only")
-    removed = state.get("invalidated", state.get("removed"))
+        why = state.get("read_only_reason")
+        parts.append(f"read-only ({why})" if why else "read-only")
+    removed = state.get("invalidated")
     if isinstance(removed, list):
-        parts.append(
-            f"invalidation removed {len(removed)} stale scope(s)" if removed else "nothing stale"
-        )
-    elif isinstance(removed, int | str) and not isinstance(removed, bool):
-        parts.append(f"invalidation removed {removed}")
+        if removed:
+            whys = sorted(
+                {
+                    str(r.get("versions") or r.get("reason") or "")
+                    for r in removed
+                    if isinstance(r, dict)
+                }
+                - {""}
+            )
+            more = f" ({'; '.join(whys)})" if whys else ""
+            parts.append(f"invalidation removed {len(removed)} stale scope(s){more}")
+        else:
+            parts.append("nothing stale")
+    quarantined = state.get("quarantined")
+    if isinstance(quarantined, list) and quarantined:
+        parts.append(f"{len(quarantined)} broken scope(s) quarantined")
     return "; ".join(parts) or "restored"
 
 

@@ -146,6 +146,38 @@ def skipped(device, dtype, dynamic, mechanism, reason, **kw):
     return combo(device, dtype, dynamic, mechanism, "skipped", reason, err=(None, None), **kw)
 
 
+def state(hit: bool, key: str, invalidated: list[dict[str, Any]]) -> dict[str, Any]:
+    """Restore's state object (schema fxcache-cache-state/1, docs/contracts.md)."""
+    root = "/opt/fxcache"
+    return {
+        "schema": "fxcache-cache-state/1",
+        "store": "local",
+        "root": root,
+        "scope_key": key,
+        "hit": hit,
+        "read_only": False,
+        "read_only_reason": None,
+        "mode": "in-place",
+        "scope_dir": f"{root}/{key}",
+        "inductor_dir": f"{root}/{key}/inductor",
+        "triton_dir": f"{root}/{key}/triton",
+        "verify_dir": f"{root}/{key}/verify",
+        "overlay_dir": None,
+        "files": 41 if hit else 0,
+        "bytes": 1234567 if hit else 0,
+        "verify_mode": "fast",
+        "signed": False,
+        "signature_checked": False,
+        "invalidated": invalidated,
+        "quarantined": [],
+        "lease": None,
+        "redis": None,
+        "fingerprint": None,
+        "restored_at": CREATED,
+        "state_file": "/tmp/fxcache-restore-state.json",
+    }
+
+
 def document(runner, fp, scope_key, combos, cache, matrix):
     summary = {v: 0 for v in ("safe", "no-gain", "unsafe", "error", "skipped")}
     for c in combos:
@@ -272,12 +304,19 @@ def h200(runner="gpu-h200-01"):
             "no Redis URL: pass --redis-url to check the remote cache",
         ),
     ]
-    cache = {
-        "cache_hit": True,
-        "cache_key": "fxcache-v1-linux-x86_64-cp312-torch2.13.0+cu128-cu12.8-sm90-3f0c2a9b71de",
-        "read_only": False,
-        "invalidated": ["fxcache-v1-linux-x86_64-cp312-torch2.12.1+cu128-cu12.8-sm90-9a8b7c6d5e4f"],
-    }
+    key = "fxcache-v1-linux-x86_64-cp312-torch2.13.0+cu128-cu12.8-sm90-3f0c2a9b71de"
+    cache = state(
+        True,
+        key,
+        [
+            {
+                "scope": "fxcache-v1-linux-x86_64-cp312-torch2.12.1+cu128-cu12.8-sm90-9a8b7c6d5e4f",
+                "reason": "upgrade",
+                "versions": "torch 2.12.1+cu128 -> 2.13.0+cu128",
+                "bytes": 734003200,
+            }
+        ],
+    )
     matrix = {
         "devices": ["cuda"],
         "dtypes": ["float32", "bfloat16", "float16", "bfloat16-autocast"],
@@ -407,11 +446,7 @@ def cpu():
         fp,
         "fxcache-v1-linux-x86_64-cp312-torch2.13.0+cpu-cpu-59b2e5fecf37",
         combos,
-        {
-            "cache_hit": False,
-            "cache_key": "fxcache-v1-linux-x86_64-cp312-torch2.13.0+cpu-cpu-59b2e5fecf37",
-            "invalidated": [],
-        },
+        state(False, "fxcache-v1-linux-x86_64-cp312-torch2.13.0+cpu-cpu-59b2e5fecf37", []),
         matrix,
     )
 
