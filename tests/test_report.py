@@ -401,7 +401,10 @@ def test_renders_a_captured_verify_document(run_fxcache: RunFxcache, tmp_path: P
     assert md.startswith(
         "## fxcache: cache verification\n\n**Nothing is safe to cache on this runner"
     )
-    assert "fp32 static (fxgraph) — counted as a hit, but 1 kernel file(s) were rebuilt" in md
+    assert (
+        "fp32 static and bf16 static, both with fxgraph — counted as a hit, but 1 kernel file(s) "
+        "were rebuilt; fp32 static and bf16 static, both with mega — counted as a hit, but 13"
+    ) in md
     assert "⏭️ 4 skipped" in md and "no CUDA device" in md
     assert "nothing for sin_matmul on cpu was verified safe in this run" in md
     junit = tmp_path / "j.xml"

@@ -328,9 +328,7 @@ def problem_text(combo: dict[str, Any]) -> str:
     if verdict == "no-gain":
         if hot.get("kernels_built"):
             built = hot["kernels_built"]
-            speed = combo.get("speedup")
-            at = f", {fmt_speedup(speed)}" if speed is not None else ""
-            return f"counted as a hit, but {built} kernel file(s) were rebuilt{at}"
+            return f"counted as a hit, but {built} kernel file(s) were rebuilt"
         if combo.get("hits") == 0 or combo.get("misses") or "missed" in low:
             return "the cache missed on hot load"
         speed = combo.get("speedup")
@@ -353,19 +351,21 @@ def problem_text(combo: dict[str, Any]) -> str:
 
 
 def _prefer(bad: dict[str, Any], good: dict[str, Any]) -> int:
-    """Rank a safe alternative for a non-safe combination (lower is closer)."""
+    """Rank a safe alternative for a non-safe combination (lower is the smaller change)."""
     same_dtype = good["dtype"] == bad["dtype"]
     same_dyn = str(good["dynamic"]) == str(bad["dynamic"])
     same_mech = good["mechanism"] == bad["mechanism"]
     if same_dtype and same_mech:
-        return 0
+        return 0  # only the dynamic mode changes
     if same_dtype and same_dyn:
-        return 1
-    if "autocast" in str(good["dtype"]) and same_dyn:
+        return 1  # only the cache mechanism changes
+    if same_dtype:
         return 2
+    if "autocast" in str(good["dtype"]) and same_dyn:
+        return 3  # keep bf16 speed through autocast over an fp32 model
     if same_dyn and same_mech:
-        return 3
-    return 4
+        return 4
+    return 5
 
 
 def _alternative_text(good: dict[str, Any], label: str) -> str:
@@ -419,6 +419,16 @@ def _join(items: list[str]) -> str:
     return ", ".join(items)
 
 
+def _join_labels(labels: list[str]) -> str:
+    """'a (m), b (m)' -> 'a and b, all with m'; anything else joined by commas."""
+    mechs = {x.rsplit(" (", 1)[1][:-1] for x in labels if x.endswith(")") and " (" in x}
+    if len(labels) > 1 and len(mechs) == 1 and all(x.endswith(")") for x in labels):
+        bare = [x.rsplit(" (", 1)[0] for x in labels]
+        every = "both" if len(bare) == 2 else "all"
+        return f"{', '.join(bare[:-1])} and {bare[-1]}, {every} with {mechs.pop()}"
+    return _join(labels)
+
+
 def top_line(title: str, rows: list[Row], fleet: bool) -> str:
     """'Safe to cache on this runner (H200, sm90, torch ...): fp32 static, ... Not safe: ...'."""
     where = f"on {title}" if fleet else f"on this runner ({title})"
@@ -445,14 +455,20 @@ def top_line(title: str, rows: list[Row], fleet: bool) -> str:
         return out
 
     def detailed(verdict: str) -> str:
-        parts = []
+        """'a, b (precompile) — problem; c — other problem': one entry per distinct problem."""
+        by_problem: dict[str, list[str]] = {}
         for row in sorted(by_verdict.get(verdict, []), key=lambda r: r.order):
-            parts.append(f"{row.label} — {row.problem}")
-        return "; ".join(dict.fromkeys(parts))
+            labels_ = by_problem.setdefault(row.problem, [])
+            if row.label not in labels_:
+                labels_.append(row.label)
+        parts = []
+        for problem, labels_ in by_problem.items():
+            parts.append(f"{_join_labels(labels_)} — {problem}")
+        return "; ".join(parts)
 
     safe = names("safe")
     text = (
-        f"Safe to cache {where}: {_join(safe)}."
+        f"Safe to cache {where}: {_join_labels(safe)}."
         if safe
         else f"Nothing is safe to cache {where}: no combination passed verification."
     )
