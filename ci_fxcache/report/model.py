@@ -359,10 +359,10 @@ def _prefer(bad: dict[str, Any], good: dict[str, Any]) -> int:
         return 0  # only the dynamic mode changes
     if same_dtype and same_dyn:
         return 1  # only the cache mechanism changes
-    if same_dtype:
-        return 2
     if "autocast" in str(good["dtype"]) and same_dyn:
-        return 3  # keep bf16 speed through autocast over an fp32 model
+        return 2  # keeps the shapes dynamic and bf16 speed, through autocast over an fp32 model
+    if same_dtype:
+        return 3
     if same_dyn and same_mech:
         return 4
     return 5
