@@ -1,0 +1,69 @@
+"""Options and helpers shared by `restore`, `save` and `invalidate`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ci_fxcache import gha
+from ci_fxcache.errors import UsageError
+from ci_fxcache.store import manifest as mf
+from ci_fxcache.store.layout import default_root
+
+
+def root_option(parser: argparse.ArgumentParser, default_from_env: bool = True) -> None:
+    """`--root DIR` (env FXCACHE_ROOT)."""
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="store root (env FXCACHE_ROOT; default $RUNNER_TOOL_CACHE/fxcache inside Actions, "
+        "~/.cache/fxcache elsewhere)",
+    )
+
+
+def resolve_root(value: Path | None) -> Path:
+    """The root from --root or the default rules."""
+    return value if value is not None else default_root()
+
+
+def default_state_file() -> Path:
+    """`$RUNNER_TEMP/fxcache-restore-state.json`, else one per user in the temp dir."""
+    base = os.environ.get("RUNNER_TEMP") or tempfile.gettempdir()
+    suffix = "" if os.environ.get("RUNNER_TEMP") else f"-{os.getuid()}"
+    return Path(base) / f"fxcache-restore-state{suffix}.json"
+
+
+def state_file_option(parser: argparse.ArgumentParser) -> None:
+    """`--state-file F`: where restore writes its state and save reads it."""
+    parser.add_argument(
+        "--state-file",
+        type=Path,
+        default=None,
+        help="restore's state (JSON); default $RUNNER_TEMP/fxcache-restore-state.json",
+    )
+
+
+def signing_key() -> str | None:
+    """The HMAC key from FXCACHE_SIGNING_KEY (masked in Actions logs), or None."""
+    key = os.environ.get(mf.SIGNING_ENV) or None
+    if key:
+        gha.mask(key)
+    return key
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    """Load restore's state file; UsageError when absent or malformed."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise UsageError(f"no restore state at {path}: run 'fxcache restore' first") from exc
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"unreadable restore state {path}: {exc}") from exc
+    if not isinstance(data, dict) or "scope_key" not in data:
+        raise UsageError(f"{path} is not a state file written by 'fxcache restore'")
+    return data

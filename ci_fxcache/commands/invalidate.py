@@ -1,0 +1,121 @@
+"""`fxcache invalidate`: remove stale caches by policy (local store, GitHub caches, Redis)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from ci_fxcache import cli, fingerprint, redis_cache
+from ci_fxcache.commands import _store_options as opts
+from ci_fxcache.errors import UsageError
+from ci_fxcache.store import invalidate as local
+from ci_fxcache.store.layout import Layout
+from ci_fxcache.store.policies import Policy, parse_duration, parse_size
+from ci_fxcache.store.scopes import human_bytes, lease_ttl
+
+
+def register(sub: Any, parent: argparse.ArgumentParser) -> None:
+    """Add the `invalidate` subcommand."""
+    parser = sub.add_parser(
+        "invalidate",
+        parents=[parent],
+        help="remove stale caches by policy (local store, --github caches, --redis keys)",
+        description="Policies combine: a cache goes when any policy selects it; --max-size then "
+        "evicts the least recently used until the rest fits. --dry-run lists what would go.",
+    )
+    opts.root_option(parser)
+    cli.python_option(parser)
+    parser.add_argument("--max-age", metavar="AGE", help="unused for longer than AGE (14d, 12h)")
+    parser.add_argument("--max-size", metavar="SIZE", help="evict LRU until the total fits (50G)")
+    parser.add_argument("--keep-latest", metavar="N", type=int, help="keep N per architecture")
+    parser.add_argument(
+        "--older-torch-than",
+        metavar="VERSION",
+        help="torch older than VERSION, or 'current' (the torch of --python)",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="list what would go and why")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--github", action="store_true", help="GitHub Actions caches instead")
+    parser.add_argument("--redis", action="store_true", help="Redis keys (needs --max-age)")
+    parser.add_argument("--redis-url", default=None, help="Redis URL (env FXCACHE_REDIS_URL)")
+    parser.set_defaults(func=run)
+
+
+def _policy(args: argparse.Namespace) -> Policy:
+    older = args.older_torch_than
+    if older == "current":
+        older = fingerprint.collect(args.python).torch_version
+    if args.keep_latest is not None and args.keep_latest < 0:
+        raise UsageError("--keep-latest must be 0 or more")
+    return Policy(
+        max_age_s=parse_duration(args.max_age) if args.max_age else None,
+        max_size=parse_size(args.max_size) if args.max_size else None,
+        keep_latest=args.keep_latest,
+        older_torch_than=older,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Apply the policies to the chosen store(s); print a table or JSON."""
+    policy = _policy(args)
+    if policy.empty:
+        raise UsageError(
+            "give at least one policy: --max-age, --max-size, --keep-latest or --older-torch-than"
+        )
+    result: dict[str, Any] = {"dry_run": args.dry_run, "rows": []}
+    if args.redis:
+        if policy.max_age_s is None:
+            raise UsageError("--redis needs --max-age (Redis keys are expired by idle time)")
+        url = redis_cache.resolve_url(args.redis_url)
+        try:
+            result["redis"] = redis_cache.expire_idle(url, policy.max_age_s, args.dry_run)
+        except Exception as exc:  # redis errors: report, do not crash the scheduled job
+            raise UsageError(f"Redis at {redis_cache.redact(url)}: {exc}") from exc
+    if args.github:
+        from ci_fxcache.github_caches import run as github_run
+
+        result["rows"] += github_run(policy, args.dry_run)
+    if not args.redis and not args.github:
+        layout = Layout(opts.resolve_root(args.root))
+        result["root"] = str(layout.root)
+        result["rows"] += local.run(layout, policy, args.dry_run)
+        if not args.dry_run:
+            result["overlays_removed"] = local.prune_overlays(layout, lease_ttl())
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(_table(result))
+    return 0
+
+
+def _when(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M") if epoch else "never"
+
+
+def _table(result: dict[str, Any]) -> str:
+    lines = []
+    rows = result["rows"]
+    if rows:
+        lines.append("| action | store | cache | size | last used | why |")
+        lines.append("|---|---|---|---|---|---|")
+        for row in rows:
+            lines.append(
+                f"| {row['action']} | {row['store']} | `{row['scope']}` | "
+                f"{human_bytes(row['bytes'])} | {_when(row['last_used'])} | "
+                f"{'; '.join(row['reasons'])} |"
+            )
+        total = sum(r["bytes"] for r in rows)
+        verb = "would free" if result["dry_run"] else "freed"
+        lines.append(f"\n{len(rows)} cache(s), {verb} {human_bytes(total)}")
+    elif "redis" not in result:
+        lines.append("nothing to remove")
+    if "redis" in result:
+        r = result["redis"]
+        verb = "would remove" if r["dry_run"] else "removed"
+        lines.append(
+            f"Redis {r['url']}: scanned {r['scanned']} pt2: keys, {verb} "
+            f"{r['would_remove']} idle ones ({human_bytes(r['bytes'])})"
+        )
+    return "\n".join(lines)

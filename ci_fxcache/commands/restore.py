@@ -1,0 +1,166 @@
+"""`fxcache restore`: select the scope for this fingerprint and hand the job its cache dirs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ci_fxcache import cli, fingerprint, gha, redis_cache, scopekey
+from ci_fxcache.commands import _store_options as opts
+from ci_fxcache.commands.fingerprint import salt_option
+from ci_fxcache.store import overlay, trust
+from ci_fxcache.store import restore as store_restore
+from ci_fxcache.store.layout import Layout
+
+OVERLAY_ENV = "FXCACHE_OVERLAY"
+
+
+def register(sub: Any, parent: argparse.ArgumentParser) -> None:
+    """Add the `restore` subcommand."""
+    parser = sub.add_parser(
+        "restore",
+        parents=[parent],
+        help="restore the cache scope of this environment and export its directories",
+        description="Select the scope for the current fingerprint, check its integrity, and "
+        "export TORCHINDUCTOR_CACHE_DIR / TRITON_CACHE_DIR ($GITHUB_ENV inside Actions, "
+        "'export' lines or --json elsewhere).",
+    )
+    cli.python_option(parser)
+    salt_option(parser)
+    opts.root_option(parser)
+    parser.add_argument(
+        "--read-only",
+        action="store_true",
+        help="use a private copy-on-write overlay; nothing written reaches the store "
+        "(automatic for untrusted events inside Actions)",
+    )
+    parser.add_argument(
+        "--no-invalidate-on-upgrade",
+        dest="invalidate_on_upgrade",
+        action="store_false",
+        help="keep scopes of other torch / CUDA / HIP / triton / Python versions",
+    )
+    parser.add_argument(
+        "--verify",
+        choices=("fast", "full"),
+        default="fast",
+        help="integrity check: sizes and mtimes (fast) or every sha256 (full)",
+    )
+    parser.add_argument(
+        "--overlay",
+        choices=overlay.STRATEGIES,
+        default=os.environ.get(OVERLAY_ENV) or "auto",
+        help="how read-only overlays share files (env FXCACHE_OVERLAY; default auto)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the state object as JSON")
+    opts.state_file_option(parser)
+    parser.add_argument("--store", choices=("local", "redis"), default="local")
+    parser.add_argument("--redis-url", default=None, help="Redis URL (env FXCACHE_REDIS_URL)")
+    parser.set_defaults(func=run)
+
+
+def _cold_fallback(key: str, root: Path, error: str, fp: fingerprint.Fingerprint) -> dict[str, Any]:
+    base = Path(tempfile.mkdtemp(prefix="fxcache-cold-"))
+    gha.warn(f"local store unusable ({error}); continuing cold in {base}")
+    return {
+        "schema": store_restore.STATE_SCHEMA,
+        "store": "local",
+        "root": str(root),
+        "scope_key": key,
+        "hit": False,
+        "read_only": True,
+        "read_only_reason": f"store unusable: {error}",
+        "mode": "cold-fallback",
+        "scope_dir": str(root / key),
+        "inductor_dir": str(base / "inductor"),
+        "triton_dir": str(base / "triton"),
+        "verify_dir": str(base / "verify"),
+        "overlay_dir": str(base),
+        "files": 0,
+        "bytes": 0,
+        "invalidated": [],
+        "quarantined": [],
+        "lease": None,
+        "fingerprint": fp.to_dict(),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Restore, write the state file, export the environment."""
+    redis_url = redis_cache.resolve_url(args.redis_url) if args.store == "redis" else None
+    fp = fingerprint.collect(args.python, args.salt)
+    key = scopekey.scope_key(fp)
+    root = opts.resolve_root(args.root)
+    reason = "--read-only" if args.read_only else trust.untrusted_reason()
+    options = store_restore.Options(
+        read_only=reason is not None,
+        read_only_reason=reason,
+        invalidate_on_upgrade=args.invalidate_on_upgrade,
+        full_verify=args.verify == "full",
+        overlay_strategy=args.overlay,
+        signing_key=opts.signing_key(),
+    )
+    try:
+        state = store_restore.restore(Layout(root), key, fp, options)
+    except (OSError, TimeoutError) as exc:
+        state = _cold_fallback(key, root, str(exc), fp)
+    for name in ("inductor_dir", "triton_dir", "verify_dir"):
+        Path(state[name]).mkdir(parents=True, exist_ok=True)
+    env = {
+        "TORCHINDUCTOR_CACHE_DIR": state["inductor_dir"],
+        "TRITON_CACHE_DIR": state["triton_dir"],
+    }
+    state["redis"] = None
+    if redis_url is not None:
+        problem = redis_cache.probe(redis_url)
+        state["store"] = "redis"
+        state["redis"] = {"url": redis_cache.redact(redis_url), "reachable": problem is None}
+        if problem is None:
+            env.update(redis_cache.job_env(redis_url))
+        else:
+            state["redis"]["error"] = problem
+            gha.warn(
+                f"Redis at {redis_cache.redact(redis_url)} unreachable ({problem}); "
+                "continuing with the local store only"
+            )
+    state_file = args.state_file or opts.default_state_file()
+    state["state_file"] = str(state_file)
+    state_file.parent.mkdir(parents=True, exist_ok=True)
+    state_file.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+    _publish(state, env, args.json)
+    return 0
+
+
+def _publish(state: dict[str, Any], env: dict[str, str], as_json: bool) -> None:
+    exported = all(gha.export_env(name, value) for name, value in env.items())
+    outputs = {
+        "cache-key": state["scope_key"],
+        "cache-hit": "true" if state["hit"] else "false",
+        "scope-dir": state["scope_dir"],
+        "verify-dir": state["verify_dir"],
+        "state-file": state["state_file"],
+    }
+    for name, value in outputs.items():
+        gha.set_output(name, value)
+    where = "overlay" if state["read_only"] else "in place"
+    summary = (
+        f"fxcache: {'hit' if state['hit'] else 'miss'} {state['scope_key']} "
+        f"({state['files']} files, {where}"
+        + (f"; read-only: {state['read_only_reason']}" if state["read_only"] else "")
+        + ")"
+    )
+    if as_json:
+        print(json.dumps(state, indent=2))
+        print(summary, file=sys.stderr)
+    elif exported:
+        print(summary)
+    else:
+        for name, value in env.items():
+            print(f"export {name}={shlex.quote(value)}")
+        print(summary, file=sys.stderr)

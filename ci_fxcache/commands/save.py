@@ -1,0 +1,56 @@
+"""`fxcache save`: commit the scope that `fxcache restore` handed out in place."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from ci_fxcache import gha
+from ci_fxcache.commands import _store_options as opts
+from ci_fxcache.store import save as store_save
+from ci_fxcache.store.layout import Layout
+
+
+def register(sub: Any, parent: argparse.ArgumentParser) -> None:
+    """Add the `save` subcommand."""
+    parser = sub.add_parser(
+        "save",
+        parents=[parent],
+        help="commit the restored scope (manifest, hashes, signature) for later jobs",
+        description="Write the scope's manifest atomically under the per-scope lock. Read-only "
+        "restores are skipped. A failure to save is a warning, never a failed job.",
+    )
+    opts.root_option(parser)
+    opts.state_file_option(parser)
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Save, or say why not."""
+    state = opts.read_state(args.state_file or opts.default_state_file())
+    root = args.root if args.root is not None else Path(state["root"])
+    if state.get("read_only"):
+        result: dict[str, Any] = {
+            "saved": False,
+            "reason": f"read-only restore ({state.get('read_only_reason')})",
+        }
+    else:
+        try:
+            result = store_save.save(Layout(root), state, opts.signing_key())
+        except (OSError, TimeoutError) as exc:
+            gha.warn(f"could not save cache scope {state['scope_key']}: {exc}; continuing")
+            result = {"saved": False, "reason": str(exc)}
+    if args.json:
+        print(json.dumps(result, indent=2))
+    elif result["saved"]:
+        print(
+            f"fxcache: saved {result['scope_key']}: {result['files']} files "
+            f"({result['added']} new), {result['bytes']} bytes"
+            + (", signed" if result["signed"] else "")
+        )
+    else:
+        print(f"fxcache: not saved: {result['reason']}")
+    return 0

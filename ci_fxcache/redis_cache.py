@@ -1,0 +1,102 @@
+"""torch's own Redis remote caches: configure a job for them, check reachability, expire keys.
+
+torch 2.13's `RedisRemoteCache` stores every entry under `pt2:<cache id>::<key>:c1`
+(torch/_inductor/remote_cache.py), so `pt2:*` is exactly what torch wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from ci_fxcache.errors import UsageError
+
+URL_ENV = "FXCACHE_REDIS_URL"
+KEY_PATTERN = "pt2:*"
+CONNECT_TIMEOUT_S = 2.0
+
+
+def resolve_url(url: str | None) -> str:
+    """`--redis-url`, else `$FXCACHE_REDIS_URL`; UsageError when unset or not a Redis URL."""
+    url = url or os.environ.get(URL_ENV, "")
+    if not url:
+        raise UsageError("the redis store needs --redis-url URL (or FXCACHE_REDIS_URL)")
+    if not re.match(r"^rediss?://|^unix://", url):
+        raise UsageError(f"not a Redis URL: {redact(url)!r} (use redis://host:port/db)")
+    return url
+
+
+def redact(url: str) -> str:
+    """The URL without its password."""
+    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
+def _client(url: str) -> Any:
+    try:
+        import redis
+    except ImportError as exc:
+        raise OSError(
+            "the redis package is not installed (pip install 'ci-fxcache[redis]')"
+        ) from exc
+    return redis.Redis.from_url(
+        url, socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=CONNECT_TIMEOUT_S * 2
+    )
+
+
+def probe(url: str) -> str | None:
+    """None when Redis answers PING within the connect timeout, else what went wrong."""
+    try:
+        client = _client(url)
+        client.ping()
+        client.close()
+    except Exception as exc:  # any failure means local-only, never a failed job
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def job_env(url: str) -> dict[str, str]:
+    """Environment that turns on torch's Redis-backed FX graph and autotune caches."""
+    return {
+        "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1",
+        "TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE": "1",
+        "TORCHINDUCTOR_REDIS_URL": url,
+    }
+
+
+def expire_idle(url: str, max_idle_s: float, dry_run: bool, batch: int = 500) -> dict[str, Any]:
+    """Delete `pt2:` keys idle longer than `max_idle_s` (SCAN + OBJECT IDLETIME, pipelined)."""
+    client = _client(url)
+    scanned = 0
+    victims: list[bytes] = []
+    cursor = 0
+    while True:
+        cursor, keys = client.scan(cursor=cursor, match=KEY_PATTERN, count=batch)
+        if keys:
+            scanned += len(keys)
+            pipe = client.pipeline(transaction=False)
+            for key in keys:
+                pipe.object("idletime", key)
+            for key, idle in zip(keys, pipe.execute(raise_on_error=False), strict=True):
+                if isinstance(idle, int) and idle > max_idle_s:
+                    victims.append(key)
+        if cursor == 0:
+            break
+    freed = 0
+    for start in range(0, len(victims), batch):
+        chunk = victims[start : start + batch]
+        pipe = client.pipeline(transaction=False)
+        for key in chunk:
+            pipe.memory_usage(key)
+        freed += sum(x for x in pipe.execute(raise_on_error=False) if isinstance(x, int))
+        if not dry_run:
+            client.unlink(*chunk)
+    client.close()
+    return {
+        "url": redact(url),
+        "scanned": scanned,
+        "removed": 0 if dry_run else len(victims),
+        "would_remove": len(victims),
+        "bytes": freed,
+        "dry_run": dry_run,
+    }

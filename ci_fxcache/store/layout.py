@@ -1,0 +1,72 @@
+"""Where things live in a store root; no I/O beyond path arithmetic and directory listing."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ci_fxcache import gha, scopekey
+
+CACHE_DIRS = ("inductor", "triton", "verify")
+MANIFEST = "manifest.json"
+LAST_USED = ".last-used"
+# Top-level entries a scope directory may hold; anything else is unexpected.
+SCOPE_ENTRIES = frozenset({MANIFEST, LAST_USED, *CACHE_DIRS})
+QUARANTINE = ".quarantine"
+LOCKS = ".locks"
+LEASES = ".leases"
+OVERLAYS = ".overlays"
+
+
+def default_root() -> Path:
+    """`$FXCACHE_ROOT`, else `$RUNNER_TOOL_CACHE/fxcache` inside Actions, else ~/.cache/fxcache."""
+    env = os.environ.get("FXCACHE_ROOT")
+    if env:
+        return Path(env).expanduser()
+    tool_cache = os.environ.get("RUNNER_TOOL_CACHE")
+    if gha.in_actions() and tool_cache:
+        return Path(tool_cache) / "fxcache"
+    return Path.home() / ".cache" / "fxcache"
+
+
+class Layout:
+    """Paths inside one store root."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.expanduser().absolute()
+
+    def scope(self, key: str) -> Path:
+        """The directory of scope `key`."""
+        return self.root / key
+
+    def manifest(self, key: str) -> Path:
+        """The manifest of scope `key`."""
+        return self.root / key / MANIFEST
+
+    def lock(self, key: str) -> Path:
+        """The lock file that serialises writers of scope `key`."""
+        return self.root / LOCKS / f"{key}.lock"
+
+    def leases(self, key: str) -> Path:
+        """The lease directory of scope `key` (one file per unsaved in-place restore)."""
+        return self.root / LEASES / key
+
+    @property
+    def quarantine(self) -> Path:
+        """Where failed scopes are moved."""
+        return self.root / QUARANTINE
+
+    @property
+    def overlays(self) -> Path:
+        """Where private overlays of read-only restores are made."""
+        return self.root / OVERLAYS
+
+    def scope_keys(self) -> list[str]:
+        """Names of the scope directories of our key format in this root, sorted."""
+        if not self.root.is_dir():
+            return []
+        keys = []
+        for entry in os.scandir(self.root):
+            if entry.is_dir(follow_symlinks=False) and scopekey.parse(entry.name) is not None:
+                keys.append(entry.name)
+        return sorted(keys)

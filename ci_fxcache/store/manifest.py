@@ -1,0 +1,243 @@
+"""Scope manifests: per-file size, mtime and sha256, the fingerprint, times, an optional HMAC.
+
+A manifest is the commit point of a scope: it is written to a temporary file and renamed over
+`manifest.json`, so a reader sees the old one or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import stat
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ci_fxcache.store.layout import CACHE_DIRS, SCOPE_ENTRIES
+
+SCHEMA = "fxcache-manifest/1"
+SIGNING_ENV = "FXCACHE_SIGNING_KEY"
+_READ_ONLY = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
+
+
+class ManifestError(Exception):
+    """The manifest is missing fields, malformed or not ours."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One integrity failure: kind is missing, truncated, altered, unexpected, symlink, escape."""
+
+    kind: str
+    path: str
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.path}" + (f" ({self.detail})" if self.detail else "")
+
+
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file's content."""
+    with path.open("rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def safe_relpath(rel: str) -> bool:
+    """True when `rel` names a file inside one of the scope's cache dirs (no `..`, not absolute)."""
+    parts = rel.split("/")
+    return (
+        len(parts) >= 2
+        and parts[0] in CACHE_DIRS
+        and all(part not in ("", ".", "..") for part in parts)
+        and "\\" not in rel
+        and "\0" not in rel
+    )
+
+
+def scan(scope_dir: Path) -> tuple[dict[str, os.stat_result], list[Problem]]:
+    """Regular files under the cache dirs (relative POSIX path -> lstat) and what is not allowed.
+
+    Symlinks are never followed: each one is a problem (it could point outside the scope), as is
+    any top-level entry that is not part of the layout, and anything that is not a plain file.
+    """
+    files: dict[str, os.stat_result] = {}
+    problems: list[Problem] = []
+    root = str(scope_dir)
+    for entry in os.scandir(root):
+        if entry.name not in SCOPE_ENTRIES:
+            problems.append(Problem("unexpected", entry.name, "not part of the scope layout"))
+        elif entry.is_symlink():
+            problems.append(Problem("symlink", entry.name, f"-> {os.readlink(entry.path)}"))
+    for top in CACHE_DIRS:
+        base = os.path.join(root, top)
+        if os.path.islink(base) or not os.path.isdir(base):
+            continue
+        # Plain strings and scandir's cached d_type: this runs on every restore.
+        stack = [(base, top + "/")]
+        while stack:
+            current, prefix = stack.pop()
+            with os.scandir(current) as it:
+                for entry in it:
+                    rel = prefix + entry.name
+                    if entry.is_symlink():
+                        problems.append(Problem("symlink", rel, f"-> {os.readlink(entry.path)}"))
+                    elif entry.is_dir(follow_symlinks=False):
+                        stack.append((entry.path, rel + "/"))
+                    elif entry.is_file(follow_symlinks=False):
+                        files[rel] = entry.stat(follow_symlinks=False)
+                    else:
+                        problems.append(Problem("unexpected", rel, "not a regular file"))
+    return files, problems
+
+
+def file_entries(scope_dir: Path, files: dict[str, os.stat_result]) -> dict[str, dict[str, Any]]:
+    """Size, mtime and sha256 of each file (hashes every file: the save is the trust anchor)."""
+    return {
+        rel: {
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+            "sha256": sha256_file(scope_dir / rel),
+        }
+        for rel, st in sorted(files.items())
+    }
+
+
+def make_read_only(scope_dir: Path, files: dict[str, os.stat_result]) -> None:
+    """Drop write permission on committed files so an in-place write fails instead of altering
+    a file shared by hardlinks (renames, which Inductor and Triton use, still work)."""
+    for rel, st in files.items():
+        if st.st_mode & 0o222:
+            os.chmod(scope_dir / rel, stat.S_IMODE(st.st_mode) & ~0o222 | _READ_ONLY)
+
+
+def _payload(manifest: dict[str, Any]) -> bytes:
+    body = {k: v for k, v in manifest.items() if k != "signature"}
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def sign(manifest: dict[str, Any], key: str) -> None:
+    """Add an HMAC-SHA256 of the manifest's canonical JSON (everything but the signature)."""
+    digest = hmac.new(key.encode("utf-8"), _payload(manifest), hashlib.sha256).hexdigest()
+    manifest["signature"] = {"alg": "hmac-sha256", "value": digest}
+
+
+def signature_problem(manifest: dict[str, Any], key: str) -> str | None:
+    """None when the manifest carries a valid HMAC for `key`, else why not."""
+    sig = manifest.get("signature")
+    if not isinstance(sig, dict) or sig.get("alg") != "hmac-sha256":
+        return "manifest is not signed"
+    expected = hmac.new(key.encode("utf-8"), _payload(manifest), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected, str(sig.get("value", ""))):
+        return "manifest signature does not match the signing key"
+    return None
+
+
+def load(path: Path) -> dict[str, Any]:
+    """Read and shape-check a manifest; ManifestError when it is unusable."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestError(f"unreadable manifest: {exc}") from exc
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ManifestError("not an fxcache manifest")
+    files = data.get("files")
+    if not isinstance(files, dict):
+        raise ManifestError("manifest has no file list")
+    for rel, meta in files.items():
+        if not isinstance(meta, dict) or not {"size", "sha256"} <= meta.keys():
+            raise ManifestError(f"manifest entry {rel!r} is malformed")
+    return data
+
+
+def write_atomic(
+    path: Path,
+    manifest: dict[str, Any],
+    tmp_dir: Path,
+    before_rename: Callable[[], None] | None = None,
+) -> None:
+    """Write JSON to a temporary file in `tmp_dir` (same filesystem), fsync, rename over `path`."""
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f"{path.parent.name}.", suffix=".manifest.tmp", dir=tmp_dir)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(manifest, fh, indent=1, sort_keys=True)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        if before_rename is not None:
+            before_rename()
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def check(scope_dir: Path, manifest: dict[str, Any], full: bool) -> list[Problem]:
+    """Compare the scope's files with its manifest.
+
+    Fast mode compares sizes and mtimes and re-hashes only files whose mtime changed; `full`
+    re-hashes every file. Unlisted files, symlinks and entries that would leave the scope are
+    problems too. One walk, comparing as it goes: this runs on every restore.
+    """
+    listed: dict[str, dict[str, Any]] = manifest["files"]
+    problems: list[Problem] = []
+    root = str(scope_dir)
+    seen = 0
+    for entry in os.scandir(root):
+        if entry.name not in SCOPE_ENTRIES:
+            problems.append(Problem("unexpected", entry.name, "not part of the scope layout"))
+        elif entry.is_symlink():
+            problems.append(Problem("symlink", entry.name, f"-> {os.readlink(entry.path)}"))
+    for top in CACHE_DIRS:
+        base = os.path.join(root, top)
+        if os.path.islink(base) or not os.path.isdir(base):
+            continue
+        stack = [(base, top + "/")]
+        while stack:
+            current, prefix = stack.pop()
+            with os.scandir(current) as it:
+                for entry in it:
+                    rel = prefix + entry.name
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append((entry.path, rel + "/"))
+                        continue
+                    meta = listed.get(rel)
+                    if entry.is_symlink():
+                        problems.append(Problem("symlink", rel, f"-> {os.readlink(entry.path)}"))
+                    elif not entry.is_file(follow_symlinks=False):
+                        problems.append(Problem("unexpected", rel, "not a regular file"))
+                    elif meta is None:
+                        problems.append(Problem("unexpected", rel, "not in the manifest"))
+                    else:
+                        seen += 1
+                        st = entry.stat(follow_symlinks=False)
+                        size = meta["size"]
+                        if st.st_size != size:
+                            kind = "truncated" if st.st_size < size else "altered"
+                            detail = f"{st.st_size} bytes, expected {size}"
+                            problems.append(Problem(kind, rel, detail))
+                        elif (full or st.st_mtime_ns != meta.get("mtime_ns")) and sha256_file(
+                            Path(entry.path)
+                        ) != meta["sha256"]:
+                            problems.append(Problem("altered", rel, "sha256 differs"))
+    if seen != len(listed):
+        present = {p.path for p in problems}
+        for rel in sorted(listed):
+            if rel in present:
+                continue
+            if not safe_relpath(rel):
+                problems.append(Problem("escape", rel, "manifest entry leaves the scope"))
+            elif not os.path.isfile(os.path.join(root, rel)) or os.path.islink(
+                os.path.join(root, rel)
+            ):
+                problems.append(Problem("missing", rel))
+    return problems

@@ -1,0 +1,83 @@
+"""Helpers for the store tests: drive `fxcache restore` / `save` as real subprocesses."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import TORCH_PYTHON, RunFxcache
+
+
+@dataclass
+class Store:
+    """A tiny store root plus the CLI runner."""
+
+    root: Path
+    run: RunFxcache
+    env: dict[str, str]
+
+    def restore(
+        self,
+        *extra: str,
+        state: str = "state.json",
+        env: dict[str, str] | None = None,
+        ok: bool = True,
+    ) -> dict[str, Any]:
+        """Run `fxcache restore --json`; return the state object (stderr under `_stderr`)."""
+        proc = self.run(
+            "restore",
+            "--root",
+            str(self.root),
+            "--python",
+            TORCH_PYTHON,
+            "--json",
+            "--state-file",
+            str(self.root.parent / state),
+            *extra,
+            env={**self.env, **(env or {})},
+        )
+        assert proc.returncode == 0, proc.stderr
+        data: dict[str, Any] = json.loads(proc.stdout)
+        data["_stderr"] = proc.stderr
+        return data
+
+    def save(self, state: str = "state.json", env: dict[str, str] | None = None) -> Any:
+        """Run `fxcache save --json`; return the completed process."""
+        return self.run(
+            "save",
+            "--json",
+            "--state-file",
+            str(self.root.parent / state),
+            env={**self.env, **(env or {})},
+        )
+
+
+def write_files(base: str | Path, files: dict[str, bytes]) -> None:
+    """Write `files` (relative path -> content) under `base`, as Inductor would (tmp + rename)."""
+    for rel, content in files.items():
+        path = Path(base) / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(content)
+        os.replace(tmp, path)
+
+
+def tree_digest(base: str | Path) -> dict[str, str]:
+    """Relative path -> sha256 of every regular file under `base`."""
+    base = Path(base)
+    return {
+        p.relative_to(base).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(base.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+SAMPLE = {
+    "inductor/fxgraph/ab/entry1": b"graph-one" * 100,
+    "inductor/aotautograd/cd/entry2": b"autograd" * 50,
+    "triton/KERNELHASH/kernel.so": bytes(range(256)) * 40,
+}
