@@ -429,3 +429,31 @@ def test_fixtures_follow_verifys_json_schema(name: str) -> None:
         for e in validator.iter_errors(json.loads((DATA / name).read_text()))
     ]
     assert errors == []
+
+
+def test_environment_line_reads_a_real_restore_state(
+    run_fxcache: RunFxcache, tmp_path: Path
+) -> None:
+    from tests.conftest import TORCH_PYTHON
+
+    state = tmp_path / "state.json"
+    proc = run_fxcache(
+        "restore",
+        "--python",
+        TORCH_PYTHON,
+        "--root",
+        str(tmp_path / "root"),
+        "--json",
+        "--state-file",
+        str(state),
+    )
+    assert proc.returncode == 0, proc.stderr
+    restored = json.loads(proc.stdout)
+    doc = json.loads((DATA / "verify_real_cpu.json").read_text())
+    doc["cache"] = restored  # what `verify --cache-state` embeds verbatim
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    proc = run_fxcache("report", str(path), "--format", "md")
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("| cache |")]
+    assert f"not found (miss): cold start; key `{restored['scope_key']}`; nothing stale" in line
