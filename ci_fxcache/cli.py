@@ -18,7 +18,7 @@ from ci_fxcache.errors import EXIT_USAGE, FxcacheError
 
 # One module per subcommand under ci_fxcache.commands; each has register(subparsers).
 # Modules must stay cheap to import: heavy imports (requests, jinja2) go inside functions.
-COMMANDS: tuple[str, ...] = ("fingerprint", "key", "restore", "save", "invalidate")
+COMMANDS: tuple[str, ...] = ("fingerprint", "key", "restore", "verify", "save", "invalidate")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,0 +1,130 @@
+"""`fxcache verify` (default CPU matrix, 12 combos) versus the naive way, side by side.
+
+The naive baseline runs every phase of every combination in a fresh `python` that imports
+torch, strictly one after another, with an eager reference in both phases (as a hand-written
+cold/hot script would). The product runs the same matrix with `fxcache verify`: a fork server
+that has imported torch (nothing compiled) forks one child per phase, combinations run in
+parallel, and only the cold phase runs eager. Both do the same compiles in fresh processes.
+
+Usage: python benchmarks/bench_matrix.py [--python PY] [--order naive-first|product-first]
+Prints both wall times and the ratio (target: product <= 0.5x naive).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ci_fxcache import matrix, workerpool
+
+ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+
+
+def product(python: str, work: Path) -> tuple[float, dict[str, int]]:
+    """Wall time of `fxcache verify` with the default matrix; its summary."""
+    out = work / "results.json"
+    start = time.perf_counter()
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ci_fxcache",
+            "verify",
+            "--python",
+            python,
+            "--cache-dir",
+            str(work / "cache"),
+            "--json",
+            str(out),
+            "--fail-on",
+            "never",
+        ],
+        check=True,
+        env={**os.environ, **ENV},
+        stdout=subprocess.DEVNULL,
+    )
+    elapsed = time.perf_counter() - start
+    return elapsed, json.loads(out.read_text())["summary"]
+
+
+def naive(python: str, work: Path) -> float:
+    """Wall time of the naive baseline over the same 12 combinations."""
+    combos = matrix.build(dict.fromkeys(matrix.FLAGS), None)
+    combos.devices = ["cpu"]
+    env, private = workerpool.worker_env({**os.environ, **ENV})
+    start = time.perf_counter()
+    try:
+        for combo in combos.combos():
+            cdir = work / "naive" / combo.id
+            cdir.mkdir(parents=True)
+            for phase in ("cold", "hot"):
+                fresh = phase == "hot" and combo.mechanism != "fxgraph"
+                base = cdir / "hot" if fresh else cdir
+                spec = {
+                    "phase": phase,
+                    "combo": combo.to_dict(),
+                    "dir": str(cdir),
+                    "inductor_dir": str(base / "inductor"),
+                    "triton_dir": str(base / "triton"),
+                    "eager": True,
+                    "redis_url": None,
+                    "cache_tag": "",
+                }
+                request = cdir / f"{phase}-request.json"
+                request.write_text(
+                    json.dumps(
+                        {
+                            "kind": "phase",
+                            "spec": spec,
+                            "log": str(cdir / f"{phase}.log"),
+                            "result": str(cdir / f"{phase}.json"),
+                        }
+                    )
+                )
+                subprocess.run(
+                    [python, "-m", workerpool.WORKER_NAME, "phase", str(request)],
+                    check=True,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                )
+                if json.loads((cdir / f"{phase}.json").read_text())["status"] != "ok":
+                    raise SystemExit(f"naive baseline: {combo.id} {phase} failed")
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--python", default=sys.executable, help="interpreter with torch")
+    parser.add_argument("--order", choices=("naive-first", "product-first"), default="naive-first")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-matrix-"))
+    try:
+        if args.order == "naive-first":
+            base = naive(args.python, work)
+            prod, summary = product(args.python, work)
+        else:
+            prod, summary = product(args.python, work)
+            base = naive(args.python, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    cores = len(os.sched_getaffinity(0))
+    print(f"default CPU matrix, 12 combos, {cores} cores")
+    print(f"naive baseline (fresh python per phase, sequential): {base:7.1f} s")
+    print(f"fxcache verify (fork server, parallel):              {prod:7.1f} s  {summary}")
+    print(
+        f"ratio product / naive: {prod / base:.2f}  (target <= 0.50: "
+        f"{'met' if prod / base <= 0.5 else 'MISSED'})"
+    )
+
+
+if __name__ == "__main__":
+    main()

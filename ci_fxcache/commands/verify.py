@@ -1,0 +1,177 @@
+"""`fxcache verify`: the hot-load verification matrix, each phase in a fresh process."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from ci_fxcache import cli, fingerprint, interpreter, matrix, matrixrun, results, scopekey
+from ci_fxcache.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
+from ci_fxcache.workerpool import ForkServer
+
+
+def register(sub: Any, parent: argparse.ArgumentParser) -> None:
+    """Add the `verify` subcommand."""
+    parser = sub.add_parser(
+        "verify",
+        parents=[parent],
+        help="run the hot-load verification matrix (cold and hot phases in fresh processes)",
+        description="For each dtype / dynamic-shape / cache-mechanism combination: compile "
+        "cold in a fresh process, hot-load in another, compare outputs and counters, and give "
+        "a verdict (safe, no-gain, unsafe, error, skipped).",
+    )
+    cli.python_option(parser)
+    axes = parser.add_argument_group("matrix (comma-separated; override --matrix-file)")
+    axes.add_argument("--device", dest="devices", help="auto, cpu, cuda (default: auto)")
+    axes.add_argument("--dtypes", help="float32, float16, bfloat16, bfloat16-autocast")
+    axes.add_argument("--dynamic", help="false, true, mark")
+    axes.add_argument("--mechanisms", help="fxgraph, mega, precompile, remote")
+    axes.add_argument("--training", help="true, false")
+    axes.add_argument("--workloads", help="built-in names or package.module:factory")
+    axes.add_argument("--matrix-file", metavar="F", help="YAML matrix file (docs/matrix-file.md)")
+    parser.add_argument("--phase", choices=("cold", "hot", "both", "auto"), default="both")
+    parser.add_argument("--cache-dir", metavar="DIR", help="per-combination caches and references")
+    parser.add_argument("--json", metavar="PATH", help="write the results document (- = stdout)")
+    parser.add_argument("--min-speedup", type=float, default=2.0, metavar="X")
+    parser.add_argument("--compare", choices=("bitwise", "close"), default="bitwise")
+    parser.add_argument("--fail-on", choices=("unsafe", "no-gain", "never"), default="unsafe")
+    parser.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per phase")
+    parser.add_argument("--jobs", type=int, metavar="N", help="parallel combinations")
+    parser.add_argument("--cache-state", metavar="F", help="restore's state (JSON), embedded")
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("FXCACHE_REDIS_URL") or None,
+        help="Redis for the remote mechanism (env FXCACHE_REDIS_URL)",
+    )
+    parser.add_argument("--salt", default=None, help=argparse.SUPPRESS)
+    parser.set_defaults(func=run)
+
+
+def _progress(total: int) -> Any:
+    lock = threading.Lock()
+    done = [0]
+
+    def report(combo: dict[str, Any]) -> None:
+        with lock:
+            done[0] += 1
+            print(f"[{done[0]}/{total}] {line(combo)}", flush=True)
+
+    return report
+
+
+def _secs(phase: dict[str, Any] | None) -> str:
+    value = (phase or {}).get("compile_s")
+    return "-" if value is None else f"{value:.1f}s"
+
+
+def line(combo: dict[str, Any]) -> str:
+    """One progress / table line for a combination."""
+    label = matrix.Combo(
+        combo["workload"],
+        combo["device"],
+        combo["dtype"],
+        combo["dynamic"],
+        combo["mechanism"],
+        combo["training"],
+    ).label
+    speed = f"{combo['speedup']:.1f}x" if combo.get("speedup") is not None else "-"
+    return (
+        f"{label:<44} {combo['verdict']:<8} cold {_secs(combo.get('cold')):>6} "
+        f"hot {_secs(combo.get('hot')):>6} {speed:>6}  {combo['reason']}"
+    )
+
+
+def _cache_state(path: str | None) -> Any:
+    if not path:
+        return None
+    try:
+        return json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise UsageError(f"--cache-state {path}: cannot read it ({exc.strerror})") from exc
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--cache-state {path}: not JSON ({exc})") from exc
+
+
+def run(args: argparse.Namespace) -> int:
+    """Plan, run, judge, print, write JSON; exit status by --fail-on."""
+    flags = {axis: getattr(args, axis) for axis in matrix.FLAGS}
+    plan = matrix.build(flags, args.matrix_file)
+    if args.phase == "hot" and not args.cache_dir:
+        raise UsageError("--phase hot needs --cache-dir (where the cold phase recorded references)")
+    if args.timeout <= 0 or (args.jobs is not None and args.jobs < 1) or args.min_speedup < 0:
+        raise UsageError("--timeout and --jobs must be positive, --min-speedup not negative")
+    cache_state = _cache_state(args.cache_state)
+    python = interpreter.resolve(args.python)
+    fp = fingerprint.collect(python, args.salt)
+    temporary = args.cache_dir is None
+    cache_dir = Path(args.cache_dir or tempfile.mkdtemp(prefix="fxcache-verify-")).absolute()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    settings = matrixrun.Settings(
+        phase=args.phase,
+        cache_dir=cache_dir,
+        min_speedup=args.min_speedup,
+        compare=args.compare,
+        fail_on=args.fail_on,
+        timeout=args.timeout,
+        jobs=args.jobs,
+        redis_url=args.redis_url,
+    )
+    server = ForkServer(python, cache_dir)
+    try:
+        total = len(plan.combos())
+        if "auto" in plan.devices:
+            matrixrun.expand_devices(plan, server.info)
+            total = len(plan.combos())
+        combos, phase = matrixrun.run(server, plan, settings, _progress(total))
+    finally:
+        server.close()
+        if temporary:
+            shutil.rmtree(cache_dir, ignore_errors=True)
+    settings.phase = phase
+    doc = results.document(
+        fingerprint=fp.to_dict(),
+        scope_key=scopekey.scope_key(fp),
+        cache=cache_state,
+        settings=settings.to_dict(),
+        matrix=plan.to_dict(),
+        combos=combos,
+    )
+    if args.json:
+        results.write(doc, args.json)
+    if args.json != "-":
+        _table(doc)
+    return _exit_status(doc, args.fail_on)
+
+
+def _table(doc: dict[str, Any]) -> None:
+    print()
+    for combo in doc["combos"]:
+        print(line(combo))
+    counts = ", ".join(f"{v} {k}" for k, v in doc["summary"].items() if v)
+    print(f"\n{len(doc['combos'])} combinations: {counts}", flush=True)
+
+
+def _exit_status(doc: dict[str, Any], fail_on: str) -> int:
+    summary = doc["summary"]
+    bad = {
+        "never": 0,
+        "unsafe": summary["unsafe"],
+        "no-gain": summary["unsafe"] + summary["no-gain"],
+    }[fail_on]
+    if bad:
+        cli.report_failure(
+            f"{bad} combination(s) failed the --fail-on {fail_on} policy: "
+            + ", ".join(
+                c["id"]
+                for c in doc["combos"]
+                if c["verdict"] == "unsafe" or (fail_on == "no-gain" and c["verdict"] == "no-gain")
+            )
+        )
+        return EXIT_CHECK_FAILED
+    return EXIT_OK

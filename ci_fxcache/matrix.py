@@ -1,0 +1,226 @@
+"""The verification matrix: axes, combinations, and their sources (flags and a YAML file)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+from ci_fxcache.errors import UsageError
+
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("float32", "float16", "bfloat16", "bfloat16-autocast")
+DYNAMIC = ("false", "true", "mark")
+MECHANISMS = ("fxgraph", "mega", "precompile", "remote")
+BUILTIN_WORKLOADS = ("sin_matmul", "mlp", "conv", "attention", "transformer_block")
+USER_WORKLOAD = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+
+DEFAULTS: dict[str, list[Any]] = {
+    "devices": ["auto"],
+    "dtypes": ["float32", "bfloat16"],
+    "dynamic": ["false", "true"],
+    "mechanisms": ["fxgraph", "mega", "precompile"],
+    "training": [True],
+    "workloads": ["sin_matmul"],
+}
+# Matrix-file key -> CLI flag, for messages.
+FLAGS = {
+    "devices": "--device",
+    "dtypes": "--dtypes",
+    "dynamic": "--dynamic",
+    "mechanisms": "--mechanisms",
+    "training": "--training",
+    "workloads": "--workloads",
+}
+SHORT_DTYPE = {
+    "float32": "fp32",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "bfloat16-autocast": "bf16ac",
+}
+SHORT_DYNAMIC = {"false": "static", "true": "dynamic", "mark": "mark"}
+
+
+@dataclass(frozen=True)
+class Combo:
+    """One combination of the matrix."""
+
+    workload: str
+    device: str
+    dtype: str
+    dynamic: str
+    mechanism: str
+    training: bool
+
+    @property
+    def id(self) -> str:
+        """Stable id, also the combination's directory name under --cache-dir."""
+        workload = re.sub(r"[^A-Za-z0-9_.]+", "_", self.workload)
+        mode = "train" if self.training else "infer"
+        dyn = SHORT_DYNAMIC[self.dynamic]
+        return f"{workload}-{self.device}-{self.dtype}-{dyn}-{self.mechanism}-{mode}"
+
+    @property
+    def label(self) -> str:
+        """Short human label for progress lines."""
+        mode = "train" if self.training else "infer"
+        return (
+            f"{self.workload} {self.device} {SHORT_DTYPE[self.dtype]} "
+            f"{SHORT_DYNAMIC[self.dynamic]} {self.mechanism} {mode}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The combination's axes as the results document spells them."""
+        return {
+            "workload": self.workload,
+            "device": self.device,
+            "dtype": self.dtype,
+            "dynamic": self.dynamic,
+            "mechanism": self.mechanism,
+            "training": self.training,
+        }
+
+
+@dataclass
+class Matrix:
+    """Selected values of each axis (`devices` may still say `auto`)."""
+
+    devices: list[str] = field(default_factory=lambda: list(DEFAULTS["devices"]))
+    dtypes: list[str] = field(default_factory=lambda: list(DEFAULTS["dtypes"]))
+    dynamic: list[str] = field(default_factory=lambda: list(DEFAULTS["dynamic"]))
+    mechanisms: list[str] = field(default_factory=lambda: list(DEFAULTS["mechanisms"]))
+    training: list[bool] = field(default_factory=lambda: list(DEFAULTS["training"]))
+    workloads: list[str] = field(default_factory=lambda: list(DEFAULTS["workloads"]))
+
+    def combos(self) -> list[Combo]:
+        """Every combination, in a stable order (workload, device, dtype, dynamic, mech, mode)."""
+        return [
+            Combo(w, d, t, y, m, tr)
+            for w, d, t, y, m, tr in product(
+                self.workloads,
+                self.devices,
+                self.dtypes,
+                self.dynamic,
+                self.mechanisms,
+                self.training,
+            )
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the results document's `matrix`."""
+        return {k: list(getattr(self, k)) for k in FLAGS}
+
+
+def _bool(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "train"):
+        return True
+    if text in ("false", "0", "no", "infer"):
+        return False
+    raise UsageError(f"{where}: {value!r} is not true or false")
+
+
+def _check(axis: str, values: list[Any], where: str) -> list[Any]:
+    if not values:
+        raise UsageError(f"{where}: needs at least one value")
+    allowed: tuple[str, ...] = {
+        "devices": DEVICES,
+        "dtypes": DTYPES,
+        "dynamic": DYNAMIC,
+        "mechanisms": MECHANISMS,
+    }.get(axis, ())
+    out: list[Any] = []
+    for raw in values:
+        if axis == "training":
+            value: Any = _bool(raw, where)
+        elif axis == "dynamic" and isinstance(raw, bool):
+            value = "true" if raw else "false"
+        else:
+            value = str(raw).strip()
+            if axis != "workloads":
+                value = value.lower()
+        if allowed and value not in allowed:
+            raise UsageError(
+                f"{where}: unknown {axis[:-1] if axis != 'dynamic' else 'dynamic'} value "
+                f"{value!r}; choose from {', '.join(allowed)}"
+            )
+        if (
+            axis == "workloads"
+            and value not in BUILTIN_WORKLOADS
+            and not USER_WORKLOAD.match(value)
+        ):
+            raise UsageError(
+                f"{where}: unknown workload {value!r}; use a built-in "
+                f"({', '.join(BUILTIN_WORKLOADS)}) or package.module:factory"
+            )
+        if value not in out:
+            out.append(value)
+    return out
+
+
+def split(text: str) -> list[str]:
+    """A comma-separated flag value as a list (blank items dropped)."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def load_file(path: str) -> dict[str, list[Any]]:
+    """Read and validate a YAML matrix file (see docs/matrix-file.md)."""
+    import yaml
+
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise UsageError(f"--matrix-file {path}: cannot read it ({exc.strerror})") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UsageError(f"--matrix-file {path}: malformed YAML{where}: {problem}") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise UsageError(
+            f"--matrix-file {path}: expected a mapping of axes, got {type(data).__name__}"
+        )
+    body = data.get("matrix", data) if set(data) <= {"matrix", "version"} else data
+    if not isinstance(body, dict):
+        raise UsageError(f"--matrix-file {path}: 'matrix' must be a mapping of axes")
+    aliases = {
+        "device": "devices",
+        "dtype": "dtypes",
+        "mechanism": "mechanisms",
+        "workload": "workloads",
+    }
+    out: dict[str, list[Any]] = {}
+    for key, value in body.items():
+        axis = aliases.get(str(key), str(key))
+        if axis not in FLAGS:
+            raise UsageError(
+                f"--matrix-file {path}: unknown key {key!r}; allowed: {', '.join(FLAGS)}"
+            )
+        if isinstance(value, (str, bool)):
+            value = split(value) if isinstance(value, str) else [value]
+        if not isinstance(value, list):
+            raise UsageError(
+                f"--matrix-file {path}: {key} must be a list or a comma-separated string"
+            )
+        out[axis] = _check(axis, value, f"--matrix-file {path}: {key}")
+    return out
+
+
+def build(flags: dict[str, str | None], matrix_file: str | None) -> Matrix:
+    """The matrix: defaults, overridden by the matrix file, overridden by flags."""
+    matrix = Matrix()
+    if matrix_file:
+        for axis, values in load_file(matrix_file).items():
+            setattr(matrix, axis, values)
+    for axis, text in flags.items():
+        if text is not None:
+            setattr(matrix, axis, _check(axis, split(text), f"{FLAGS[axis]} {text}"))
+    return matrix

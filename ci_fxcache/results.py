@@ -1,0 +1,58 @@
+"""The results document (`fxcache-results/1`, docs/contracts.md): built once, rendered later."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from ci_fxcache import __version__, verdicts
+
+SCHEMA = "fxcache-results/1"
+SCHEMA_FILE = Path(__file__).resolve().parent / "schemas" / "results.schema.json"
+
+
+def document(
+    *,
+    fingerprint: dict[str, Any] | None,
+    scope_key: str | None,
+    cache: Any,
+    settings: dict[str, Any],
+    matrix: dict[str, Any],
+    combos: list[dict[str, Any]],
+    report_id: str = "fxcache",
+) -> dict[str, Any]:
+    """The whole document."""
+    return {
+        "schema": SCHEMA,
+        "fxcache_version": __version__,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "report_id": report_id,
+        "runner": {
+            "name": os.environ.get("RUNNER_NAME") or platform.node(),
+            "os": platform.system().lower(),
+        },
+        "fingerprint": fingerprint,
+        "scope_key": scope_key,
+        "cache": cache,
+        "settings": settings,
+        "matrix": matrix,
+        "combos": combos,
+        "summary": verdicts.summary(combos),
+    }
+
+
+def write(doc: dict[str, Any], path: str) -> None:
+    """Write the document (`-` = stdout), atomically for files."""
+    text = json.dumps(doc, indent=2) + "\n"
+    if path == "-":
+        print(text, end="")
+        return
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(target)

@@ -1,0 +1,28 @@
+"""Fault injection helpers for the verification tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# Appended to Inductor's generated wrapper modules: every floating output gets +1, as a
+# corrupted cache entry would compute wrong values while still loading as a "hit".
+_WRONG_CALL = """
+
+_fxcache_original_call = call
+
+
+def call(args):
+    outs = _fxcache_original_call(args)
+    return [o + 1 if isinstance(o, torch.Tensor) and o.is_floating_point() else o for o in outs]
+"""
+
+
+def tamper_generated_code(cache_dir: Path) -> int:
+    """Make every generated wrapper module under `cache_dir` return wrong values; the count."""
+    count = 0
+    for path in cache_dir.rglob("*.py"):
+        text = path.read_text()
+        if "def call(" in text and "runner.call" in text:
+            path.write_text(text + _WRONG_CALL)
+            count += 1
+    return count

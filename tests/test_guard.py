@@ -1,0 +1,84 @@
+"""`ci_fxcache.guard`: dtype-aware comparison, and recovery from a corrupted cache entry."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, TORCH_PYTHON
+from tests.faults import tamper_generated_code
+
+SCRIPT = textwrap.dedent(
+    """
+    import logging, sys
+    import torch
+    from ci_fxcache.guard import guarded_compile
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+
+    def fn(x, y):
+        return x.sin() @ y
+
+    torch.manual_seed(0)
+    x, y = torch.rand(64, 100), torch.rand(100, 100)
+    compiled = guarded_compile(fn, x, y)
+    with torch.no_grad():
+        err = (compiled(x, y) - fn(x, y)).abs().max().item()
+    import torch._inductor.config as c
+    print(f"err={err} caches_disabled={c.force_disable_caches}")
+    """
+)
+
+
+def test_compare_uses_dtype_tolerances() -> None:
+    torch = pytest.importorskip("torch")
+    from ci_fxcache.guard import compare
+
+    x = torch.ones(8)
+    assert compare(x + 1e-6, x)
+    assert not compare(x + 1e-3, x)
+    b = torch.ones(8, dtype=torch.bfloat16)
+    assert compare(b * 1.0078125, b)  # one bfloat16 ulp at 1.0
+    assert not compare(b * 1.0625, b)
+    check = compare((x, x), (x,))
+    assert not check and "2 output tensors vs 1" in check.detail
+
+
+@pytest.mark.slow
+def test_guard_recovers_from_a_tampered_cache(tmp_path: Path) -> None:
+    cache = tmp_path / "inductor"
+    env = {
+        **os.environ,
+        "TORCHINDUCTOR_CACHE_DIR": str(cache),
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",
+    }
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [TORCH_PYTHON, "-c", SCRIPT],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+
+    clean = run()  # populates the cache; a correct compile raises no alarm
+    assert clean.returncode == 0, clean.stderr
+    assert "caches_disabled=False" in clean.stdout
+    assert "disabling Inductor caches" not in clean.stderr
+    assert tamper_generated_code(cache) >= 1
+    tampered = run()
+    assert tampered.returncode == 0, tampered.stderr
+    assert "compiled output disagrees with the reference" in tampered.stderr
+    assert "disabling Inductor caches and recompiling" in tampered.stderr
+    assert "caches_disabled=True" in tampered.stdout
+    err = float(tampered.stdout.split("err=")[1].split()[0])
+    assert err < 1e-3  # recompiled from scratch: correct again
+    shutil.rmtree(cache)

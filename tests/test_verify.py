@@ -1,0 +1,383 @@
+"""`fxcache verify` end to end: real torch 2.13.0 compiles on CPU, real fresh processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT, TORCH_PYTHON, RunFxcache, free_port
+from tests.faults import tamper_generated_code
+
+pytestmark = pytest.mark.slow
+
+ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+F32_STATIC = "sin_matmul-cpu-float32-static-fxgraph-train"
+
+
+def verify(run_fxcache: RunFxcache, *args: str, env: dict[str, str] | None = None) -> Any:
+    return run_fxcache(
+        "verify", "--python", TORCH_PYTHON, *args, env={**ENV, **(env or {})}, timeout=900, cwd=ROOT
+    )
+
+
+def load(path: Path) -> dict[str, Any]:
+    doc = json.loads(path.read_text())
+    from tests.test_results_schema import validate
+
+    validate(doc)
+    return doc
+
+
+def _shared(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A directory shared by every pytest-xdist worker of this session (or this process)."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    return base / name
+
+
+def _run_once(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run `fxcache verify ARGS` once per session, whichever xdist worker asks first; the others
+    wait on the lock and reuse its output (the cache dir is only ever copied by the tests)."""
+    from filelock import FileLock
+
+    from tests.conftest import run_fxcache as fixture
+
+    with FileLock(str(root) + ".lock"):
+        done = root / "proc.json"
+        if not done.exists():
+            root.mkdir(parents=True, exist_ok=True)
+            proc = verify(fixture.__wrapped__(), *args)  # type: ignore[attr-defined]
+            done.write_text(json.dumps([proc.returncode, proc.stdout, proc.stderr]))
+        code, stdout, stderr = json.loads(done.read_text())
+    return subprocess.CompletedProcess([], code, stdout, stderr)
+
+
+@pytest.fixture(scope="module")
+def fxgraph_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, Any], Path]:
+    """One cold+hot matrix shared by several tests: sin_matmul fp32/bf16 x static/dynamic."""
+    root = _shared(tmp_path_factory, "verify-fxgraph")
+    out = root / "results.json"
+    proc = _run_once(
+        root,
+        "--dtypes",
+        "float32,bfloat16",
+        "--dynamic",
+        "false,true",
+        "--mechanisms",
+        "fxgraph",
+        "--training",
+        "true",
+        "--cache-dir",
+        str(root / "cache"),
+        "--json",
+        str(out),
+    )
+    return proc, load(out) if out.exists() else {}, root / "cache"
+
+
+def test_fxgraph_float32_bfloat16_static_dynamic_are_safe(fxgraph_run: Any) -> None:
+    proc, doc, _ = fxgraph_run
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(doc["combos"]) == 4
+    assert doc["summary"]["safe"] == 4, [c["reason"] for c in doc["combos"]]
+    for combo in doc["combos"]:
+        hot = combo["hot"]
+        assert hot["counters"].get("fxgraph_cache_hit", 0) >= 1, combo["id"]
+        assert hot["counters"].get("aot_autograd_cache_hit", 0) >= 1, combo["id"]
+        assert combo["misses"] == 0 and combo["hits"] >= 2
+        assert combo["cold"]["counters"].get("fxgraph_cache_miss", 0) >= 1
+        assert combo["max_abs_err"]["hot_vs_cold"] == 0.0
+        assert combo["speedup"] >= 2.0
+        if combo["dynamic"] == "true":
+            assert hot["recompiles"] == 0
+    # one progress line per combination, then the table
+    assert sum(line.startswith("[") for line in proc.stdout.splitlines()) == 4
+    assert doc["scope_key"].startswith("fxcache-v1-")
+
+
+def test_phase_auto_is_hot_only_when_references_exist(
+    fxgraph_run: Any, run_fxcache: RunFxcache, tmp_path: Path
+) -> None:
+    _, _, cache = fxgraph_run
+    shutil.copytree(cache / F32_STATIC, tmp_path / F32_STATIC)
+    out = tmp_path / "r.json"
+    proc = verify(
+        run_fxcache,
+        "--dtypes",
+        "float32",
+        "--dynamic",
+        "false",
+        "--mechanisms",
+        "fxgraph",
+        "--phase",
+        "auto",
+        "--cache-dir",
+        str(tmp_path),
+        "--json",
+        str(out),
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = load(out)
+    assert doc["settings"]["phase"] == "hot"
+    (combo,) = doc["combos"]
+    assert combo["verdict"] == "safe", combo["reason"]
+    # the cold evidence is the one recorded when the cache was built
+    assert combo["cold"]["counters"].get("fxgraph_cache_miss", 0) >= 1
+
+
+def test_tampered_generated_code_is_unsafe(
+    fxgraph_run: Any, run_fxcache: RunFxcache, tmp_path: Path
+) -> None:
+    _, _, cache = fxgraph_run
+    shutil.copytree(cache / F32_STATIC, tmp_path / F32_STATIC)
+    assert tamper_generated_code(tmp_path / F32_STATIC / "inductor") >= 1
+    out = tmp_path / "r.json"
+    proc = verify(
+        run_fxcache,
+        "--dtypes",
+        "float32",
+        "--dynamic",
+        "false",
+        "--mechanisms",
+        "fxgraph",
+        "--phase",
+        "hot",
+        "--cache-dir",
+        str(tmp_path),
+        "--json",
+        str(out),
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (combo,) = load(out)["combos"]
+    assert combo["verdict"] == "unsafe"
+    assert "hot outputs differ from the cold compile" in combo["reason"]
+    assert combo["hits"] >= 1  # the counters said "hit": only the values give it away
+    assert combo["max_abs_err"]["hot_vs_cold"] > 0.5
+    assert "failed the --fail-on unsafe policy" in proc.stderr
+
+
+def test_emptied_cache_is_no_gain(
+    fxgraph_run: Any, run_fxcache: RunFxcache, tmp_path: Path
+) -> None:
+    _, _, cache = fxgraph_run
+    shutil.copytree(cache / F32_STATIC, tmp_path / F32_STATIC)
+    shutil.rmtree(tmp_path / F32_STATIC / "inductor")
+    out = tmp_path / "r.json"
+    proc = verify(
+        run_fxcache,
+        "--dtypes",
+        "float32",
+        "--dynamic",
+        "false",
+        "--mechanisms",
+        "fxgraph",
+        "--phase",
+        "hot",
+        "--cache-dir",
+        str(tmp_path),
+        "--json",
+        str(out),
+    )
+    assert proc.returncode == 0, proc.stderr  # --fail-on unsafe: no-gain does not fail
+    (combo,) = load(out)["combos"]
+    assert combo["verdict"] == "no-gain"
+    assert combo["reason"].startswith("hot load missed")
+    assert combo["misses"] >= 1 and combo["hot"]["counters"]["fxgraph_cache_miss"] >= 1
+    # the hot phase wrote what it compiled: empty the cache again for the exit-status check
+    shutil.rmtree(tmp_path / F32_STATIC / "inductor")
+    proc = verify(
+        run_fxcache,
+        "--dtypes",
+        "float32",
+        "--dynamic",
+        "false",
+        "--mechanisms",
+        "fxgraph",
+        "--phase",
+        "hot",
+        "--cache-dir",
+        str(tmp_path),
+        "--fail-on",
+        "no-gain",
+    )
+    assert proc.returncode == 1, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def faulty_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Cold phase only, for a user workload that can be told to abort or hang later."""
+    cache = _shared(tmp_path_factory, "verify-faulty")
+    out = cache / "cold.json"
+    proc = _run_once(
+        cache,
+        "--workloads",
+        "tests.workloads.faulty:sin_matmul",
+        "--dtypes",
+        "float32",
+        "--dynamic",
+        "false",
+        "--mechanisms",
+        "fxgraph",
+        "--training",
+        "false",
+        "--phase",
+        "cold",
+        "--cache-dir",
+        str(cache),
+        "--json",
+        str(out),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (combo,) = load(out)["combos"]
+    assert combo["verdict"] == "skipped" and combo["cold"]["status"] == "ok", combo
+    assert combo["hot"]["status"] == "not-run"
+    return cache
+
+
+def _hot_fault(run_fxcache: RunFxcache, shared: Path, fault: str, *extra: str) -> Any:
+    cache = shared.with_name(f"{shared.name}-{fault}")
+    shutil.rmtree(cache, ignore_errors=True)
+    shutil.copytree(shared, cache)
+    out = cache / f"{fault}.json"
+    proc = verify(
+        run_fxcache,
+        "--workloads",
+        "tests.workloads.faulty:sin_matmul",
+        "--dtypes",
+        "float32",
+        "--dynamic",
+        "false",
+        "--mechanisms",
+        "fxgraph",
+        "--training",
+        "false",
+        "--phase",
+        "hot",
+        "--cache-dir",
+        str(cache),
+        "--json",
+        str(out),
+        *extra,
+        env={"FXCACHE_TEST_FAULT": fault},
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (combo,) = load(out)["combos"]
+    return combo
+
+
+def test_hot_process_abort_is_unsafe_with_the_signal(
+    faulty_cache: Path, run_fxcache: RunFxcache
+) -> None:
+    combo = _hot_fault(run_fxcache, faulty_cache, "abort")
+    assert combo["verdict"] == "unsafe"
+    assert combo["hot"]["status"] == "crash"
+    assert combo["hot"]["signal"] == "SIGABRT"
+    assert "SIGABRT" in combo["reason"]
+
+
+def test_hot_process_hang_becomes_a_timeout_verdict(
+    faulty_cache: Path, run_fxcache: RunFxcache
+) -> None:
+    combo = _hot_fault(run_fxcache, faulty_cache, "hang", "--timeout", "20")
+    assert combo["verdict"] == "unsafe"
+    assert combo["hot"]["status"] == "timeout"
+    assert "timed out after 20 s" in combo["reason"]
+
+
+def test_mega_cache_on_cpu_rebuilds_kernels_and_is_no_gain(
+    run_fxcache: RunFxcache, tmp_path: Path
+) -> None:
+    out = tmp_path / "r.json"
+    proc = verify(
+        run_fxcache,
+        "--dtypes",
+        "float32",
+        "--dynamic",
+        "false",
+        "--mechanisms",
+        "mega",
+        "--cache-dir",
+        str(tmp_path / "c"),
+        "--json",
+        str(out),
+    )
+    assert proc.returncode == 0, proc.stderr
+    (combo,) = load(out)["combos"]
+    assert combo["hot"]["artifacts_loaded"] is True
+    assert combo["hot"]["counters"].get("fxgraph_cache_hit", 0) >= 1
+    assert combo["hot"]["kernels_built"] >= 1
+    assert combo["verdict"] == "no-gain"
+    assert "rebuilt" in combo["reason"] and "C++ kernels" in combo["reason"]
+
+
+def test_remote_cache_hits_through_redis_with_an_empty_local_dir(
+    run_fxcache: RunFxcache, tmp_path: Path, redis_url: str
+) -> None:
+    out = tmp_path / "r.json"
+    proc = verify(
+        run_fxcache,
+        "--dtypes",
+        "float32",
+        "--dynamic",
+        "false",
+        "--mechanisms",
+        "remote",
+        "--redis-url",
+        redis_url,
+        "--cache-dir",
+        str(tmp_path / "c"),
+        "--json",
+        str(out),
+    )
+    assert proc.returncode == 0, proc.stderr
+    (combo,) = load(out)["combos"]
+    assert combo["verdict"] in ("safe", "no-gain"), combo["reason"]
+    assert combo["cold"]["counters"].get("fxgraph_cache_miss", 0) >= 1
+    assert combo["hot"]["counters"].get("fxgraph_cache_hit", 0) >= 1
+    assert combo["misses"] == 0
+    assert combo["max_abs_err"]["hot_vs_cold"] == 0.0
+    # the hot phase started from an empty local dir, separate from the cold one
+    hot_dir = tmp_path / "c" / combo["id"] / "hot" / "inductor"
+    assert hot_dir.is_dir()
+
+
+def test_remote_without_or_with_unreachable_redis_is_skipped(
+    run_fxcache: RunFxcache, tmp_path: Path
+) -> None:
+    args = ("--dtypes", "float32", "--dynamic", "false", "--mechanisms", "remote")
+    proc = verify(run_fxcache, *args, "--json", str(tmp_path / "a.json"))
+    assert proc.returncode == 0, proc.stderr
+    (combo,) = load(tmp_path / "a.json")["combos"]
+    assert combo["verdict"] == "skipped" and combo["reason"].startswith("Redis not configured")
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    proc = verify(
+        run_fxcache, *args, "--json", str(tmp_path / "b.json"), env={"FXCACHE_REDIS_URL": url}
+    )
+    assert proc.returncode == 0, proc.stderr
+    (combo,) = load(tmp_path / "b.json")["combos"]
+    assert combo["verdict"] == "skipped" and "unreachable" in combo["reason"]
+    assert combo["cold"] is None and combo["hot"] is None
+
+
+@pytest.mark.parametrize(
+    ("workload", "message"),
+    [
+        ("nosuch_pkg.jobs:factory", "cannot import nosuch_pkg.jobs"),
+        ("tests.workloads.faulty:wrong_shape", "must return a dict with 'model' and 'inputs'"),
+        ("tests.workloads.faulty:no_tensors", "inputs holds no tensor"),
+        ("tests.workloads.faulty:not_callable", "has no callable 'not_callable'"),
+    ],
+)
+def test_bad_user_workloads_exit_2(run_fxcache: RunFxcache, workload: str, message: str) -> None:
+    proc = verify(run_fxcache, "--workloads", workload, "--mechanisms", "fxgraph")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,51 @@
+"""User workloads (`tests.workloads.faulty:...`) for fault injection and the factory contract.
+
+`sin_matmul` is `x.sin() @ y` as a user factory. `FXCACHE_TEST_FAULT=abort|hang` makes every
+call of the model abort the process or hang: set it only for the phase that should fail (the
+factory itself stays well-behaved, so the workload check before the matrix passes).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import torch
+
+
+@torch._dynamo.disable
+def _maybe_fault() -> None:
+    fault = os.environ.get("FXCACHE_TEST_FAULT")
+    if fault == "abort":
+        os.abort()
+    if fault == "hang":
+        time.sleep(3600)
+
+
+def _fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    _maybe_fault()
+    return x.sin() @ y
+
+
+def sin_matmul(dtype: torch.dtype, device: str) -> dict[str, Any]:
+    """A well-formed factory: dict with model, inputs and dynamic_inputs."""
+    y = torch.rand(100, 100, dtype=dtype, device=device)
+    return {
+        "model": _fn,
+        "inputs": (torch.rand(64, 100, dtype=dtype, device=device), y),
+        "dynamic_inputs": (torch.rand(40, 100, dtype=dtype, device=device), y),
+    }
+
+
+def wrong_shape(dtype: torch.dtype, device: str) -> Any:
+    """Returns a bare tensor instead of (model, inputs)."""
+    return torch.zeros(3, dtype=dtype, device=device)
+
+
+def no_tensors(dtype: torch.dtype, device: str) -> Any:
+    """Returns (model, inputs) whose inputs hold no tensor."""
+    return (_fn, (1, 2))
+
+
+not_callable = 42
