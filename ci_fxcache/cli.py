@@ -26,6 +26,9 @@ COMMANDS: tuple[str, ...] = (
     "verify",
     "save",
     "invalidate",
+    "report",
+    "merge",
+    "comment",
 )
 
 

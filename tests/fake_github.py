@@ -7,7 +7,7 @@ shapes with documented status codes. Anything off is recorded in `violations` (t
 stays empty) and answered the way GitHub would (400/401/404/422).
 
 Routes: actions caches (list with pagination/sort/key prefix, delete by id, delete by key,
-usage) and issue comments (list with pagination, create, update). Faults are injected with
+usage) and issue comments (list with pagination, create, update, delete). Faults are injected with
 `fail(...)`; `read_only=True` simulates a fork's read-only token.
 """
 
@@ -265,6 +265,7 @@ class FakeGitHub:
             (r"issues/(\d+)/comments", "GET", self._list_comments),
             (r"issues/(\d+)/comments", "POST", self._create_comment),
             (r"issues/comments/(\d+)", "PATCH", self._update_comment),
+            (r"issues/comments/(\d+)", "DELETE", self._delete_comment),
         ]
 
     def _query(
@@ -458,4 +459,16 @@ class FakeGitHub:
                     comment["body"] = text
                     comment["updated_at"] = _now()
                     return self._send(h, rec, 200, comment)
+        self._send(h, rec, 404, {"message": "Not Found", "documentation_url": DOCS})
+
+    def _delete_comment(self, h: BaseHTTPRequestHandler, rec: Recorded, cid: str) -> None:
+        if rec.query or rec.body is not None:
+            return self._violation(h, rec, 422, "DELETE comment takes no query and no body")
+        for comments in self.comments.values():
+            for comment in comments:
+                if comment["id"] == int(cid):
+                    if self._write_denied(h, rec):
+                        return
+                    comments.remove(comment)
+                    return self._send(h, rec, 204)
         self._send(h, rec, 404, {"message": "Not Found", "documentation_url": DOCS})

@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,14 +104,19 @@ def test_redis_store_needs_a_url(store: Store) -> None:
 def test_invalidate_redis_removes_only_idle_pt2_keys(store: Store, url: str) -> None:
     client = redis.Redis.from_url(url)
     client.flushdb()
+    client.set("template", b"x" * 10)
+    payload = client.dump("template")
+    client.delete("template")
+    # RESTORE ... IDLETIME sets a key's idle time exactly: no sleeping, no timing assumptions.
     idle = [f"pt2:fx-graph-v1::old{i}:c1" for i in range(1200)]  # more than one SCAN batch
-    for start in range(0, len(idle), 400):
-        client.mset({k: b"x" * 10 for k in idle[start : start + 400]})
-    client.set("other:app:key", b"not ours")
-    time.sleep(2.5)  # OBJECT IDLETIME has one-second resolution
+    pipe = client.pipeline(transaction=False)
+    for key in idle:
+        pipe.restore(key, 0, payload, idletime=3 * 86400)
+    pipe.restore("other:app:key", 0, payload, idletime=3 * 86400)
+    pipe.execute()
     client.set("pt2:fx-graph-v1::fresh:c1", b"y")
     client.get(idle[0])  # a read makes a key fresh again
-    base = ["invalidate", "--redis", "--max-age", "1s", "--json"]
+    base = ["invalidate", "--redis", "--max-age", "2d", "--json"]
     dry = store.run(*base, "--dry-run", env={"FXCACHE_REDIS_URL": url})
     assert dry.returncode == 0, dry.stderr
     report = json.loads(dry.stdout)["redis"]

@@ -264,8 +264,11 @@ def test_enospc_on_a_real_full_filesystem(tmp_path: Path, run_fxcache: RunFxcach
 def test_unusable_root_means_a_cold_job_not_a_failed_one(store: Store) -> None:
     store.root.parent.mkdir(parents=True, exist_ok=True)
     store.root.write_text("not a directory")
-    state = store.restore(env={"GITHUB_ACTIONS": "true"})
+    temp = store.root.parent / "runner-temp"
+    temp.mkdir()
+    state = store.restore(env={"GITHUB_ACTIONS": "true", "RUNNER_TEMP": str(temp)})
     assert state["mode"] == "cold-fallback" and state["hit"] is False and state["read_only"]
+    assert Path(state["inductor_dir"]).parent.parent == temp
     assert "::warning::fxcache: local store unusable" in state["_stderr"]
     assert Path(state["inductor_dir"]).is_dir()
     assert not str(state["inductor_dir"]).startswith(str(store.root))
@@ -275,7 +278,12 @@ def test_a_lock_held_too_long_is_a_warning_never_a_hang(store: Store) -> None:
     from filelock import FileLock
 
     first = saved(store)
-    env = {"FXCACHE_LOCK_TIMEOUT": "0.5", "GITHUB_ACTIONS": "true"}
+    (store.root.parent / "runner-temp").mkdir()
+    env = {
+        "FXCACHE_LOCK_TIMEOUT": "0.5",
+        "GITHUB_ACTIONS": "true",
+        "RUNNER_TEMP": str(store.root.parent / "runner-temp"),
+    }
     job = store.restore(state="job.json")
     with FileLock(str(store.root / ".locks" / f"{first['scope_key']}.lock")):
         blocked = store.restore(state="blocked.json", env=env)

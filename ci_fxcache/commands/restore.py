@@ -66,7 +66,8 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
 
 
 def _cold_fallback(key: str, root: Path, error: str, fp: fingerprint.Fingerprint) -> dict[str, Any]:
-    base = Path(tempfile.mkdtemp(prefix="fxcache-cold-"))
+    # Under $RUNNER_TEMP inside Actions: the runner empties it after every job.
+    base = Path(tempfile.mkdtemp(prefix="fxcache-cold-", dir=os.environ.get("RUNNER_TEMP")))
     gha.warn(f"local store unusable ({error}); continuing cold in {base}")
     return {
         "schema": store_restore.STATE_SCHEMA,

@@ -1,0 +1,54 @@
+"""`fxcache comment`: keep one sticky pull-request comment with the report up to date."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(sub: Any, parent: argparse.ArgumentParser) -> None:
+    """Add the `comment` subcommand."""
+    parser = sub.add_parser(
+        "comment",
+        parents=[parent],
+        help="create or update the sticky pull-request comment with the report",
+        description="Render RESULTS (a results JSON of either schema, or a markdown file from "
+        "'fxcache report') and create or update this report id's comment on the pull request "
+        "of the current event. Needs 'permissions: pull-requests: write'.",
+    )
+    parser.add_argument("results", metavar="RESULTS", help="results JSON (or rendered .md)")
+    parser.add_argument(
+        "--report-id",
+        default=None,
+        help="which sticky comment to keep (default: the document's report_id); one comment "
+        "per id, so several workflows can each keep their own",
+    )
+    parser.add_argument(
+        "--token-env",
+        default="GITHUB_TOKEN",
+        metavar="NAME",
+        help="environment variable that holds the token (default GITHUB_TOKEN)",
+    )
+    parser.add_argument(
+        "--pr",
+        type=int,
+        default=None,
+        metavar="N",
+        help="pull request number (default: from $GITHUB_EVENT_PATH); the workflow_run "
+        "follow-up for forks passes it from the artifact",
+    )
+    parser.add_argument(
+        "--repo",
+        default=None,
+        metavar="OWNER/NAME",
+        help="repository (default $GITHUB_REPOSITORY)",
+    )
+    parser.add_argument("--template", metavar="T", help="jinja2 template for the markdown")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Post or update the comment."""
+    from ci_fxcache import comment
+
+    return comment.run(args)

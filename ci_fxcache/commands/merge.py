@@ -1,0 +1,37 @@
+"""`fxcache merge`: several runners' results (the fleet fan-out) -> one fxcache-merged/1 doc."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any, parent: argparse.ArgumentParser) -> None:
+    """Add the `merge` subcommand."""
+    parser = sub.add_parser(
+        "merge",
+        parents=[parent],
+        help="merge results shards from several runners into one fleet document",
+        description="Group shards by environment (fingerprint): different environments are "
+        "kept apart, never averaged. Accepts fxcache-results/1 and fxcache-merged/1 inputs.",
+    )
+    parser.add_argument("shards", nargs="+", metavar="SHARD", help="results JSON files")
+    parser.add_argument("-o", "--output", required=True, metavar="OUT", help="merged JSON file")
+    parser.add_argument("--report-id", default=None, help="report id of the merged document")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the merged document."""
+    from ci_fxcache import merge
+
+    doc = merge.merge(list(args.shards), args.report_id)
+    Path(args.output).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    groups = doc["groups"]
+    print(
+        f"merged {sum(len(g['shards']) for g in groups)} shard(s) into {len(groups)} "
+        f"environment(s): {', '.join(g['title'] for g in groups)} -> {args.output}"
+    )
+    return 0

@@ -1,0 +1,153 @@
+"""`fxcache report`: render a results document as markdown, text, JUnit XML or JSON.
+
+Inside GitHub Actions it also appends the markdown to the job summary, writes step outputs
+(`safe-combos`, `unsafe-count`, `report-markdown`) and annotates each unsafe / no-gain combination.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ci_fxcache import gha
+from ci_fxcache.errors import UsageError
+
+FORMATS = ("md", "text", "junit", "json")
+
+
+def register(sub: Any, parent: argparse.ArgumentParser) -> None:
+    """Add the `report` subcommand."""
+    parser = sub.add_parser(
+        "report",
+        parents=[parent],
+        help="render verification results (markdown, text table, JUnit XML, JSON)",
+        description="Render a results document (fxcache-results/1 from 'fxcache verify --json', "
+        "or fxcache-merged/1 from 'fxcache merge'). Inside GitHub Actions the markdown also "
+        "goes to the job summary and step outputs are written.",
+    )
+    parser.add_argument("results", metavar="RESULTS", help="results JSON file")
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=None,
+        help="output format (default: text on a terminal, md otherwise)",
+    )
+    parser.add_argument(
+        "--template", metavar="T", help="a jinja2 template that replaces the built-in markdown one"
+    )
+    parser.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    parser.add_argument(
+        "--max-chars",
+        type=int,
+        default=None,
+        metavar="N",
+        help="markdown size limit (default 65000: fits a GitHub comment)",
+    )
+    parser.set_defaults(func=run)
+
+
+def _summary_json(report: Any, safe: list[str]) -> str:
+    doc = {
+        "schema": "fxcache-report/1",
+        "report_id": report.report_id,
+        "fleet": report.fleet,
+        "counts": report.counts,
+        "safe_combos": safe,
+        "environments": [
+            {
+                "title": s.title,
+                "arch": s.arch,
+                "runners": s.runners,
+                "top_line": s.top_line,
+                "counts": s.counts,
+                "recommendations": [
+                    {"id": r.combo["id"], "runner": r.runner, "text": r.recommendation}
+                    for r in s.recommendations
+                ],
+                "known_issues": [{"id": i.id, "title": i.title, "url": i.url} for i in s.issues],
+            }
+            for s in report.sections
+        ],
+        "per_combination": report.fleet_lines,
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def _markdown_path(results_path: str, args: argparse.Namespace, fmt: str) -> Path:
+    if args.output and fmt == "md":
+        return Path(args.output)
+    src = Path(results_path)
+    return src.with_name(src.stem + ".md") if src.suffix == ".json" else Path(f"{src}.md")
+
+
+def _annotate(report: Any) -> None:
+    """One annotation per problem and a folded log group per combination, all on stderr."""
+    for row in report.all_rows:
+        where = f" on {row.runner}" if report.fleet else ""
+        if row.verdict == "unsafe":
+            gha.annotate(
+                "error",
+                f"{row.label}{where}: {row.problem}. {row.reason}",
+                title=f"fxcache unsafe: {row.combo['id']}",
+            )
+        elif row.verdict == "no-gain":
+            gha.annotate(
+                "warning",
+                f"{row.label}{where}: {row.problem}. {row.reason}",
+                title=f"fxcache no gain: {row.combo['id']}",
+            )
+    with contextlib.redirect_stdout(sys.stderr):
+        for row in report.all_rows:
+            with gha.group(f"fxcache {row.emoji} {row.verdict}: {row.combo['id']} ({row.runner})"):
+                print(row.reason)
+                if row.log:
+                    print(row.log)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Render; inside Actions also the summary, outputs and annotations."""
+    from ci_fxcache import report as report_pkg
+    from ci_fxcache.report import render
+
+    if args.max_chars is not None and args.max_chars < 1000:
+        raise UsageError("--max-chars must be at least 1000")
+    max_chars = args.max_chars or render.DEFAULT_MAX_CHARS
+    _, report = report_pkg.build(args.results)
+    fmt = args.format or ("text" if sys.stdout.isatty() and not args.output else "md")
+    safe = report_pkg.safe_combo_ids(report)
+
+    md: str | None = None
+    if fmt == "md" or gha.in_actions():
+        md = render.markdown(report, args.template, max_chars)
+    if fmt == "md":
+        out = md or ""
+    elif fmt == "text":
+        out = render.text(report, colour=not args.output and render.use_colour())
+    elif fmt == "junit":
+        out = render.junit(report)
+    else:
+        out = _summary_json(report, safe)
+
+    if args.output:
+        Path(args.output).write_text(out, encoding="utf-8")
+    else:
+        sys.stdout.write(out)
+        sys.stdout.flush()
+
+    if gha.in_actions() and md is not None:
+        md_path = _markdown_path(args.results, args, fmt)
+        if not (args.output and fmt == "md"):
+            try:
+                md_path.write_text(md, encoding="utf-8")
+            except OSError as exc:
+                raise UsageError(f"cannot write {md_path}: {exc.strerror}") from None
+        gha.append_summary(md)
+        gha.set_output("safe-combos", json.dumps(safe))
+        gha.set_output("unsafe-count", str(report.unsafe_count))
+        gha.set_output("report-markdown", str(md_path.resolve()))
+        _annotate(report)
+    return 0

@@ -1,0 +1,156 @@
+"""The sticky pull-request comment: one comment per report id, found by a hidden marker.
+
+Flow: find the pull request (event payload or --pr), render the markdown, list every page of
+the PR's comments, PATCH the one that carries this report id's marker or POST a new one.
+A fork's read-only token (403) is a warning that names the `workflow_run` follow-up, not a
+failure: the job summary still has the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ci_fxcache import gha
+from ci_fxcache.errors import CheckFailed, UsageError
+
+if TYPE_CHECKING:
+    from ci_fxcache.github_api import GitHubClient
+
+FORK_WORKFLOW = "workflows/fxcache-comment-fork.yml"
+# Short enough to stay under GitHub's limit with the marker; a 422 retries with the short form.
+SHORT_LIMIT = 4000
+
+
+def marker(report_id: str) -> str:
+    """The hidden line that identifies this report id's comment."""
+    return f"<!-- fxcache-report:{report_id} -->"
+
+
+def pull_number_from_event(path: str | None) -> int | None:
+    """The pull request number of the current event, or None outside a pull request."""
+    if not path:
+        return None
+    try:
+        event = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read the event payload {path}: {exc}") from None
+    if not isinstance(event, dict):
+        return None
+    pr = event.get("pull_request")
+    if isinstance(pr, dict) and isinstance(pr.get("number"), int):
+        return int(pr["number"])
+    issue = event.get("issue")
+    if (
+        isinstance(issue, dict)
+        and issue.get("pull_request")
+        and isinstance(issue.get("number"), int)
+    ):
+        return int(issue["number"])
+    run = event.get("workflow_run")
+    if isinstance(run, dict):
+        pulls = run.get("pull_requests") or []
+        if pulls and isinstance(pulls[0], dict) and isinstance(pulls[0].get("number"), int):
+            return int(pulls[0]["number"])
+    return None
+
+
+def upsert(client: GitHubClient, number: int, body: str, report_id: str) -> tuple[str, int]:
+    """Update this report id's comment on PR `number` or create it; ('updated'|'created', id).
+
+    Every page is searched; should a race have left duplicates, the extra ones are deleted so
+    that exactly one comment remains.
+    """
+    tag = marker(report_id)
+    text = f"{tag}\n{body}"
+    path = client.repo_path(f"issues/{number}/comments")
+    mine = [c for c in client.paginate(path) if tag in str(c.get("body") or "")]
+    if mine:
+        keep = mine[0]
+        client.request(
+            "PATCH", client.repo_path(f"issues/comments/{keep['id']}"), json={"body": text}
+        )
+        for extra in mine[1:]:
+            client.request("DELETE", client.repo_path(f"issues/comments/{extra['id']}"))
+        return "updated", int(keep["id"])
+    created = client.request("POST", path, json={"body": text}).json()
+    return "created", int(created["id"])
+
+
+def _render(results_path: str, template: str | None, max_chars: int) -> tuple[str, str]:
+    """(markdown, report id) from a results document, or from a rendered .md file."""
+    if results_path.endswith(".md"):
+        try:
+            text = Path(results_path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"{results_path}: cannot read: {exc.strerror}") from None
+        if len(text) > max_chars:
+            note = (
+                "\n\n> [!NOTE]\n> Cut to fit a GitHub comment; the JSON results have everything.\n"
+            )
+            text = text[: max_chars - len(note)] + note
+        return text, "fxcache"
+    from ci_fxcache import report as report_pkg
+    from ci_fxcache.report import render
+
+    _, report = report_pkg.build(results_path)
+    return render.markdown(report, template, max_chars), report.report_id
+
+
+def _fork_warning(number: int, message: str) -> None:
+    text = (
+        f"cannot comment on pull request #{number}: {message}. A fork's pull_request run gets "
+        "a read-only token whatever 'permissions:' says; the report is in the job summary. To "
+        f"get the comment, add the workflow_run follow-up workflow {FORK_WORKFLOW} (it posts "
+        "the uploaded report without running the PR's code); for same-repository PRs grant "
+        "'permissions: pull-requests: write'."
+    )
+    gha.warn(text)
+    gha.append_summary(f"> [!WARNING]\n> fxcache: {text}\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    """The `fxcache comment` command."""
+    from ci_fxcache.github_api import GitHubClient, GitHubError
+    from ci_fxcache.report import render
+
+    token = os.environ.get(args.token_env, "")  # GitHubClient masks it inside Actions
+    number = args.pr or pull_number_from_event(os.environ.get("GITHUB_EVENT_PATH"))
+    limit = render.COMMENT_LIMIT - 200  # room for the marker line
+    body, doc_report_id = _render(args.results, args.template, limit)
+    report_id = args.report_id or doc_report_id
+    if number is None:
+        event = os.environ.get("GITHUB_EVENT_NAME") or "no GitHub event"
+        print(f"fxcache: not a pull request ({event}): no comment posted")
+        return 0
+    repository = args.repo or os.environ.get("GITHUB_REPOSITORY", "")
+    if not token:
+        raise UsageError(
+            f"no token in ${args.token_env}: pass 'env: {args.token_env}: ${{{{ github.token }}}}' "
+            "(with 'permissions: pull-requests: write') or choose another variable with --token-env"
+        )
+    client = GitHubClient(token, repository, os.environ.get("GITHUB_API_URL") or None)
+    try:
+        try:
+            action, cid = upsert(client, number, body, report_id)
+        except GitHubError as exc:
+            if exc.status != 422:
+                raise
+            short, _ = _render(args.results, args.template, SHORT_LIMIT)
+            gha.warn(f"GitHub refused the comment ({exc.api_message}); posting the short form")
+            action, cid = upsert(client, number, short, report_id)
+    except GitHubError as exc:
+        if exc.status == 403:
+            _fork_warning(number, exc.api_message)
+            return 0
+        if exc.status == 404:
+            raise UsageError(
+                f"pull request #{number} not found in {repository} (404 on {exc.method} "
+                f"{exc.path}): check the PR number and that the token can read the repository"
+            ) from None
+        raise CheckFailed(str(exc)) from None
+    print(f"fxcache: {action} comment {cid} on {repository}#{number} (report id {report_id!r})")
+    return 0

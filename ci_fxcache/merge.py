@@ -1,0 +1,69 @@
+"""Merging results shards from a fleet into one `fxcache-merged/1` document.
+
+Shards are grouped by environment (the scope key without suffix, i.e. the fingerprint hash):
+shards of different environments stay in different groups and are never averaged; shards of
+one environment (several identical runners) sit side by side in their group.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ci_fxcache import __version__, gha, resultsdoc
+from ci_fxcache.errors import UsageError
+
+
+def _shard_docs(path: str) -> list[dict[str, Any]]:
+    doc = resultsdoc.read_json(path)
+    loaded = resultsdoc.from_document(doc, path)
+    return [s.doc for g in loaded.groups for s in g.shards]
+
+
+def merge(paths: list[str], report_id: str | None = None) -> dict[str, Any]:
+    """Read shards (results or already merged documents) and group them by environment."""
+    if not paths:
+        raise UsageError("merge needs at least one shard: fxcache merge shard*.json -o all.json")
+    from ci_fxcache.report.model import environment_title
+
+    groups: dict[str, dict[str, Any]] = {}
+    ids: list[str] = []
+    for path in paths:
+        for doc in _shard_docs(path):
+            ids.append(str(doc.get("report_id") or "fxcache"))
+            key = resultsdoc.group_key(doc)
+            title, arch = environment_title(doc.get("fingerprint") or {})
+            group = groups.setdefault(
+                key,
+                {
+                    "key": key,
+                    "title": title,
+                    "arch": arch,
+                    "scope_key": doc.get("scope_key"),
+                    "runners": [],
+                    "shards": [],
+                },
+            )
+            runner = str((doc.get("runner") or {}).get("name") or "runner")
+            group["runners"].append(runner)
+            group["shards"].append(doc)
+    distinct_ids = sorted(set(ids))
+    if report_id is None and len(distinct_ids) > 1:
+        gha.warn(
+            f"shards carry different report ids ({', '.join(distinct_ids)}); using "
+            f"{ids[0]!r} (pass --report-id to choose)"
+        )
+    summary = {v: 0 for v in resultsdoc.VERDICTS}
+    for group in groups.values():
+        for shard in group["shards"]:
+            for combo in shard["combos"]:
+                summary[combo["verdict"]] += 1
+    ordered = sorted(groups.values(), key=lambda g: (g["arch"], g["title"], g["key"]))
+    return {
+        "schema": resultsdoc.MERGED_SCHEMA,
+        "fxcache_version": __version__,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "report_id": report_id or ids[0],
+        "groups": ordered,
+        "summary": summary,
+    }
