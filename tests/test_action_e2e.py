@@ -361,6 +361,9 @@ def test_action_end_to_end(tmp_path: Path, fake: FakeGitHub) -> None:
 
     # 6. Scheduled invalidation with the invalidate sub-action: a dry run lists the scope (an
     #    older torch than 99) and keeps it; the real run removes it.
+    #    Then the repository's GitHub caches through the API: ours go, foreign keys stay.
+    ours = fake.add_cache(f"{scope.name}-run41.1", ref="refs/heads/main")
+    foreign = fake.add_cache("npm-linux-x64-5f1c2a", ref="refs/heads/main")
     invalidate = harness.run("invalidate", workflow="invalidate.yml")
     assert invalidate.succeeded, invalidate.log()
     dry = invalidate.json("dry.json")
@@ -368,6 +371,10 @@ def test_action_end_to_end(tmp_path: Path, fake: FakeGitHub) -> None:
     real = invalidate.json("real.json")
     assert [(r["scope"], r["action"]) for r in real["rows"]] == [(scope.name, "removed")]
     assert not scope.exists()
+    github = invalidate.json("github.json")
+    assert [(r["scope"], r["action"]) for r in github["rows"]] == [(ours["key"], "removed")]
+    assert fake.caches == [foreign]
+    assert fake.calls("DELETE", rf"/repos/{REPOSITORY}/actions/caches/{ours['id']}")
     assert fake.violations == [], fake.violations
 
 
