@@ -49,15 +49,16 @@ def _pin(action: str, rel: str) -> str:
     return pins.pop()
 
 
-def _standins(src: Path) -> list[str]:
+def _standins(src: Path, github_store: bool = False) -> list[str]:
     """--local-repository mappings: act resolves every remote action before evaluating `if:`
     and cannot fetch offline. actions/cache is skipped with store: local (its stand-in fails if
-    run); the artifact actions are stand-ins with their documented behaviour (see
-    tests/act/standins); our own action at its release tag is the repository under test."""
+    run), or for `store: github` a stand-in with its documented behaviour; so are the artifact
+    actions (see tests/act/standins); our own action at its release tag is the tree under test."""
     standins = ROOT / "tests" / "act" / "standins"
     fleet = "workflows/fxcache-verify.yml"
     maps = {
-        f"actions/cache@{_pin('actions/cache/restore', 'action.yml')}": standins / "cache",
+        f"actions/cache@{_pin('actions/cache/restore', 'action.yml')}": standins
+        / ("cache-store" if github_store else "cache"),
         f"actions/upload-artifact@{_pin('actions/upload-artifact', fleet)}": standins
         / "upload-artifact",
         f"actions/download-artifact@{_pin('actions/download-artifact', fleet)}": standins
@@ -137,6 +138,8 @@ class Harness:
         self.cache_root = base / "store"
         self.xdg = base / "xdg"  # act's own cache: workspaces and RUNNER_TOOL_CACHE
         self.artifacts = base / "artifacts"
+        self.gha_cache = base / "gha-cache"  # the actions/cache stand-in's storage
+        self.run_id = 4000
         self._make_repo()
 
     def _make_repo(self) -> None:
@@ -178,8 +181,15 @@ class Harness:
         }
 
     def run(
-        self, name: str, dtypes: str = "float32", fork: bool = False, workflow: str = "e2e.yml"
+        self,
+        name: str,
+        dtypes: str = "float32",
+        fork: bool = False,
+        workflow: str = "e2e.yml",
+        store: str = "local",
+        cache_root: Path | None = None,
     ) -> ActRun:
+        self.run_id += 1
         out = self.base / f"out-{name}"
         out.mkdir()
         event = self.base / f"event-{name}.json"
@@ -192,7 +202,10 @@ class Harness:
             "-e", str(event),
             "-P", f"{LABEL}=-self-hosted",
             "--action-offline-mode",
-            *_standins(self.src),
+            *_standins(self.src, github_store=store == "github"),
+            "--env", f"GITHUB_RUN_ID={self.run_id}",
+            "--env", f"E2E_GHA_CACHE={self.gha_cache}",
+            "--var", f"E2E_STORE={store}",
             "--env", f"E2E_ARTIFACTS={self.artifacts}",
             "--env", f"SRC={self.src}",
             "--env", f"E2E_OUT={out}",
@@ -200,7 +213,7 @@ class Harness:
             "--env", "TORCHINDUCTOR_COMPILE_THREADS=1",
             "--var", f"E2E_PYTHON={TORCH_PYTHON}",
             "--var", f"E2E_DTYPES={dtypes}",
-            "--var", f"E2E_CACHE_ROOT={self.cache_root}",
+            "--var", f"E2E_CACHE_ROOT={cache_root or self.cache_root}",
             "-s", f"GITHUB_TOKEN={self.fake.token}",
             "-s", "FXCACHE_SIGNING_KEY=e2e-signing-key",
         ]  # fmt: skip
@@ -387,3 +400,34 @@ def test_invalid_input_fails_with_one_clear_error(tmp_path: Path, fake: FakeGitH
     assert "bf17" in run.errors[0], run.errors
     assert not (run.out / "outputs.json").exists(), "the job went on after a usage error"
     assert not harness.cache_root.exists(), "the store was touched before the inputs were checked"
+
+
+def test_store_github_saves_under_unique_keys_and_restores_by_prefix(
+    tmp_path: Path, fake: FakeGitHub
+) -> None:
+    """`store: github` on two fresh hosted runners: the first compiles cold and saves its scope
+    under <scope key>-run<id>.<attempt>; the second restores it by the scope prefix (a cache hit
+    for fxcache, though not an exact actions/cache key match) and runs the hot phase only."""
+    harness = Harness(tmp_path, fake)
+    first = harness.run("gh-first", store="github", cache_root=tmp_path / "runner-1")
+    assert first.succeeded, first.log()
+    out = first.json("outputs.json")
+    assert out["CACHE_HIT"] == "false", out
+    assert first.json("save.json") == {"saved": "true"}
+    saved = sorted(p.name for p in harness.gha_cache.iterdir())
+    assert saved == [f"{out['CACHE_KEY']}-run{harness.run_id}.1.tar"], saved
+
+    second = harness.run("gh-second", store="github", cache_root=tmp_path / "runner-2")
+    assert second.succeeded, second.log()
+    out2 = second.json("outputs.json")
+    assert out2["CACHE_KEY"] == out["CACHE_KEY"]
+    assert out2["CACHE_HIT"] == "true", out2
+    results = second.json("results.json")
+    assert results["settings"]["phase"] == "hot", results["settings"]
+    combo = _combo(results)
+    assert combo["verdict"] == "safe", combo
+    assert combo["hot"]["counters"].get("fxgraph_cache_hit", 0) >= 1, combo
+    assert second.json("user.json")["inductor"].get("fxgraph_cache_miss", 0) == 0
+    saved = sorted(p.name for p in harness.gha_cache.iterdir())
+    assert len(saved) == 2 and all(n.startswith(out["CACHE_KEY"] + "-run") for n in saved), saved
+    assert second.errors == [] and fake.violations == []
