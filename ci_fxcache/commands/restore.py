@@ -113,9 +113,14 @@ def run(args: argparse.Namespace) -> int:
         state = _cold_fallback(key, root, str(exc), fp)
     for name in ("inductor_dir", "triton_dir", "verify_dir"):
         Path(state[name]).mkdir(parents=True, exist_ok=True)
+    state_file = args.state_file or opts.default_state_file()
+    # FXCACHE_VERIFY_DIR / FXCACHE_STATE_FILE are verify's defaults for --cache-dir and
+    # --cache-state, so `restore; verify; save` checks and keeps the scope's own references.
     env = {
         "TORCHINDUCTOR_CACHE_DIR": state["inductor_dir"],
         "TRITON_CACHE_DIR": state["triton_dir"],
+        "FXCACHE_VERIFY_DIR": state["verify_dir"],
+        "FXCACHE_STATE_FILE": str(state_file),
     }
     state["redis"] = None
     if redis_url is not None:
@@ -130,7 +135,6 @@ def run(args: argparse.Namespace) -> int:
                 f"Redis at {redis_cache.redact(redis_url)} unreachable ({problem}); "
                 "continuing with the local store only"
             )
-    state_file = args.state_file or opts.default_state_file()
     state["state_file"] = str(state_file)
     state_file.parent.mkdir(parents=True, exist_ok=True)
     state_file.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")

@@ -35,15 +35,32 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     axes.add_argument("--training", help="true, false")
     axes.add_argument("--workloads", help="built-in names or package.module:factory")
     axes.add_argument("--matrix-file", metavar="F", help="YAML matrix file (docs/matrix-file.md)")
-    parser.add_argument("--phase", choices=("cold", "hot", "both", "auto"), default="both")
-    parser.add_argument("--cache-dir", metavar="DIR", help="per-combination caches and references")
+    parser.add_argument(
+        "--phase",
+        choices=("cold", "hot", "both", "auto"),
+        default="auto",
+        help="auto (default): hot-only when every combination has a recorded reference in "
+        "--cache-dir, else cold and hot",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        default=os.environ.get("FXCACHE_VERIFY_DIR") or None,
+        help="per-combination caches and references (env FXCACHE_VERIFY_DIR, which "
+        "`fxcache restore` exports; default: a temporary directory)",
+    )
     parser.add_argument("--json", metavar="PATH", help="write the results document (- = stdout)")
     parser.add_argument("--min-speedup", type=float, default=2.0, metavar="X")
     parser.add_argument("--compare", choices=("bitwise", "close"), default="bitwise")
     parser.add_argument("--fail-on", choices=("unsafe", "no-gain", "never"), default="unsafe")
     parser.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per phase")
     parser.add_argument("--jobs", type=int, metavar="N", help="parallel combinations")
-    parser.add_argument("--cache-state", metavar="F", help="restore's state (JSON), embedded")
+    parser.add_argument(
+        "--cache-state",
+        metavar="F",
+        default=os.environ.get("FXCACHE_STATE_FILE") or None,
+        help="restore's state (JSON), embedded in the results (env FXCACHE_STATE_FILE)",
+    )
     parser.add_argument(
         "--redis-url",
         default=os.environ.get("FXCACHE_REDIS_URL") or None,
