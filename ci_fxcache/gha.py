@@ -52,9 +52,10 @@ def warn(message: str) -> None:
 
 
 def mask(value: str) -> None:
-    """Ask the runner to hide a secret in all later log output."""
+    """Ask the runner to hide a secret in all later log output (on stderr, like every
+    workflow command here, so that a `--json` document on stdout stays parseable)."""
     if in_actions() and value:
-        print(f"::add-mask::{value}", flush=True)
+        print(f"::add-mask::{value}", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

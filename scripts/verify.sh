@@ -4,7 +4,7 @@
 # and the comment are still written, and the last step fails the action.
 set -uo pipefail
 
-args=(verify --phase auto --json "$RESULTS" --timeout "$TIMEOUT_S")
+args=(verify --phase auto --json "$RESULTS" --timeout "$TIMEOUT_S" --report-id "$IN_REPORT_ID")
 [ -n "$VERIFY_DIR" ] && args+=(--cache-dir "$VERIFY_DIR")
 [ -n "$STATE_FILE" ] && [ -f "$STATE_FILE" ] && args+=(--cache-state "$STATE_FILE")
 # shellcheck source=matrix-args.sh

@@ -265,6 +265,7 @@ def _verify(tmp_path: Path, rc: int, write_results: bool, **inputs: str) -> tupl
                  "MATRIX_FILE", "MIN_SPEEDUP"):  # fmt: skip
         env[f"IN_{name}"] = inputs.get(name.lower(), "")
     env["IN_FAIL_ON"] = inputs.get("fail_on", "unsafe")
+    env["IN_REPORT_ID"] = inputs.get("report_id", "fxcache")
     proc = subprocess.run(["bash", str(VERIFY)], env=env, capture_output=True, text=True,
                           check=False)  # fmt: skip
     return proc, _read_file_vars(out), argv_file.read_text().splitlines()
@@ -272,11 +273,11 @@ def _verify(tmp_path: Path, rc: int, write_results: bool, **inputs: str) -> tupl
 
 def test_verify_passes_only_the_given_inputs(tmp_path: Path) -> None:
     proc, outputs, argv = _verify(tmp_path, 0, True, device="cpu", dtypes="float32,bfloat16",
-                                  min_speedup="1.5")  # fmt: skip
+                                  min_speedup="1.5", report_id="nightly")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert argv == [
         "verify", "--phase", "auto", "--json", str(tmp_path / "results.json"),
-        "--timeout", "300", "--cache-dir", str(tmp_path / "verify"),
+        "--timeout", "300", "--report-id", "nightly", "--cache-dir", str(tmp_path / "verify"),
         "--device", "cpu", "--dtypes", "float32,bfloat16", "--min-speedup", "1.5",
         "--fail-on", "unsafe",
     ]  # fmt: skip

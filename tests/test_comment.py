@@ -108,7 +108,7 @@ def test_fork_403_warns_names_the_fix_and_exits_0(
     assert "workflows/fxcache-comment-fork.yml" in summary.read_text()
     # The token is masked and never printed otherwise.
     out = proc.stdout + proc.stderr
-    assert f"::add-mask::{fake_github.token}" in proc.stdout
+    assert f"::add-mask::{fake_github.token}" in proc.stderr
     leaks = [line for line in out.splitlines() if fake_github.token in line]
     assert leaks and all(line == f"::add-mask::{fake_github.token}" for line in leaks)
     assert _mine(fake_github) == []

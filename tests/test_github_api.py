@@ -150,7 +150,8 @@ def test_token_is_masked_inside_actions(
 ) -> None:
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     _client(fake_github, [])
-    assert f"::add-mask::{fake_github.token}" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert f"::add-mask::{fake_github.token}" in captured.err and captured.out == ""
 
 
 def test_from_env_needs_repository_and_token(monkeypatch: pytest.MonkeyPatch) -> None:

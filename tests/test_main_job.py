@@ -23,6 +23,8 @@ MATRIX = (
     "sin_matmul",
     "--device",
     "cpu",
+    "--report-id",
+    "main-job",
 )
 
 
@@ -74,6 +76,7 @@ def test_restore_verify_save_then_hot_only_from_the_store(
     env1, first = job(1)
     assert Path(env1["FXCACHE_VERIFY_DIR"]).is_relative_to(tmp_path / "root")
     assert first["settings"]["phase"] == "both"
+    assert first["report_id"] == "main-job"
     assert first["cache"]["hit"] is False
     (combo1,) = first["combos"]
     assert combo1["verdict"] == "safe", combo1["reason"]

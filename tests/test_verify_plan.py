@@ -188,3 +188,9 @@ def test_judge_speedup_threshold_and_close_mode() -> None:
     assert judged["verdict"] == "safe" and "within tolerance" in judged["reason"]
     failed = verdicts.judge(COMBO, _phase(status="error", error="boom"), hot, {}, {}, SETTINGS)
     assert failed["verdict"] == "error" and "not a cache problem" in failed["reason"]
+
+
+def test_report_id_is_validated(run_fxcache: RunFxcache) -> None:
+    proc = run_fxcache("verify", "--report-id", "a/b", "--device", "cpu")
+    assert proc.returncode == 2
+    assert "invalid report id" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -66,8 +67,23 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         default=os.environ.get("FXCACHE_REDIS_URL") or None,
         help="Redis for the remote mechanism (env FXCACHE_REDIS_URL)",
     )
+    parser.add_argument(
+        "--report-id",
+        default="fxcache",
+        type=_report_id,
+        help="id of this report (default: fxcache); report, comment and merge keep one sticky "
+        "comment per id",
+    )
     parser.add_argument("--salt", default=None, help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
+
+
+def _report_id(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", value):
+        raise argparse.ArgumentTypeError(
+            f"invalid report id {value!r}: use 1-64 letters, digits, '.', '_' or '-'"
+        )
+    return value
 
 
 def _progress(total: int) -> Any:
@@ -158,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
         settings=settings.to_dict(),
         matrix=plan.to_dict(),
         combos=combos,
+        report_id=args.report_id,
     )
     if args.json:
         results.write(doc, args.json)
