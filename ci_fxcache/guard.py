@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from ci_fxcache.worker.tensors import flatten
 from ci_fxcache.worker.tolerances import tolerance
 
 log = logging.getLogger("ci_fxcache.guard")
@@ -37,23 +38,11 @@ class Check:
         return self.ok
 
 
-def _tensors(value: Any) -> list[Any]:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):
-        return [t for k in sorted(value) for t in _tensors(value[k])]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    return []
-
-
 def compare(got: Any, want: Any, rtol: float | None = None, atol: float | None = None) -> Check:
     """Compare every tensor in two (nested) results with per-dtype tolerances."""
     import torch
 
-    a_list, b_list = _tensors(got), _tensors(want)
+    a_list, b_list = flatten(got), flatten(want)
     if len(a_list) != len(b_list):
         return Check(False, None, f"{len(a_list)} output tensors vs {len(b_list)} in the reference")
     worst = 0.0

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from . import tolerances, workloads
+from .tensors import flatten
 
 DTYPES = {
     "float32": torch.float32,
@@ -52,16 +53,6 @@ def _configure(spec: dict[str, Any]) -> None:
     compiler_config.cache_key_tag = spec.get("cache_tag") or ""
 
 
-def _flatten(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):
-        return [t for k in sorted(value) for t in _flatten(value[k])]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _flatten(v)]
-    return []
-
-
 def _run(model: Any, inputs: tuple[Any, ...], spec: dict[str, Any]) -> list[torch.Tensor]:
     """Outputs (and, when training, input and parameter gradients), detached."""
     combo = spec["combo"]
@@ -73,7 +64,7 @@ def _run(model: Any, inputs: tuple[Any, ...], spec: dict[str, Any]) -> list[torc
     )
     if not combo["training"]:
         with torch.no_grad(), autocast:
-            return [t.detach().clone() for t in _flatten(model(*inputs))]
+            return [t.detach().clone() for t in flatten(model(*inputs))]
     leaves = tuple(
         t.detach().clone().requires_grad_(True)
         if isinstance(t, torch.Tensor) and t.is_floating_point()
@@ -84,7 +75,7 @@ def _run(model: Any, inputs: tuple[Any, ...], spec: dict[str, Any]) -> list[torc
     for p in params:
         p.grad = None
     with autocast:
-        outs = _flatten(model(*leaves))
+        outs = flatten(model(*leaves))
     loss = sum(o.float().sum() for o in outs if o.requires_grad)
     if isinstance(loss, torch.Tensor):
         loss.backward()
