@@ -78,7 +78,16 @@ def verify_compiled(
     with torch.no_grad():
         want = reference_fn(*inputs)
         got = compiled_fn(*inputs)
-    return compare(got, want, rtol, atol)
+        check = compare(got, want, rtol, atol)
+        if check:
+            return check
+        # Confirm against a fresh eager run: an eager result that changes between runs (seen
+        # once on a loaded CPU) must not be mistaken for a bad cache entry.
+        again = reference_fn(*inputs)
+    if compare(again, want, 0.0, 0.0):
+        return check
+    log.warning("fxcache guard: the eager reference changed between two runs; using the second")
+    return compare(got, again, rtol, atol)
 
 
 def disable_caches(reason: str) -> None:

@@ -31,7 +31,15 @@ def evidence(outcome: Outcome, timeout: float) -> dict[str, Any]:
         "signal": outcome.signal,
         "log_tail": outcome.log_tail,
     }
-    for name in ("recompiles", "kernels_built", "load_s", "artifacts_loaded", "kernel_builds"):
+    for name in (
+        "recompiles",
+        "kernels_built",
+        "load_s",
+        "artifacts_loaded",
+        "kernel_builds",
+        "eager_reproducible",
+        "eager_note",
+    ):
         if name in result:
             phase[name] = result[name]
     if error:

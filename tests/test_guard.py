@@ -82,3 +82,21 @@ def test_guard_recovers_from_a_tampered_cache(tmp_path: Path) -> None:
     err = float(tampered.stdout.split("err=")[1].split()[0])
     assert err < 1e-3  # recompiled from scratch: correct again
     shutil.rmtree(cache)
+
+
+def test_a_reference_that_changes_between_runs_is_rechecked() -> None:
+    import torch
+
+    from ci_fxcache.guard import verify_compiled
+
+    calls = [0]
+
+    def flaky_reference(x: torch.Tensor) -> torch.Tensor:
+        calls[0] += 1
+        return x * 2 + (1e-3 if calls[0] == 1 else 0.0)
+
+    x = torch.rand(16)
+    assert verify_compiled(lambda t: t * 2, flaky_reference, x)  # second reference agrees
+    assert calls[0] == 2
+    calls[0] = 5  # a stable reference: a real mismatch is still reported
+    assert not verify_compiled(lambda t: t * 2 + 1e-3, flaky_reference, x)

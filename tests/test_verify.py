@@ -381,3 +381,22 @@ def test_bad_user_workloads_exit_2(run_fxcache: RunFxcache, workload: str, messa
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_non_reproducible_eager_reference_is_rechecked_not_blamed_on_the_cache(
+    run_fxcache: RunFxcache, tmp_path: Path
+) -> None:
+    out = tmp_path / "r.json"
+    proc = verify(
+        run_fxcache,
+        *("--workloads", "tests.workloads.faulty:flaky_eager", "--dtypes", "float32"),
+        *("--dynamic", "false", "--mechanisms", "fxgraph", "--training", "false"),
+        *("--phase", "cold", "--cache-dir", str(tmp_path / "c"), "--json", str(out)),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (combo,) = load(out)["combos"]
+    assert combo["verdict"] == "skipped", combo["reason"]  # cold only, and not "unsafe"
+    assert combo["cold"]["eager_reproducible"] is False
+    assert "eager reference changed between two runs" in combo["cold"]["eager_note"][0]
+    assert combo["max_abs_err"]["cold_vs_eager"] < 1e-4

@@ -279,9 +279,9 @@ def _phase(spec: dict[str, Any], result: dict[str, Any]) -> None:
     result["kernel_builds"] = _BUILDS[:20]
     if spec["phase"] == "cold":
         if eager is not None:
-            vs_eager = compare(outs, eager, tol)
-            if outs2 is not None and eager2 is not None:
-                vs2 = compare(outs2, eager2, tol)
+            vs_eager = _vs_eager(outs, eager, work.inputs, work.model, spec, tol, result)
+            if outs2 is not None and eager2 is not None and second is not None:
+                vs2 = _vs_eager(outs2, eager2, second, work.model, spec, tol, result)
                 vs_eager = _worst(vs_eager, vs2)
             result["vs_eager"] = vs_eager
         reference["outputs"] = outs
@@ -297,6 +297,36 @@ def _phase(spec: dict[str, Any], result: dict[str, Any]) -> None:
         if outs2 is not None and reference.get("dynamic_outputs") is not None:
             vs_cold = _worst(vs_cold, compare(outs2, reference["dynamic_outputs"], tol))
         result["vs_cold"] = vs_cold
+
+
+def _vs_eager(
+    outs: list[torch.Tensor],
+    eager: list[torch.Tensor],
+    inputs: tuple[Any, ...],
+    model: Any,
+    spec: dict[str, Any],
+    tol: dict[str, float],
+    result: dict[str, Any],
+) -> dict[str, Any]:
+    """Compiled vs eager; on a mismatch, check that eager itself is reproducible first.
+
+    On this project's AMX CI machine the first eager call of a process has, under load, come
+    out ~1e-4 (relative) away from both float64 and a second eager call, while the compiled
+    output was right. A mismatch is therefore confirmed against a fresh eager run; an eager
+    reference that changes between runs is recorded as evidence, never silently trusted.
+    """
+    check = compare(outs, eager, tol)
+    if check["close"]:
+        return check
+    again = _run(model, inputs, spec)
+    if compare(again, eager, tol)["bitwise"]:
+        return check  # eager is reproducible: the compiled output really differs
+    result["eager_reproducible"] = False
+    result.setdefault("eager_note", []).append(
+        "eager reference changed between two runs (max abs err "
+        f"{compare(again, eager, tol)['max_abs_err']}); compared with the second run"
+    )
+    return compare(outs, again, tol)
 
 
 def _worst(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

@@ -48,4 +48,30 @@ def no_tensors(dtype: torch.dtype, device: str) -> Any:
     return (_fn, (1, 2))
 
 
+_EAGER_CALLS = [0]
+
+
+@torch._dynamo.disable
+def _first_call_noise() -> float:
+    # The first call in the process is off by 1e-3, later ones are exact: an eager reference
+    # that is not reproducible (the compiled call comes second, so it is exact).
+    _EAGER_CALLS[0] += 1
+    return 1e-3 if _EAGER_CALLS[0] == 1 else 0.0
+
+
+def _flaky_fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x.sin() @ y + _first_call_noise()
+
+
+def flaky_eager(dtype: torch.dtype, device: str) -> dict[str, Any]:
+    """sin_matmul whose first (eager) call in a process comes out slightly wrong."""
+    return {
+        "model": _flaky_fn,
+        "inputs": (
+            torch.rand(64, 100, dtype=dtype, device=device),
+            torch.rand(100, 100, dtype=dtype, device=device),
+        ),
+    }
+
+
 not_callable = 42
