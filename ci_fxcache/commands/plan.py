@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 from ci_fxcache import gha
+from ci_fxcache.commands import verify
 
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
@@ -32,16 +33,11 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "(env FXCACHE_RUNNERS); without it only the verification matrix is checked",
     )
     parser.add_argument(
-        "--report-id", default="fxcache", help="names the artifacts (default: fxcache)"
+        "--report-id",
+        default="fxcache",
+        help="names the artifacts (default: fxcache)",
     )
-    axes = parser.add_argument_group("verification matrix (as for 'fxcache verify')")
-    axes.add_argument("--device", dest="devices", metavar="DEVICES")
-    axes.add_argument("--dtypes", metavar="DTYPES")
-    axes.add_argument("--dynamic", metavar="DYNAMIC")
-    axes.add_argument("--mechanisms", metavar="MECHANISMS")
-    axes.add_argument("--training", metavar="TRAINING")
-    axes.add_argument("--workloads", metavar="WORKLOADS")
-    axes.add_argument("--matrix-file", metavar="F")
+    verify.add_matrix_options(parser, "verification matrix (as for 'fxcache verify')")
     parser.set_defaults(func=run)
 
 

@@ -28,14 +28,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "a verdict (safe, no-gain, unsafe, error, skipped).",
     )
     cli.python_option(parser)
-    axes = parser.add_argument_group("matrix (comma-separated; override --matrix-file)")
-    axes.add_argument("--device", dest="devices", help="auto, cpu, cuda (default: auto)")
-    axes.add_argument("--dtypes", help="float32, float16, bfloat16, bfloat16-autocast")
-    axes.add_argument("--dynamic", help="false, true, mark")
-    axes.add_argument("--mechanisms", help="fxgraph, mega, precompile, remote")
-    axes.add_argument("--training", help="true, false")
-    axes.add_argument("--workloads", help="built-in names or package.module:factory")
-    axes.add_argument("--matrix-file", metavar="F", help="YAML matrix file (docs/matrix-file.md)")
+    add_matrix_options(parser, "matrix (comma-separated; override --matrix-file)")
     parser.add_argument(
         "--phase",
         choices=("cold", "hot", "both", "auto"),
@@ -70,7 +63,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--report-id",
         default="fxcache",
-        type=_report_id,
+        type=report_id,
         help="id of this report (default: fxcache); report, comment and merge keep one sticky "
         "comment per id",
     )
@@ -78,7 +71,20 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
-def _report_id(value: str) -> str:
+def add_matrix_options(parser: argparse.ArgumentParser, title: str) -> None:
+    """The matrix axes as flags (shared by `verify` and `plan`)."""
+    axes = parser.add_argument_group(title)
+    axes.add_argument("--device", dest="devices", help="auto, cpu, cuda (default: auto)")
+    axes.add_argument("--dtypes", help="float32, float16, bfloat16, bfloat16-autocast")
+    axes.add_argument("--dynamic", help="false, true, mark")
+    axes.add_argument("--mechanisms", help="fxgraph, mega, precompile, remote")
+    axes.add_argument("--training", help="true, false")
+    axes.add_argument("--workloads", help="built-in names or package.module:factory")
+    axes.add_argument("--matrix-file", metavar="F", help="YAML matrix file (docs/matrix-file.md)")
+
+
+def report_id(value: str) -> str:
+    """argparse type for a report id: 1-64 letters, digits, '.', '_' or '-'."""
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", value):
         raise argparse.ArgumentTypeError(
             f"invalid report id {value!r}: use 1-64 letters, digits, '.', '_' or '-'"
