@@ -58,6 +58,17 @@ def safe_relpath(rel: str) -> bool:
     )
 
 
+def _top_level_problems(root: str) -> list[Problem]:
+    """Top-level entries that are not part of the scope layout, or are symlinks."""
+    problems: list[Problem] = []
+    for entry in os.scandir(root):
+        if entry.name not in SCOPE_ENTRIES:
+            problems.append(Problem("unexpected", entry.name, "not part of the scope layout"))
+        elif entry.is_symlink():
+            problems.append(Problem("symlink", entry.name, f"-> {os.readlink(entry.path)}"))
+    return problems
+
+
 def scan(scope_dir: Path) -> tuple[dict[str, os.stat_result], list[Problem]]:
     """Regular files under the cache dirs (relative POSIX path -> lstat) and what is not allowed.
 
@@ -65,13 +76,8 @@ def scan(scope_dir: Path) -> tuple[dict[str, os.stat_result], list[Problem]]:
     any top-level entry that is not part of the layout, and anything that is not a plain file.
     """
     files: dict[str, os.stat_result] = {}
-    problems: list[Problem] = []
     root = str(scope_dir)
-    for entry in os.scandir(root):
-        if entry.name not in SCOPE_ENTRIES:
-            problems.append(Problem("unexpected", entry.name, "not part of the scope layout"))
-        elif entry.is_symlink():
-            problems.append(Problem("symlink", entry.name, f"-> {os.readlink(entry.path)}"))
+    problems = _top_level_problems(root)
     for top in CACHE_DIRS:
         base = os.path.join(root, top)
         if os.path.islink(base) or not os.path.isdir(base):
@@ -189,14 +195,9 @@ def check(scope_dir: Path, manifest: dict[str, Any], full: bool) -> list[Problem
     problems too. One walk, comparing as it goes: this runs on every restore.
     """
     listed: dict[str, dict[str, Any]] = manifest["files"]
-    problems: list[Problem] = []
     root = str(scope_dir)
+    problems = _top_level_problems(root)
     seen = 0
-    for entry in os.scandir(root):
-        if entry.name not in SCOPE_ENTRIES:
-            problems.append(Problem("unexpected", entry.name, "not part of the scope layout"))
-        elif entry.is_symlink():
-            problems.append(Problem("symlink", entry.name, f"-> {os.readlink(entry.path)}"))
     for top in CACHE_DIRS:
         base = os.path.join(root, top)
         if os.path.islink(base) or not os.path.isdir(base):
