@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ci_fxcache import interpreter
+from ci_fxcache import cpu, interpreter
 from ci_fxcache.fingerprint import Fingerprint
 
 PROBE_TIMEOUT_S = 300.0
@@ -49,10 +49,9 @@ def compare(fp: Fingerprint, seen: dict[str, Any]) -> list[FieldCheck]:
             mine = ours[index] if index < len(ours) else None
             other = theirs[index] if index < len(theirs) else None
             checks.append(FieldCheck(f"gpu[{index}]", mine, other, mine == other))
-    if seen.get("cpu_isa") is not None and fp.cpu_capability_override is None:
-        checks.append(
-            FieldCheck("cpu_isa", fp.cpu_isa, seen["cpu_isa"], fp.cpu_isa == seen["cpu_isa"])
-        )
+    if seen.get("cpu_isa_class"):
+        isa = cpu.from_inductor_class(seen["cpu_isa_class"], seen.get("cpu_isa_bits"))
+        checks.append(FieldCheck("cpu_isa", fp.cpu_isa, isa, fp.cpu_isa == isa))
     return checks
 
 

@@ -38,7 +38,7 @@ def test_fingerprint_json_matches_real_torch(
     assert fp["python_abi"] == torch_facts["abi"]
     assert fp["device_kind"] == "cpu" and fp["gpu_archs"] == []
     assert fp["os"] == "linux" and fp["machine"] in ("x86_64", "aarch64")
-    assert fp["cpu_isa"] in ("amx", "avx512", "avx2", "asimd", "sve", "default")
+    assert fp["cpu_isa"] in cpu.ISA_NAMES
 
 
 def test_fingerprint_never_imports_torch(run_fxcache: RunFxcache, tmp_path: Path) -> None:
@@ -63,7 +63,27 @@ def test_probe_agrees_with_real_torch(run_fxcache: RunFxcache) -> None:
     probe = json.loads(proc.stdout)["probe"]
     assert probe["ok"] is True
     fields = {f["field"] for f in probe["fields"]}
-    assert {"torch_version", "torch_git_version", "cuda_version", "triton_version"} <= fields
+    assert {
+        "torch_version",
+        "torch_git_version",
+        "cuda_version",
+        "triton_version",
+        "cpu_isa",
+    } <= fields
+
+
+def test_probe_agrees_under_aten_cpu_capability(run_fxcache: RunFxcache) -> None:
+    # "default" turns Inductor's vectorisation off on every CPU kind: both sides must say so.
+    env = {"ATEN_CPU_CAPABILITY": "default"}
+    proc = run_fxcache(
+        "fingerprint", "--probe", "--json", "--python", TORCH_PYTHON, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["fingerprint"]["cpu_isa"] == "default"
+    assert {"field": "cpu_isa", "ok": True} in [
+        {"field": f["field"], "ok": f["ok"]} for f in doc["probe"]["fields"]
+    ]
 
 
 def test_probe_reports_mismatch_field_by_field(run_fxcache: RunFxcache, tmp_path: Path) -> None:
@@ -191,22 +211,136 @@ def test_rocminfo_parsing() -> None:
     ]
 
 
+# Flag sets as /proc/cpuinfo shows them on each kind (trimmed to the ISA-relevant part, plus
+# neighbours that must not matter). The expected values follow Inductor's selection rules, which
+# live once in ci_fxcache.cpu (x86: AMX > AVX-512 VNNI > AVX-512 > AVX2; aarch64: SVE with BF16 at
+# the kernel's vector length, else NEON).
+_X86_BASE = "fpu sse sse2 ssse3 sse4_1 sse4_2 avx f16c fma bmi1 bmi2 avx2"
+_AVX512 = "avx512f avx512dq avx512cd avx512bw avx512vl"
+CPU_KINDS = [
+    # (kind, machine, flags, SVE vector bytes, Inductor's pick)
+    (
+        "Intel Sapphire Rapids (AMX)",
+        "x86_64",
+        f"{_X86_BASE} {_AVX512} avx512_bf16 avx512_vnni avx512_fp16 amx_bf16 amx_tile amx_int8",
+        None,
+        "amx",
+    ),
+    (
+        "Intel Ice Lake-SP",
+        "x86_64",
+        f"{_X86_BASE} {_AVX512} avx512ifma avx512vbmi avx512_vnni",
+        None,
+        "avx512_vnni",
+    ),
+    ("Intel Skylake-SP", "x86_64", f"{_X86_BASE} {_AVX512}", None, "avx512"),
+    ("AMD Zen 3 (EPYC Milan)", "x86_64", f"{_X86_BASE} sse4a abm", None, "avx2"),
+    (
+        "AMD Zen 4 (EPYC Genoa)",
+        "x86_64",
+        f"{_X86_BASE} {_AVX512} avx512ifma avx512_bf16 avx512vbmi avx512_vnni avx512_bitalg",
+        None,
+        "avx512_vnni",
+    ),
+    (
+        "AMD Zen 5 (EPYC Turin)",
+        "x86_64",
+        f"{_X86_BASE} {_AVX512} avx512_bf16 avx512_vnni avx_vnni avx512_vp2intersect",
+        None,
+        "avx512_vnni",
+    ),
+    ("x86 without AVX2", "x86_64", "fpu sse sse2 sse4_2 avx", None, "default"),
+    ("AVX-512F alone (Knights Landing)", "x86_64", f"{_X86_BASE} avx512f avx512cd", None, "avx2"),
+    (
+        "AWS Graviton 2 (Neoverse N1)",
+        "aarch64",
+        "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm "
+        "lrcpc dcpop asimddp ssbs",
+        None,
+        "asimd",
+    ),
+    (
+        "AWS Graviton 3 (Neoverse V1)",
+        "aarch64",
+        "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm "
+        "jscvt fcma lrcpc dcpop sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc "
+        "flagm ssbs paca pacg dcpodp svei8mm svebf16 i8mm bf16 dgh rng",
+        32,
+        "sve256",
+    ),
+    (
+        "AWS Graviton 4 (Neoverse V2)",
+        "aarch64",
+        "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm "
+        "jscvt fcma lrcpc dcpop sha3 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs "
+        "sb paca pacg dcpodp sve2 sveaes svepmull svebitperm svesha3 flagm2 frint svei8mm "
+        "svebf16 i8mm bf16 dgh rng bti",
+        16,
+        "sve128",
+    ),
+    (
+        "NVIDIA Grace (Neoverse V2)",
+        "aarch64",
+        "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt fcma "
+        "lrcpc dcpop sha3 asimddp sha512 sve asimdfhm sve2 svebf16 i8mm bf16",
+        16,
+        "sve128",
+    ),
+    ("SVE without BF16 (A64FX)", "aarch64", "fp asimd evtstrm sha1 sha2 crc32 sve", 64, "asimd"),
+    ("POWER9", "ppc64le", "", None, "vsx"),
+]
+
+
 @pytest.mark.parametrize(
-    ("flags", "machine", "expected"),
+    ("flags", "machine", "sve_bytes", "expected"),
+    [pytest.param(f, m, v, e, id=k) for k, m, f, v, e in CPU_KINDS],
+)
+def test_cpu_isa_of_each_cpu_kind(
+    flags: str, machine: str, sve_bytes: int | None, expected: str
+) -> None:
+    key = "Features" if machine == "aarch64" else "flags"
+    cpuinfo = f"processor\t: 0\n{key}\t\t: {flags}\n"
+    assert cpu.isa_level(cpuinfo, machine, sve_bytes) == expected
+    assert expected in cpu.ISA_NAMES
+
+
+@pytest.mark.parametrize(
+    ("capability", "expected"),
     [
-        ("fpu avx2 fma avx512f avx512dq avx512vl avx512bw avx512_vnni amx_tile", "x86_64", "amx"),
-        ("fpu avx2 fma avx512f avx512dq avx512vl avx512bw", "x86_64", "avx512"),
-        ("fpu avx avx2 fma avx512f", "x86_64", "avx2"),
-        ("fpu sse4_2", "x86_64", "default"),
+        ("default", "default"),  # vectorisation off
+        ("avx2", "avx2"),
+        ("avx512", "amx"),  # Inductor picks the best AVX-512 flavour for "avx512"
+        ("zvector", "amx"),  # a value this CPU cannot honour is ignored
+        ("bogus", "amx"),
     ],
 )
-def test_cpu_isa_levels(flags: str, machine: str, expected: str) -> None:
-    assert cpu.isa_level(f"processor : 0\nflags\t\t: {flags}\n", machine) == expected
+def test_aten_cpu_capability_applied_like_inductor(capability: str, expected: str) -> None:
+    spr = next(f for k, _, f, _, _ in CPU_KINDS if k.startswith("Intel Sapphire"))
+    assert cpu.isa_level(f"flags : {spr}\n", "x86_64", None, capability) == expected
+    zen3 = next(f for k, _, f, _, _ in CPU_KINDS if k.startswith("AMD Zen 3"))
+    assert cpu.isa_level(f"flags : {zen3}\n", "x86_64", None, "avx512") == "avx2"
 
 
-def test_cpu_isa_aarch64() -> None:
-    assert cpu.isa_level("Features\t: fp asimd evtstrm sve\n", "aarch64") == "sve"
-    assert cpu.isa_level("Features\t: fp asimd evtstrm\n", "aarch64") == "asimd"
+@pytest.mark.parametrize(
+    ("class_name", "bits", "expected"),
+    [
+        ("VecAMX", 512, "amx"),
+        ("VecAVX512VNNI", 512, "avx512_vnni"),
+        ("VecAVX512", 512, "avx512"),
+        ("VecAVX2", 256, "avx2"),
+        ("VecNEON", 128, "asimd"),
+        ("VecSVE", 128, "sve128"),
+        ("VecSVE", 256, "sve256"),
+        ("VecSVE256", 256, "sve256"),  # torch <= 2.7 named the class by its width
+        ("InvalidVecISA", None, "default"),
+    ],
+)
+def test_probe_names_inductor_classes(class_name: str, bits: int | None, expected: str) -> None:
+    assert cpu.from_inductor_class(class_name, bits) == expected
+
+
+def test_probe_never_calls_an_unknown_isa_default() -> None:
+    assert cpu.from_inductor_class("VecRVV", 256) == "unknown:VecRVV"
 
 
 def test_abi_tags() -> None:

@@ -12,7 +12,8 @@ out: "dict[str, object]" = {
     "cuda_version": torch.version.cuda,
     "hip_version": torch.version.hip,
     "triton_version": None,
-    "cpu_isa": None,
+    "cpu_isa_class": None,
+    "cpu_isa_bits": None,
 }
 gpus = []
 try:
@@ -38,16 +39,11 @@ out["gpus"] = gpus
 try:
     from torch._inductor import cpu_vec_isa
 
-    isa_names = {
-        "VecAMX": "amx",
-        "VecAVX512": "avx512",
-        "VecAVX2": "avx2",
-        "VecNEON": "asimd",
-        "VecSVE256": "sve256",
-        "VecVSX": "vsx",
-        "VecZVECTOR": "zvector",
-    }
-    out["cpu_isa"] = isa_names.get(type(cpu_vec_isa.pick_vec_isa()).__name__, "default")
+    # The class Inductor picked (and its width: SVE comes in 128 and 256 bits); the
+    # orchestrator names it (ci_fxcache.cpu.from_inductor_class), so the names live in one place.
+    picked = cpu_vec_isa.pick_vec_isa()
+    out["cpu_isa_class"] = type(picked).__name__
+    out["cpu_isa_bits"] = picked.bit_width() if picked else None
 except Exception:
     pass
 print(json.dumps(out))
