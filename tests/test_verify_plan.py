@@ -36,6 +36,9 @@ def _one_line_usage_error(proc: object, needle: str) -> None:
         (["--dtypes", ","], "--dtypes ,: needs at least one value"),
         (["--phase", "hot"], "--phase hot needs --cache-dir"),
         (["--compare", "fuzzy"], "invalid choice: 'fuzzy'"),
+        (["--min-speedup", "nan"], "--min-speedup: 'nan' is not a finite number"),
+        (["--min-speedup", "inf"], "--min-speedup: 'inf' is not a finite number"),
+        (["--min-speedup", "fast"], "--min-speedup: 'fast' is not a number"),
     ],
 )
 def test_bad_flags_exit_2(run_fxcache: RunFxcache, args: list[str], needle: str) -> None:
@@ -51,13 +54,16 @@ def test_bad_flags_exit_2(run_fxcache: RunFxcache, args: list[str], needle: str)
         ("dtype: float32\nbatch: 3\n", "unknown key 'batch'"),
         ("- float32\n", "expected a mapping of axes, got list"),
         ("dtypes: {a: 1}\n", "dtypes must be a list or a comma-separated string"),
+        ("version: 2\nmatrix:\n  dtypes: [float32]\n", "version 2 is not supported"),
+        (b"dtypes: [float32]\n\xff\xfe\x00\n", "not UTF-8 text"),
+        ("dtypes: " + "[" * 100_000 + "]" * 100_000 + "\n", "nested too deeply"),
     ],
 )
 def test_bad_matrix_files_exit_2(
-    run_fxcache: RunFxcache, tmp_path: Path, text: str, needle: str
+    run_fxcache: RunFxcache, tmp_path: Path, text: str | bytes, needle: str
 ) -> None:
     path = tmp_path / "fxcache.yml"
-    path.write_text(text)
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
     proc = run_fxcache("verify", "--python", TORCH_PYTHON, "--matrix-file", str(path))
     _one_line_usage_error(proc, needle)
     assert str(path) in proc.stderr
@@ -65,7 +71,35 @@ def test_bad_matrix_files_exit_2(
 
 def test_missing_matrix_file_exit_2(run_fxcache: RunFxcache, tmp_path: Path) -> None:
     proc = run_fxcache("verify", "--matrix-file", str(tmp_path / "nope.yml"))
-    _one_line_usage_error(proc, "cannot read it")
+    _one_line_usage_error(proc, "no such file")
+    proc = run_fxcache("verify", "--matrix-file", str(tmp_path))
+    _one_line_usage_error(proc, "is a directory, not a file")
+
+
+def test_cache_dir_on_a_file_exit_2(run_fxcache: RunFxcache, tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    proc = run_fxcache("verify", "--python", TORCH_PYTHON, "--cache-dir", str(afile))
+    _one_line_usage_error(proc, "--cache-dir: ")
+    assert "exists and is not a directory" in proc.stderr
+    assert afile.read_text() == "not a directory"
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (b'{"scope": ', "not valid JSON"),
+        (b"\xff\xfe", "not UTF-8 text"),
+        (b"[" * 100_000, "nested too deeply"),
+    ],
+)
+def test_bad_cache_state_exit_2(
+    run_fxcache: RunFxcache, tmp_path: Path, content: bytes, needle: str
+) -> None:
+    state = tmp_path / "state.json"
+    state.write_bytes(content)
+    proc = run_fxcache("verify", "--python", TORCH_PYTHON, "--cache-state", str(state))
+    _one_line_usage_error(proc, needle)
 
 
 def test_matrix_file_then_flags_override(tmp_path: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -12,7 +11,16 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import cli, fingerprint, interpreter, matrix, matrixrun, results, scopekey
+from ci_fxcache import (
+    cli,
+    fingerprint,
+    interpreter,
+    matrix,
+    matrixrun,
+    results,
+    scopekey,
+    userfiles,
+)
 from ci_fxcache.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 from ci_fxcache.workerpool import ForkServer
 
@@ -44,7 +52,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "`fxcache restore` exports; default: a temporary directory)",
     )
     parser.add_argument("--json", metavar="PATH", help="write the results document (- = stdout)")
-    parser.add_argument("--min-speedup", type=float, default=2.0, metavar="X")
+    parser.add_argument("--min-speedup", type=userfiles.finite_float, default=2.0, metavar="X")
     parser.add_argument("--compare", choices=("bitwise", "close"), default="bitwise")
     parser.add_argument("--fail-on", choices=("unsafe", "no-gain", "never"), default="unsafe")
     parser.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per phase")
@@ -129,12 +137,8 @@ def line(combo: dict[str, Any]) -> str:
 def _cache_state(path: str | None) -> Any:
     if not path:
         return None
-    try:
-        return json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise UsageError(f"--cache-state {path}: cannot read it ({exc.strerror})") from exc
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"--cache-state {path}: not JSON ({exc})") from exc
+    label = f"--cache-state {path}"
+    return userfiles.parse_json(userfiles.read_text(path, label), label)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -150,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
     fp = fingerprint.collect(python, args.salt)
     temporary = args.cache_dir is None
     cache_dir = Path(args.cache_dir or tempfile.mkdtemp(prefix="fxcache-verify-")).absolute()
+    userfiles.output_dir(cache_dir, "--cache-dir")
     cache_dir.mkdir(parents=True, exist_ok=True)
     settings = matrixrun.Settings(
         phase=args.phase,
