@@ -347,7 +347,9 @@ def guard_failure(message: str) -> str:
     lines = message.splitlines()
     for i, line in enumerate(lines):
         if "guard failure" in line:
-            found = [x.strip().lstrip("- ").strip() for x in lines[i + 1 :] if x.strip()]
+            found = [
+                " ".join(x.strip()[1:].split()) for x in lines[i + 1 :] if x.strip().startswith("-")
+            ]
             if found:
                 return "; ".join(found)[:500]
     return lines[0][:300] if lines else ""
