@@ -1,4 +1,4 @@
-"""Accuracy checks of the worker: float64-referenced judgement and the reference file loader."""
+"""Worker checks: float64-referenced accuracy, the reference loader, guard failures, timing."""
 
 from __future__ import annotations
 
@@ -103,3 +103,16 @@ def test_guard_failure_lines_are_extracted() -> None:
         == "0/0: tensor 'x' size mismatch at index 0. expected 64, actual 40"
     )
     assert phase.guard_failure("RuntimeError: boom\nmore") == "RuntimeError: boom"
+
+
+def test_timer_marks_wait_for_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[int] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: synced.append(1))
+    spec = {"phase": "cold", "dir": ".", "combo": {"device": "cuda"}}
+    run = phase.PhaseRun(spec, None, None, {}, F16)  # type: ignore[arg-type]
+    run.mark("first call done")
+    assert synced == [1] and "first call done" in run.timeline
+    run.spec = {**spec, "combo": {"device": "cpu"}}
+    run.mark("second shape done")
+    assert synced == [1]
