@@ -88,6 +88,12 @@ def test_each_check_gives_its_verdict_and_cause(
     assert cause in causes.CAUSES[verdict]
 
 
+def test_reasons_name_the_numbers() -> None:
+    assert "1.67x < 2x" in judge(hot=_phase(compile_s=6.0, counters=HIT))["reason"]
+    assert "not a cache problem" in judge(cold=_phase(status="error", error="boom"))["reason"]
+    assert "within tolerance" in judge(hot_result={"vs_cold": OFF}, compare="close")["reason"]
+
+
 def test_a_cache_problem_outranks_a_compiler_problem() -> None:
     judged = judge(hot=_phase(status="crash", signal="SIGSEGV"), cold_result={"vs_eager": WRONG})
     assert (judged["verdict"], judged["cause"]) == ("unsafe", "crash")

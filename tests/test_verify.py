@@ -350,6 +350,7 @@ def test_a_non_reproducible_eager_reference_is_rechecked_not_blamed_on_the_cache
 
 
 MODELS = "tests.workloads.models"
+FAST = ("--min-speedup", "0")  # these tests are about values, not speed (no "slow" under load)
 
 
 @pytest.mark.parametrize("training", ["true", "false"])
@@ -359,6 +360,7 @@ def test_dropout_models_are_safe_hot_equals_cold_from_the_same_seed(
     proc, combo = verify_one(
         run_fxcache,
         tmp_path,
+        *FAST,
         workload=f"{MODELS}:dropout_mlp",
         dynamic="true",
         training=training,
@@ -427,21 +429,22 @@ def test_a_compiled_model_unstable_against_itself_is_compared_within_tolerance(
     run_fxcache: RunFxcache, tmp_path: Path
 ) -> None:
     cache = tmp_path / "c"
-    proc, combo = verify_one(
-        run_fxcache,
-        cache,
-        workload=f"{MODELS}:jittery",
-        training="false",
-        phase="cold",
-    )
+
+    def jittery(phase: str, fault: str) -> tuple[Any, dict[str, Any]]:
+        env = {"FXCACHE_TEST_FAULT": fault}
+        return verify_one(
+            run_fxcache,
+            cache,
+            *FAST,
+            workload=f"{MODELS}:jittery",
+            training="false",
+            phase=phase,
+            env=env,
+        )
+
+    proc, combo = jittery("cold", "")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    proc, combo = verify_one(
-        run_fxcache,
-        cache,
-        workload=f"{MODELS}:jittery",
-        training="false",
-        env={"FXCACHE_TEST_FAULT": "jitter"},
-    )
+    proc, combo = jittery("hot", "jitter")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert combo["hot"]["self_stable"] is False
     assert 0.0 < combo["max_abs_err"]["hot_vs_cold"] < 1e-5
@@ -450,13 +453,7 @@ def test_a_compiled_model_unstable_against_itself_is_compared_within_tolerance(
     assert [n["kind"] for n in combo["notes"]] == ["nondeterministic"]
     # a wrong cache is still caught although the model is nondeterministic
     assert tamper_generated_code(cache) >= 1
-    proc, combo = verify_one(
-        run_fxcache,
-        cache,
-        workload=f"{MODELS}:jittery",
-        training="false",
-        env={"FXCACHE_TEST_FAULT": "jitter"},
-    )
+    proc, combo = jittery("hot", "jitter")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert (combo["verdict"], combo["cause"]) == ("unsafe", "hot-mismatch")
 
