@@ -97,6 +97,8 @@ def test_guard_failure_lines_are_extracted() -> None:
         "filename: 'w.py', function name: 'fn', line number: 33\n"
         "    triggered by the following guard failure(s):\n"
         "    - 0/0: tensor 'x' size mismatch at index 0. expected 64, actual 40\n"
+        "    - User stack trace:\n"
+        '    -   File "w.py", line 33, in fn\n'
     )
     assert (
         phase.guard_failure(message)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import re
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -343,16 +344,16 @@ def second_shape(run: PhaseRun, compiled: Any, result: dict[str, Any]) -> list[t
 
 
 def guard_failure(message: str) -> str:
-    """The guard failure lines of torch's recompile error (`- 0/0: tensor 'x' size mismatch
-    ...`), joined; the first line of the message when it has none."""
+    """The failed guards of torch's recompile error (its `- 0/0: tensor 'x' size mismatch ...`
+    lines, without the user stack trace), joined; the first line of the message if none."""
     lines = message.splitlines()
-    for i, line in enumerate(lines):
-        if "guard failure" in line:
-            found = [
-                " ".join(x.strip()[1:].split()) for x in lines[i + 1 :] if x.strip().startswith("-")
-            ]
-            if found:
-                return "; ".join(found)[:500]
+    found = [
+        " ".join(line.strip()[1:].split())
+        for line in lines
+        if re.match(r"-\s*\d+/\d+: ", line.strip())
+    ]
+    if found:
+        return "; ".join(found)[:500]
     return lines[0][:300] if lines else ""
 
 
