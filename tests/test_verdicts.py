@@ -204,3 +204,24 @@ def test_version_1_cold_differs_from_eager_becomes_compiler_mismatch() -> None:
     }
     upgraded = resultsdoc.upgrade_combo(combo)
     assert (upgraded["verdict"], upgraded["cause"]) == ("error", "compiler-mismatch")
+
+
+@pytest.mark.parametrize(
+    ("cause", "words"),
+    [
+        ("recompile", "recompiled on hot load"),
+        ("hot-mismatch", "wrong values on hot load"),
+        ("compiler-mismatch", "a compiler problem"),
+        ("miss", "the cache missed"),
+    ],
+)
+def test_the_report_switches_on_cause_not_on_the_reasons_wording(cause: str, words: str) -> None:
+    from ci_fxcache.report.model import problem_text
+
+    combo = {
+        "verdict": causes.VERDICT_OF_CAUSE[cause],
+        "cause": cause,
+        "reason": "outputs differ, missed, recompiled, from eager",  # every old keyword at once
+        "hot": _phase(),
+    }
+    assert words in problem_text(combo)
