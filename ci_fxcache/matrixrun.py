@@ -94,17 +94,17 @@ def expand_devices(matrix: Matrix, info: dict[str, Any]) -> None:
     matrix.devices = devices
 
 
-def skip_reason(combo: Combo, info: dict[str, Any], redis: str | None) -> str | None:
-    """Why a combination cannot run on this runner, or None."""
+def skip_reason(combo: Combo, info: dict[str, Any], redis: str | None) -> tuple[str, str] | None:
+    """Why a combination cannot run on this runner, as (skipped cause, reason), or None."""
     caps = info.get("cuda_capabilities") or []
     if combo.device == "cuda":
         if not caps:
-            return "no CUDA device"
+            return "no-device", "no CUDA device"
         old = min(tuple(c) for c in caps) < (8, 0)
         if combo.dtype.startswith("bfloat16") and not info.get("hip") and old:
-            return "bfloat16 needs compute capability 8.0+"
+            return "gpu-too-old", "bfloat16 needs compute capability 8.0+"
     if combo.mechanism == "remote" and redis:
-        return redis
+        return "unsupported", redis
     return None
 
 
@@ -201,12 +201,10 @@ class Runner:
             except (OSError, json.JSONDecodeError):
                 return self._result(
                     combo,
-                    {
-                        "verdict": "error",
-                        "reason": f"no reference recorded in {combo_dir}: "
-                        "run --phase cold (or both) first",
-                        **_empty(),
-                    },
+                    verdicts.not_judged(
+                        "not-run",
+                        f"no reference recorded in {combo_dir}: run --phase cold (or both) first",
+                    ),
                 )
             cold, cold_result, tag = (
                 recorded["cold"],
@@ -243,28 +241,18 @@ class Runner:
             combo.to_dict(), cold, hot, cold_result, hot_result, self.settings.to_dict()
         )
         # judge() calls a hot phase that never ran an error; here it was not asked for
-        cold_only = self.settings.phase == "cold" and cold["status"] == "ok"
-        if cold_only and judged["verdict"] == "error":
-            judged["verdict"] = "skipped"
-            judged["reason"] = "cold phase only (--phase cold): reference recorded, hot not run"
+        if self.settings.phase == "cold" and judged["cause"] == "not-run":
+            judged.update(
+                verdict="skipped",
+                cause="unsupported",
+                reason="cold phase only (--phase cold): reference recorded, hot not run",
+            )
         return self._result(combo, judged)
 
     def _result(self, combo: Combo, judged: dict[str, Any]) -> dict[str, Any]:
         result = {"id": combo.id, **combo.to_dict(), **judged}
         self.progress(result)
         return result
-
-
-def _empty() -> dict[str, Any]:
-    return {
-        "speedup": None,
-        "cold": None,
-        "hot": None,
-        "max_abs_err": {"hot_vs_cold": None, "cold_vs_eager": None},
-        "tolerance": None,
-        "hits": 0,
-        "misses": 0,
-    }
 
 
 def has_reference(cache_dir: Path, combo: Combo) -> bool:
@@ -316,10 +304,9 @@ def run(
         phase = "hot" if hot_only else "both"
     results: dict[str, dict[str, Any]] = {}
     for c in combos:
-        if reasons[c.id] is not None:
-            results[c.id] = runner._result(
-                c, {"verdict": "skipped", "reason": reasons[c.id], **_empty()}
-            )
+        skip = reasons[c.id]
+        if skip is not None:
+            results[c.id] = runner._result(c, verdicts.not_judged(*skip))
     jobs = settings.jobs or default_jobs(runnable, server.info)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {c.id: pool.submit(runner.run_combo, c, phase == "hot") for c in runnable}

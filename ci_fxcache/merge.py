@@ -1,4 +1,4 @@
-"""Merging results shards from a fleet into one `fxcache-merged/1` document.
+"""Merging results shards from a fleet into one `fxcache-merged/2` document.
 
 Shards are grouped by environment (the scope key without suffix, i.e. the fingerprint hash):
 shards of different environments stay in different groups and are never averaged; shards of
@@ -12,24 +12,31 @@ from typing import Any
 
 from ci_fxcache import __version__, gha, resultsdoc
 from ci_fxcache.errors import UsageError
+from ci_fxcache.verify import causes
 
 
-def _shard_docs(path: str) -> list[dict[str, Any]]:
+def _shard_docs(path: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Each shard of the file: (as written, verbatim; as read, upgraded to version 2)."""
     doc = resultsdoc.read_json(path)
     loaded = resultsdoc.from_document(doc, path)
-    return [s.doc for g in loaded.groups for s in g.shards]
+    raw = [doc] if "groups" not in doc else [s for g in doc["groups"] for s in g["shards"]]
+    return list(zip(raw, [s.doc for g in loaded.groups for s in g.shards], strict=True))
 
 
 def merge(paths: list[str], report_id: str | None = None) -> dict[str, Any]:
-    """Read shards (results or already merged documents) and group them by environment."""
+    """Read shards (results or already merged documents) and group them by environment.
+
+    Shards are carried verbatim (a version-1 shard stays version 1; readers upgrade it)."""
     if not paths:
         raise UsageError("merge needs at least one shard: fxcache merge shard*.json -o all.json")
     from ci_fxcache.report.model import environment_title
 
     groups: dict[str, dict[str, Any]] = {}
     ids: list[str] = []
+    read: list[dict[str, Any]] = []
     for path in paths:
-        for doc in _shard_docs(path):
+        for doc, upgraded in _shard_docs(path):
+            read.append(upgraded)
             ids.append(str(doc.get("report_id") or "fxcache"))
             key = resultsdoc.group_key(doc)
             title, arch = environment_title(doc.get("fingerprint") or {})
@@ -53,11 +60,7 @@ def merge(paths: list[str], report_id: str | None = None) -> dict[str, Any]:
             f"shards carry different report ids ({', '.join(distinct_ids)}); using "
             f"{ids[0]!r} (pass --report-id to choose)"
         )
-    summary = {v: 0 for v in resultsdoc.VERDICTS}
-    for group in groups.values():
-        for shard in group["shards"]:
-            for combo in shard["combos"]:
-                summary[combo["verdict"]] += 1
+    summary = causes.summary(c for shard in read for c in shard["combos"])
     ordered = sorted(groups.values(), key=lambda g: (g["arch"], g["title"], g["key"]))
     return {
         "schema": resultsdoc.MERGED_SCHEMA,

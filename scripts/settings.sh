@@ -13,7 +13,7 @@ one_of() { # NAME VALUE ALLOWED...
 one_of store "$IN_STORE" local github redis
 one_of read-only "$IN_READ_ONLY" auto true false
 one_of comment "$IN_COMMENT" auto true false
-one_of fail-on "$IN_FAIL_ON" unsafe no-gain never
+one_of fail-on "$IN_FAIL_ON" unsafe error no-gain never
 one_of on-unsafe "$IN_ON_UNSAFE" disable keep
 one_of invalidate-on-upgrade "$IN_INVALIDATE_ON_UPGRADE" true false
 [[ "$IN_TIMEOUT_MINUTES" =~ ^[0-9]+([.][0-9]+)?$ ]] && [[ ! "$IN_TIMEOUT_MINUTES" =~ ^0+([.]0+)?$ ]] ||

@@ -156,7 +156,7 @@ def test_store_github_keys(tmp_path: Path) -> None:
         ({"IN_STORE": "s3"}, "input store must be one of: local github redis (got 's3')"),
         ({"IN_READ_ONLY": "yes"}, "input read-only must be one of: auto true false"),
         ({"IN_COMMENT": "always"}, "input comment must be one of: auto true false"),
-        ({"IN_FAIL_ON": "error"}, "input fail-on must be one of: unsafe no-gain never"),
+        ({"IN_FAIL_ON": "fatal"}, "input fail-on must be one of: unsafe error no-gain never"),
         ({"IN_ON_UNSAFE": "ignore"}, "input on-unsafe must be one of: disable keep"),
         ({"IN_INVALIDATE_ON_UPGRADE": "1"}, "input invalidate-on-upgrade must be one of"),
         ({"IN_TIMEOUT_MINUTES": "0"}, "timeout-minutes must be a positive number"),

@@ -120,7 +120,7 @@ def test_junit_parses_with_junitparser(run_fxcache: RunFxcache, tmp_path: Path) 
 
 def test_other_schema_version_is_one_clear_error(run_fxcache: RunFxcache, tmp_path: Path) -> None:
     doc = json.loads((DATA / "results_cpu.json").read_text())
-    doc["schema"] = "fxcache-results/2"
+    doc["schema"] = "fxcache-results/3"
     path = tmp_path / "r.json"
     path.write_text(json.dumps(doc))
     for command in ("report", "comment", "merge"):
@@ -131,7 +131,7 @@ def test_other_schema_version_is_one_clear_error(run_fxcache: RunFxcache, tmp_pa
         assert proc.returncode == 2, (command, proc.stderr)
         lines = proc.stderr.strip().splitlines()
         assert (
-            len(lines) == 1 and "fxcache-results/2" in lines[0] and "Traceback" not in proc.stderr
+            len(lines) == 1 and "fxcache-results/3" in lines[0] and "Traceback" not in proc.stderr
         )
         assert "expected" in lines[0]
 
@@ -207,7 +207,7 @@ def test_merge_three_shards_keeps_environments_apart(
     proc = run_fxcache("merge", *map(str, SHARDS), str(DATA / "shard_h200_b.json"), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     merged = json.loads(out.read_text())
-    assert merged["schema"] == "fxcache-merged/1"
+    assert merged["schema"] == "fxcache-merged/2"
     assert [g["arch"] for g in merged["groups"]] == ["sm75", "sm80", "sm90"]
     assert [g["runners"] for g in merged["groups"]][2] == ["gpu-h200-01", "gpu-h200-02"]
     # Shards are carried verbatim: nothing averaged.

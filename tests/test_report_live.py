@@ -46,7 +46,7 @@ def test_report_renders_real_verify_output(
     from junitparser import JUnitXml
 
     doc = json.loads(verified.read_text())
-    assert doc["schema"] == "fxcache-results/1"
+    assert doc["schema"] == "fxcache-results/2"
     (cpu,) = [c for c in doc["combos"] if c["device"] == "cpu"]
     proc = run_fxcache("report", str(verified), "--format", "md")
     assert proc.returncode == 0, proc.stderr

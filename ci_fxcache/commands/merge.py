@@ -1,4 +1,4 @@
-"""`fxcache merge`: several runners' results (the fleet fan-out) -> one fxcache-merged/1 doc."""
+"""`fxcache merge`: several runners' results (the fleet fan-out) -> one fxcache-merged/2 doc."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         parents=[parent],
         help="merge results shards from several runners into one fleet document",
         description="Group shards by environment (fingerprint): different environments are "
-        "kept apart, never averaged. Accepts fxcache-results/1 and fxcache-merged/1 inputs.",
+        "kept apart, never averaged. Accepts fxcache-results/2 and fxcache-merged/2 inputs "
+        "(and version 1 of both).",
     )
     parser.add_argument("shards", nargs="+", metavar="SHARD", help="results JSON files")
     parser.add_argument("-o", "--output", required=True, metavar="OUT", help="merged JSON file")

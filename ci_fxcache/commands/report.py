@@ -25,8 +25,8 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "report",
         parents=[parent],
         help="render verification results (markdown, text table, JUnit XML, JSON)",
-        description="Render a results document (fxcache-results/1 from 'fxcache verify --json', "
-        "or fxcache-merged/1 from 'fxcache merge'). Inside GitHub Actions the markdown also "
+        description="Render a results document (fxcache-results/2 from 'fxcache verify --json', "
+        "or fxcache-merged/2 from 'fxcache merge'). Inside GitHub Actions the markdown also "
         "goes to the job summary and step outputs are written.",
     )
     parser.add_argument("results", metavar="RESULTS", help="results JSON file")

@@ -22,6 +22,7 @@ from ci_fxcache import (
     userfiles,
 )
 from ci_fxcache.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
+from ci_fxcache.verify import causes
 from ci_fxcache.workerpool import ForkServer
 
 
@@ -54,7 +55,13 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="PATH", help="write the results document (- = stdout)")
     parser.add_argument("--min-speedup", type=userfiles.finite_float, default=2.0, metavar="X")
     parser.add_argument("--compare", choices=("bitwise", "close"), default="bitwise")
-    parser.add_argument("--fail-on", choices=("unsafe", "no-gain", "never"), default="unsafe")
+    parser.add_argument(
+        "--fail-on",
+        choices=tuple(causes.FAIL_ON),
+        default="unsafe",
+        help="exit 1 on: unsafe (default); error (unsafe or error); no-gain (unsafe, error or "
+        "no-gain); never",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per phase")
     parser.add_argument("--jobs", type=int, metavar="N", help="parallel combinations")
     parser.add_argument(
@@ -203,20 +210,11 @@ def _table(doc: dict[str, Any]) -> None:
 
 
 def _exit_status(doc: dict[str, Any], fail_on: str) -> int:
-    summary = doc["summary"]
-    bad = {
-        "never": 0,
-        "unsafe": summary["unsafe"],
-        "no-gain": summary["unsafe"] + summary["no-gain"],
-    }[fail_on]
+    bad = causes.failing(doc["combos"], fail_on)
     if bad:
         cli.report_failure(
-            f"{bad} combination(s) failed the --fail-on {fail_on} policy: "
-            + ", ".join(
-                c["id"]
-                for c in doc["combos"]
-                if c["verdict"] == "unsafe" or (fail_on == "no-gain" and c["verdict"] == "no-gain")
-            )
+            f"{len(bad)} combination(s) failed the --fail-on {fail_on} policy: "
+            + ", ".join(c["id"] for c in bad)
         )
         return EXIT_CHECK_FAILED
     return EXIT_OK

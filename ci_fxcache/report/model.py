@@ -313,41 +313,31 @@ def _base(c: dict[str, Any]) -> tuple[str, ...]:
 
 
 def problem_text(combo: dict[str, Any]) -> str:
-    """What went wrong, in a few words, for the top line."""
-    verdict = combo["verdict"]
+    """What went wrong, in a few words, for the top line (by the combo's `cause`)."""
     reason = str(combo.get("reason") or "")
-    low = reason.lower()
-    cold = combo.get("cold") or {}
+    cause = combo.get("cause")
     hot = combo.get("hot") or {}
-    if verdict == "skipped":
+    if combo["verdict"] == "skipped":
         return reason or "skipped"
-    if verdict == "error":
-        if cold.get("status") not in (None, "ok"):
-            return "the cold compile itself failed (not a cache problem)"
-        return "the hot phase did not run"
-    if verdict == "no-gain":
-        if hot.get("kernels_built"):
-            built = hot["kernels_built"]
-            return f"counted as a hit, but {built} kernel file(s) were rebuilt"
-        if combo.get("hits") == 0 or combo.get("misses") or "missed" in low:
-            return "the cache missed on hot load"
+    if cause == "rebuilt":
+        return f"counted as a hit, but {hot.get('kernels_built')} kernel file(s) were rebuilt"
+    if cause == "slow":
         speed = combo.get("speedup")
         return f"no real speedup ({fmt_speedup(speed)})" if speed is not None else reason
-    status = hot.get("status")
-    if status == "crash":
+    if cause == "crash":
         sig = hot.get("signal")
         return f"crashed on hot load{f' ({sig})' if sig else ''}"
-    if status == "timeout":
-        return "hung on hot load (timeout)"
-    if "from eager" in low:
-        return "the cold compile already differs from eager"
-    if any(w in low for w in ("wrong", "differ", "mismatch", "not equal", "nan")):
-        return "wrong values on hot load"
-    if hot.get("recompiles") or "recompile" in low:
-        return "recompiled on hot load"
-    if status == "error":
-        return "failed on hot load"
-    return reason or "unsafe"
+    texts = {
+        "cold-error": "the cold compile itself failed (not a cache problem)",
+        "not-run": "the hot phase did not run",
+        "compiler-mismatch": "the cold compile already differs from eager (a compiler problem)",
+        "miss": "the cache missed on hot load",
+        "timeout": "hung on hot load (timeout)",
+        "hot-mismatch": "wrong values on hot load",
+        "recompile": "recompiled on hot load",
+        "hot-error": "failed on hot load",
+    }
+    return texts.get(str(cause)) or reason or str(combo["verdict"])
 
 
 def _prefer(bad: dict[str, Any], good: dict[str, Any]) -> int:
@@ -387,6 +377,8 @@ def recommend(
         "no-gain": f"{label} gains nothing from the cache",
         "error": f"{label} did not compile at all (fix that first, the cache is not the cause)",
     }[bad["verdict"]]
+    if bad.get("cause") == "compiler-mismatch":
+        head = f"{label}: the compiler, not the cache, disagrees with eager (report it upstream)"
     candidates = sorted(
         (g for g in safe if _base(g) == _base(bad)),
         key=lambda g: (_prefer(bad, g), -float(g.get("speedup") or 0), str(g["id"])),
