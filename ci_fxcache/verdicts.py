@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ci_fxcache.verify import explain as key_explain
 from ci_fxcache.workerpool import Outcome
 
 VERDICTS = ("safe", "no-gain", "unsafe", "error", "skipped")
@@ -37,6 +38,8 @@ def evidence(outcome: Outcome, timeout: float) -> dict[str, Any]:
         "load_s",
         "artifacts_loaded",
         "kernel_builds",
+        "triton_kernels_built",
+        "triton_kernel_builds",
         "eager_reproducible",
         "eager_note",
     ):
@@ -90,6 +93,16 @@ def _why(phase: dict[str, Any]) -> str:
     tail = [line for line in (phase.get("log_tail") or "").splitlines() if line.strip()]
     last = f": {tail[-1].strip()[:200]}" if tail and phase["status"] != "timeout" else ""
     return f"{phase.get('error') or phase['status']}{last}"
+
+
+def explain(cold_result: dict[str, Any], hot_result: dict[str, Any]) -> dict[str, Any]:
+    """Why the hot phase missed: differing key components, real misses, uncacheable parts.
+
+    Empty when the hot phase recorded no cache lookups (an older worker, or nothing compiled).
+    """
+    if not (hot_result.get("keyinfo") or {}).get("lookups"):
+        return {}
+    return key_explain.explain(cold_result, hot_result)
 
 
 def judge(
@@ -161,21 +174,46 @@ def judge(
         )
     same = "bitwise equal" if bitwise else "within tolerance"
     speed = f"{out['speedup']}x" if out["speedup"] is not None else "speedup unknown"
+    why = explain(cold_result, hot_result)
+    if why.get("uncacheable"):
+        out["notes"] = [
+            {"kind": "uncacheable", "text": key_explain.uncacheable_text(part)}
+            for part in why["uncacheable"]
+        ]
+        if combo["mechanism"] != "precompile" and not why["misses"]:
+            misses = 0  # only what the cold phase could not cache either: judged by the work done
     if hits == 0 or misses:
-        return verdict("no-gain", f"hot load missed ({shown}); outputs {same}, {speed}")
+        out["cause"] = "miss"
+        if why:
+            out["explain"] = {"differs": why["differs"], "misses": why["misses"]}
+        named = f"; key differs: {key_explain.summary(why)}" if why.get("differs") else ""
+        return verdict("no-gain", f"hot load missed ({shown}{named}); outputs {same}, {speed}")
     min_speedup = float(settings["min_speedup"])
-    built = hot.get("kernels_built") or 0
-    if built:
+    cpp, triton = hot.get("kernels_built") or 0, hot.get("triton_kernels_built") or 0
+    if cpp or triton:
         # A "hit" that still compiles kernels is a partial hot load (mega-cache on CPU): the
         # counters look fine, but the cost grows with the model's kernel count.
+        out["cause"] = "rebuilt"
+        out["explain"] = {
+            "differs": why.get("differs", []),
+            "kernels": {"cpp": cpp, "triton": triton},
+        }
+        kinds = " and ".join(f"{n} {k}" for n, k in ((cpp, "C++"), (triton, "Triton")) if n)
         return verdict(
             "no-gain",
-            f"counters report a hit ({shown}) but the hot process rebuilt {built} C++ "
+            f"counters report a hit ({shown}) but the hot process rebuilt {kinds} "
             f"kernels ({speed}); outputs {same}",
         )
     if out["speedup"] is None or out["speedup"] < min_speedup:
         return verdict(
             "no-gain", f"hot load hit ({shown}) but only {speed} < {min_speedup:g}x; outputs {same}"
+        )
+    if out.get("notes"):
+        out["cause"] = "partial-hit"
+        return verdict(
+            "safe",
+            f"hot load hit everything the cold phase cached ({shown}), nothing rebuilt, outputs "
+            f"{same}, {speed} faster; a part torch never caches recompiled (see notes)",
         )
     return verdict("safe", f"hot load hit ({shown}), outputs {same}, {speed} faster")
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from . import tolerances, workloads
+from . import keyinfo, tolerances, triton_builds, workloads
 from .tensors import flatten
 
 DTYPES = {
@@ -194,6 +194,8 @@ def _timed(fn: Any) -> tuple[Any, float]:
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     """Run the phase described by `spec`; return the evidence (never raises)."""
     result: dict[str, Any] = {"status": "ok", "torch_version": torch.__version__}
+    keyinfo.install()
+    triton_builds.install(in_process=spec["phase"] == "hot" and spec["combo"]["device"] == "cuda")
     try:
         _phase(spec, result)
     except Exception as exc:
@@ -201,6 +203,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         result["status"] = "error"
         result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
     result["counters"] = _counters()
+    result["keyinfo"] = keyinfo.collect()
+    result.update(triton_builds.evidence())
     return result
 
 

@@ -1,0 +1,1 @@
+"""Verification stage: explaining what the hot phase had to redo."""
