@@ -213,7 +213,8 @@ def judge(
         return verdict(
             "safe",
             f"hot load hit everything the cold phase cached ({shown}), nothing rebuilt, outputs "
-            f"{same}, {speed} faster; a part torch never caches recompiled (see notes)",
+            f"{same}, {speed} faster; recompiled what torch never caches: "
+            + "; ".join(note["text"] for note in out["notes"]),
         )
     return verdict("safe", f"hot load hit ({shown}), outputs {same}, {speed} faster")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -114,3 +115,177 @@ def test_a_hot_miss_names_the_component_that_changed(
     if "dtype" not in change:  # only the changed setting: nothing else is blamed
         assert [d["component"] for d in why["differs"]] == [component]
     assert component in explain.summary(why)
+
+
+TORCH_2_14 = Path("/work/venv-torch2.14.1/bin/python")
+# Counting through the real Triton 3.8 entry point: `triton.compile` for an explicit GPU target
+# runs the whole compiler (to a cubin) without a GPU. A user listener that was already set must
+# keep receiving every event.
+TRITON = """
+import json, os, tempfile
+os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
+import triton, triton.language as tl
+from triton import knobs
+from triton.backends.compiler import GPUTarget
+from triton.compiler.compiler import ASTSource
+import torch._inductor.config as inductor_config
+from ci_fxcache.worker import triton_builds
+users = []
+knobs.compilation.listener = lambda **event: users.append(event["cache_hit"])
+assert triton_builds.install(in_process=True)
+
+@triton.jit
+def add(x, y, out, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + i, tl.load(x + i, mask=i < n) + tl.load(y + i, mask=i < n), mask=i < n)
+
+sig = {"x": "*fp32", "y": "*fp32", "out": "*fp32", "n": "i32"}
+for block in (64, 64, 128):  # compile, Triton cache hit, compile
+    triton.compile(ASTSource(add, sig, {"BLOCK": block}), target=GPUTarget("cuda", 90, 32))
+print(json.dumps({**triton_builds.evidence(), "users": users,
+                  "compile_threads": inductor_config.compile_threads}))
+"""
+
+
+@pytest.mark.skipif(not TORCH_2_14.exists(), reason=f"needs torch 2.14.1 + Triton at {TORCH_2_14}")
+def test_triton_compilations_are_counted_through_tritons_listener(tmp_path: Path) -> None:
+    script = tmp_path / "count_triton.py"  # @triton.jit needs its source in a file
+    script.write_text(TRITON)
+    proc = subprocess.run(
+        [str(TORCH_2_14), str(script)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.splitlines()[-1])
+    assert got["triton_kernels_built"] == 2  # the cache hit is not a build
+    assert all(b.startswith("triton add at ") for b in got["triton_kernel_builds"])
+    assert got["users"] == [False, True, False]
+    assert got["compile_threads"] == 1
+
+
+def test_triton_is_not_counted_where_it_is_not_installed() -> None:
+    proc = subprocess.run(
+        [
+            TORCH_PYTHON,
+            "-c",
+            "from ci_fxcache.worker import triton_builds as t; "
+            "print(t.install(in_process=True), t.evidence())",
+        ],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    assert proc.stdout.split() == ["False", "{}"]
+
+
+# End to end through `fxcache verify`: the explanation lands in the results document, the text
+# output and the markdown report.
+STATIC = ("--dtypes", "float32", "--dynamic", "false", "--mechanisms", "fxgraph")
+
+
+@pytest.fixture(scope="module")
+def cold_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.conftest import run_fxcache
+    from tests.test_verify import verify
+
+    cache = tmp_path_factory.mktemp("explain-e2e") / "cache"
+    proc = verify(
+        run_fxcache.__wrapped__(),  # type: ignore[attr-defined]
+        *STATIC,
+        "--training",
+        "false",
+        "--phase",
+        "cold",
+        "--cache-dir",
+        str(cache),
+    )
+    assert proc.returncode == 0, proc.stderr
+    return cache
+
+
+@pytest.mark.parametrize(
+    ("env", "component", "hot_value"),
+    [
+        ({"TORCH_COMPILE_CACHE_KEY_TAG": "release-2"}, "TORCH_COMPILE_CACHE_KEY_TAG", "release-2"),
+        (
+            {"TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS": "ATEN"},
+            "inductor config max_autotune_gemm_backends",
+            "ATEN",
+        ),
+    ],
+    ids=["key-tag", "config"],
+)
+def test_verify_explains_a_hot_miss_in_json_text_and_markdown(
+    cold_cache: Path,
+    run_fxcache: Any,
+    tmp_path: Path,
+    env: dict[str, str],
+    component: str,
+    hot_value: str,
+) -> None:
+    from tests.test_verify import load, verify
+
+    cache = tmp_path / "cache"
+    shutil.copytree(cold_cache, cache)
+    out = tmp_path / "hot.json"
+    proc = verify(
+        run_fxcache,
+        *STATIC,
+        "--training",
+        "false",
+        "--phase",
+        "hot",
+        "--cache-dir",
+        str(cache),
+        "--json",
+        str(out),
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (combo,) = load(out)["combos"]
+    assert combo["verdict"] == "no-gain" and combo["cause"] == "miss", combo["reason"]
+    assert [d["component"] for d in combo["explain"]["differs"]] == [component]
+    assert combo["explain"]["differs"][0]["hot"] == hot_value
+    assert {m["cache"] for m in combo["explain"]["misses"]} == {"aotautograd", "fxgraph"}
+    assert component in proc.stdout
+    markdown = run_fxcache("report", str(out), "--format", "md")
+    assert f"the cache missed on hot load ({component}" in markdown.stdout
+
+
+def test_a_graph_aotautograd_never_caches_is_a_partial_hit_named_in_notes(
+    run_fxcache: Any, tmp_path: Path
+) -> None:
+    """Selective activation checkpointing: AOTAutograd bypasses its cache in both phases."""
+    from tests.test_verify import load, verify
+
+    out = tmp_path / "r.json"
+    proc = verify(
+        run_fxcache,
+        *STATIC,
+        "--training",
+        "true",
+        "--workloads",
+        "tests.workloads.uncacheable:selective_checkpoint",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--json",
+        str(out),
+    )
+    assert proc.returncode == 0, proc.stderr
+    (combo,) = load(out)["combos"]
+    assert combo["cold"]["counters"]["aot_autograd_cache_bypass"] == 1
+    assert combo["hot"]["counters"]["aot_autograd_cache_bypass"] == 1
+    assert combo["hot"]["counters"]["fxgraph_cache_hit"] == 2
+    assert combo["hot"]["kernels_built"] == 0
+    assert combo["verdict"] == "safe" and combo["cause"] == "partial-hit", combo["reason"]
+    (note,) = combo["notes"]
+    assert note["kind"] == "uncacheable"
+    assert note["text"].startswith("AOTAutograd cache bypass")
+    assert "SAC context_fn does not have a cache_hash attribute" in note["text"]
+    assert "explain" not in combo

@@ -12,6 +12,7 @@ from typing import Any
 
 from ci_fxcache.report.known_issues import KnownIssue
 from ci_fxcache.resultsdoc import VERDICT_ORDER, Group, Results
+from ci_fxcache.verify import explain as key_explain
 
 NO_ALTERNATIVE = "was verified safe in this run, so no alternative can be recommended"
 EMOJI = {"safe": "✅", "no-gain": "🟡", "unsafe": "❌", "error": "💥", "skipped": "⏭️"}
@@ -326,11 +327,12 @@ def problem_text(combo: dict[str, Any]) -> str:
             return "the cold compile itself failed (not a cache problem)"
         return "the hot phase did not run"
     if verdict == "no-gain":
-        if hot.get("kernels_built"):
-            built = hot["kernels_built"]
+        built = (hot.get("kernels_built") or 0) + (hot.get("triton_kernels_built") or 0)
+        if built:
             return f"counted as a hit, but {built} kernel file(s) were rebuilt"
         if combo.get("hits") == 0 or combo.get("misses") or "missed" in low:
-            return "the cache missed on hot load"
+            differs = key_explain.summary(combo.get("explain") or {})
+            return "the cache missed on hot load" + (f" ({differs})" if differs else "")
         speed = combo.get("speedup")
         return f"no real speedup ({fmt_speedup(speed)})" if speed is not None else reason
     status = hot.get("status")

@@ -150,5 +150,5 @@ def summary(why: dict[str, Any], limit: int = 3) -> str:
 
 def uncacheable_text(part: dict[str, str]) -> str:
     """`AOTAutograd cache bypass: <torch's reason>` for a `notes` entry."""
-    reason = part["reason"].splitlines()[0] if part["reason"] else "no reason given"
+    reason = part["reason"].split(". ")[0].splitlines()[0] if part["reason"] else "no reason"
     return f"{CACHE_NAMES.get(part['cache'], part['cache'])} bypass (cold and hot alike): {reason}"

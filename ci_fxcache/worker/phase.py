@@ -50,7 +50,10 @@ def _configure(spec: dict[str, Any]) -> None:
     if remote:
         os.environ["TORCHINDUCTOR_REDIS_URL"] = spec["redis_url"]
     dynamo_config.caching_precompile = mechanism == "precompile"
-    compiler_config.cache_key_tag = spec.get("cache_tag") or ""
+    # The remote mechanism's own tag isolates its entries; otherwise the user's tag stays.
+    compiler_config.cache_key_tag = spec.get("cache_tag") or os.environ.get(
+        "TORCH_COMPILE_CACHE_KEY_TAG", ""
+    )
 
 
 def _run(model: Any, inputs: tuple[Any, ...], spec: dict[str, Any]) -> list[torch.Tensor]:
