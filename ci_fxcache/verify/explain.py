@@ -141,6 +141,15 @@ def explain(cold: dict[str, Any], hot: dict[str, Any]) -> dict[str, Any]:
     return {"differs": differs, "misses": misses, "uncacheable": skipped}
 
 
+def missed(combo: dict[str, Any]) -> bool:
+    """True when a results-document combo's hot load missed the cache (any schema version)."""
+    if "cause" in combo:
+        return combo["cause"] == "miss"
+    return combo.get("verdict") == "no-gain" and (
+        not combo.get("hits") or bool(combo.get("misses"))
+    )
+
+
 def summary(why: dict[str, Any], limit: int = 3) -> str:
     """One line naming the differing components, e.g. `TORCH_COMPILE_CACHE_KEY_TAG '' -> 'x'`."""
     parts = [f"{d['component']} {d['cold']!r} -> {d['hot']!r}" for d in why.get("differs", [])]
