@@ -289,3 +289,81 @@ def test_a_graph_aotautograd_never_caches_is_a_partial_hit_named_in_notes(
     assert note["text"].startswith("AOTAutograd cache bypass")
     assert "SAC context_fn does not have a cache_hash attribute" in note["text"]
     assert "explain" not in combo
+
+
+# judge() on recorded evidence: the decisions that rest on explain() and the Triton count.
+SETTINGS = {"compare": "bitwise", "min_speedup": 2.0}
+COMBO_ARGS = {"dtype": "float32", "mechanism": "fxgraph"}
+SAME = {"vs_cold": {"bitwise": True, "close": True, "max_abs_err": 0.0, "detail": ""}}
+
+
+def _evidence(counters: dict[str, int], compile_s: float, **extra: Any) -> dict[str, Any]:
+    return {
+        "status": "ok",
+        "compile_s": compile_s,
+        "counters": counters,
+        "kernels_built": 0,
+        **extra,
+    }
+
+
+def _lookup(cache: str, state: str, reason: str = "") -> dict[str, Any]:
+    lookup: dict[str, Any] = {"cache": cache, "state": state, "key": f"{cache}-{state}"}
+    lookup["components"] = {"cache_key_tag": ["h0", ""], "gm": ["h1", "def forward..."]}
+    if reason:
+        lookup["bypass_reason"] = reason
+    return lookup
+
+
+def test_a_triton_rebuild_on_hot_load_is_no_gain_with_the_count() -> None:
+    from ci_fxcache import verdicts
+
+    hits = {"fxgraph_cache_hit": 2, "aot_autograd_cache_hit": 1}
+    hot = _evidence(hits, 1.0, triton_kernels_built=3)
+    judged = verdicts.judge(COMBO_ARGS, _evidence({}, 20.0), hot, {}, SAME, SETTINGS)
+    assert judged["verdict"] == "no-gain" and judged["cause"] == "rebuilt"
+    assert judged["explain"]["kernels"] == {"cpp": 0, "triton": 3}
+    assert "rebuilt 3 Triton kernels" in judged["reason"]
+
+
+def test_a_bypass_the_cold_phase_did_not_have_is_a_miss_not_a_partial_hit() -> None:
+    from ci_fxcache import verdicts
+
+    cold = {"keyinfo": {"lookups": [_lookup("fxgraph", "miss"), _lookup("fxgraph", "miss")]}}
+    hot_lookups = [_lookup("fxgraph", "hit"), _lookup("fxgraph", "bypass", "Can't cache cond")]
+    counters = {"fxgraph_cache_hit": 1, "fxgraph_cache_bypass": 1}
+    judged = verdicts.judge(
+        COMBO_ARGS,
+        _evidence({}, 20.0),
+        _evidence(counters, 1.0),
+        cold,
+        {**SAME, "keyinfo": {"lookups": hot_lookups}},
+        SETTINGS,
+    )
+    assert judged["verdict"] == "no-gain" and judged["cause"] == "miss"
+    assert judged["explain"]["misses"] == [
+        {
+            "cache": "fxgraph",
+            "state": "bypass",
+            "key": "fxgraph-bypass",
+            "bypass_reason": "Can't cache cond",
+        }
+    ]
+    assert "notes" not in judged
+    # The same bypass in the cold phase too: a part torch never caches, judged by the work done.
+    cold["keyinfo"]["lookups"][1] = _lookup("fxgraph", "bypass", "Can't cache cond")
+    judged = verdicts.judge(
+        COMBO_ARGS,
+        _evidence({}, 20.0),
+        _evidence(counters, 1.0),
+        cold,
+        {**SAME, "keyinfo": {"lookups": hot_lookups}},
+        SETTINGS,
+    )
+    assert judged["verdict"] == "safe" and judged["cause"] == "partial-hit", judged["reason"]
+    assert judged["notes"] == [
+        {
+            "kind": "uncacheable",
+            "text": "FX graph cache bypass (cold and hot alike): Can't cache cond",
+        }
+    ]
