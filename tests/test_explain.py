@@ -35,7 +35,7 @@ if backends:
 x = torch.rand(16, 32, dtype=getattr(torch, dtype), requires_grad=True)
 y = torch.rand(32, 8, dtype=getattr(torch, dtype))
 torch.compile(lambda a, b: a.sin() @ b)(x, y).sum().backward()
-print(json.dumps({"keyinfo": keyinfo.collect()}))
+print(json.dumps({"keyinfo": keyinfo.collect("cpu")}))
 """
 
 
@@ -366,4 +366,17 @@ def test_a_bypass_the_cold_phase_did_not_have_is_a_miss_not_a_partial_hit() -> N
             "kind": "uncacheable",
             "text": "FX graph cache bypass (cold and hot alike): Can't cache cond",
         }
+    ]
+
+
+def test_a_gpu_change_is_named_once_from_the_system_facts_and_the_fx_key() -> None:
+    def result(gpu: str, state: str) -> dict[str, Any]:
+        lookup = _lookup("fxgraph", state)
+        lookup["components"]["system_info[device]"] = ["h-" + gpu, str({"name": gpu})]
+        system = {"python_version": "3.11.7", "torch_version": "2.14.1", "gpu_name": gpu}
+        return {"keyinfo": {"lookups": [lookup], "system": system}}
+
+    why = explain.explain(result("NVIDIA H200", "miss"), result("NVIDIA H100 80GB HBM3", "miss"))
+    assert why["differs"] == [
+        {"component": "GPU name", "cold": "NVIDIA H200", "hot": "NVIDIA H100 80GB HBM3"}
     ]

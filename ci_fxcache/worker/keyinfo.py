@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import platform
 import re
 from typing import Any
 
@@ -99,25 +100,30 @@ def install() -> None:
     _RECORDER.append(recorder)
 
 
-def _system() -> dict[str, Any]:
-    """What the Dynamo cache checks (python, torch, toolkit, Triton, GPU name) and the tag."""
+def _system(device: str) -> dict[str, Any]:
+    """What the Dynamo cache checks (python, torch; on a GPU also toolkit, Triton, GPU name)
+    and the key tag. A CPU combination does not touch the GPU for it."""
     import torch
     import torch.compiler.config as compiler_config
 
-    system: dict[str, Any] = {"torch_version": torch.__version__}
-    try:
-        from torch._dynamo.package import SystemInfo
+    system: dict[str, Any] = {
+        "python_version": platform.python_version(),
+        "torch_version": torch.__version__,
+    }
+    if device != "cpu":
+        try:
+            from torch._dynamo.package import SystemInfo
 
-        system.update(dataclasses.asdict(SystemInfo.current()))
-    except Exception:  # older torch, or no package support: the FX lookups still say enough
-        pass
+            system.update(dataclasses.asdict(SystemInfo.current()))
+        except Exception:  # older torch, no package support: the FX lookups still say enough
+            pass
     if isinstance(system.get("triton_version"), tuple):
         system["triton_version"] = ".".join(map(str, system["triton_version"]))
     system["cache_key_tag"] = compiler_config.cache_key_tag
     return system
 
 
-def collect() -> dict[str, Any]:
+def collect(device: str) -> dict[str, Any]:
     """The lookups seen since `install()` and the system facts torch's caches check."""
     lookups = list(_RECORDER[0].lookups) if _RECORDER else []
-    return {"lookups": lookups, "system": _system()}
+    return {"lookups": lookups, "system": _system(device)}

@@ -206,7 +206,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         result["status"] = "error"
         result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
     result["counters"] = _counters()
-    result["keyinfo"] = keyinfo.collect()
+    result["keyinfo"] = keyinfo.collect(spec["combo"]["device"])
     result.update(triton_builds.evidence())
     return result
 
