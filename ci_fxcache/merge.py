@@ -23,6 +23,40 @@ def _shard_docs(path: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     return list(zip(raw, [s.doc for g in loaded.groups for s in g.shards], strict=True))
 
 
+def key_diffs(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each runner that missed a combination another runner hit: how the two differ.
+
+    `a` is the runner that hit, `b` the one that missed (scope keys; `runners` names them),
+    `combos` the ids concerned. Runners of one scope are compared too: torch keys on facts the
+    scope key leaves out (the GPU name), and those show among the reported fields.
+    """
+    from ci_fxcache.env import keydiff
+    from ci_fxcache.verify import explain
+
+    shards = [shard for group in groups for shard in group["shards"]]
+
+    def ids(shard: dict[str, Any], test: Any) -> set[str]:
+        return {c["id"] for c in shard["combos"] if test(c)}
+
+    def runner(shard: dict[str, Any]) -> str:
+        return str((shard.get("runner") or {}).get("name") or "runner")
+
+    out: list[dict[str, Any]] = []
+    for hit in shards:
+        for miss in shards:
+            both = sorted(ids(hit, lambda c: c["verdict"] == "safe") & ids(miss, explain.missed))
+            if miss is hit or not both:
+                continue
+            try:
+                a = keydiff.from_document(hit, runner(hit))
+                b = keydiff.from_document(miss, runner(miss))
+            except UsageError:  # a shard without fingerprint or key: nothing to compare
+                continue
+            entry = {**keydiff.diff(a, b), "runners": {"a": runner(hit), "b": runner(miss)}}
+            out.append({**entry, "combos": both})
+    return out
+
+
 def merge(paths: list[str], report_id: str | None = None) -> dict[str, Any]:
     """Read shards (results or already merged documents) and group them by environment.
 
@@ -63,6 +97,7 @@ def merge(paths: list[str], report_id: str | None = None) -> dict[str, Any]:
     summary = causes.summary(c for shard in read for c in shard["combos"])
     ordered = sorted(groups.values(), key=lambda g: (g["arch"], g["title"], g["key"]))
     return {
+        "key_diffs": key_diffs(ordered),
         "schema": resultsdoc.MERGED_SCHEMA,
         "fxcache_version": __version__,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ci_fxcache.verify import causes
+from ci_fxcache.verify import explain as key_explain
 from ci_fxcache.workerpool import Outcome
 
 
@@ -41,6 +42,8 @@ def evidence(outcome: Outcome, timeout: float) -> dict[str, Any]:
         "eager_note",
         "self_stable",
         "recompile_guard",
+        "triton_kernels_built",
+        "triton_kernel_builds",
     ):
         if name in result:
             phase[name] = result[name]
@@ -108,6 +111,7 @@ class Evidence:
     misses: int = 0
     counters_shown: str = ""
     speedup: float | None = None
+    why: dict[str, Any] = field(default_factory=dict)  # explain(): differing key parts, misses
 
     @property
     def bitwise(self) -> bool:
@@ -205,23 +209,25 @@ def _hot_not_run(ev: Evidence) -> Finding | None:
 def _missed(ev: Evidence) -> Finding | None:
     if ev.hits and not ev.misses:
         return None
+    named = f"; key differs: {key_explain.summary(ev.why)}" if ev.why.get("differs") else ""
     return (
         "no-gain",
         "miss",
-        f"hot load missed ({ev.counters_shown}); outputs {ev.outputs}, {ev.speed}",
+        f"hot load missed ({ev.counters_shown}{named}); outputs {ev.outputs}, {ev.speed}",
     )
 
 
 def _rebuilt(ev: Evidence) -> Finding | None:
     # A "hit" that still compiles kernels is a partial hot load (mega-cache on CPU): the
     # counters look fine, but the cost grows with the model's kernel count.
-    built = ev.hot.get("kernels_built") or 0
-    if not built:
+    cpp, triton = ev.hot.get("kernels_built") or 0, ev.hot.get("triton_kernels_built") or 0
+    if not (cpp or triton):
         return None
+    kinds = " and ".join(f"{n} {k}" for n, k in ((cpp, "C++"), (triton, "Triton")) if n)
     return (
         "no-gain",
         "rebuilt",
-        f"counters report a hit ({ev.counters_shown}) but the hot process rebuilt {built} C++ "
+        f"counters report a hit ({ev.counters_shown}) but the hot process rebuilt {kinds} "
         f"kernels ({ev.speed}); outputs {ev.outputs}",
     )
 
@@ -289,9 +295,39 @@ def notes(ev: Evidence) -> list[dict[str, Any]]:
                 "same seed",
             )
         )
+    for part in ev.why.get("uncacheable") or []:
+        found.append(causes.note("uncacheable", key_explain.uncacheable_text(part)))
     if ev.cold_result.get("fp64_checked"):
         found.append(causes.note("fp64-accuracy", str(ev.cold_result["fp64_checked"])))
     return found
+
+
+def explain(cold_result: dict[str, Any], hot_result: dict[str, Any]) -> dict[str, Any]:
+    """Why the hot phase missed: differing key components, real misses, uncacheable parts.
+
+    Empty when the hot phase recorded no cache lookups (an older worker, or nothing compiled).
+    """
+    if not (hot_result.get("keyinfo") or {}).get("lookups"):
+        return {}
+    return key_explain.explain(cold_result, hot_result)
+
+
+def _hit(ev: Evidence) -> Finding:
+    """The finding when no check objects: a full hit, or a partial one (uncacheable parts)."""
+    if ev.why.get("uncacheable"):
+        parts = "; ".join(key_explain.uncacheable_text(p) for p in ev.why["uncacheable"])
+        return (
+            "safe",
+            "partial-hit",
+            f"hot load hit everything the cold phase cached ({ev.counters_shown}), nothing "
+            f"rebuilt, outputs {ev.outputs}, {ev.speed} faster; recompiled what torch never "
+            f"caches: {parts}",
+        )
+    return (
+        "safe",
+        "hit",
+        f"hot load hit ({ev.counters_shown}), outputs {ev.outputs}, {ev.speed} faster",
+    )
 
 
 def judge(
@@ -310,22 +346,34 @@ def judge(
         ev.hits, ev.misses, ev.counters_shown = hits_and_misses(combo["mechanism"], hot["counters"])
         if cold.get("compile_s") and hot.get("compile_s"):
             ev.speedup = round(cold["compile_s"] / max(hot["compile_s"], 1e-6), 2)
-    finding: Finding = (
-        "safe",
-        "hit",
-        f"hot load hit ({ev.counters_shown}), outputs {ev.outputs}, {ev.speed} faster",
-    )
+        ev.why = explain(cold_result, hot_result)
+        partial = bool(ev.why.get("uncacheable")) and not ev.why.get("misses")
+        if partial and combo["mechanism"] != "precompile":
+            ev.misses = 0  # only what the cold phase could not cache either: judged by the work
+    finding: Finding = _hit(ev)
     for check in CHECKS:
         found = check(ev)
         if found is not None:
             finding = found
             break
     verdict, cause, reason = finding
+    extra: dict[str, Any] = {}
+    if cause == "miss" and ev.why:
+        extra["explain"] = {"differs": ev.why["differs"], "misses": ev.why["misses"]}
+    elif cause == "rebuilt":
+        extra["explain"] = {
+            "differs": ev.why.get("differs", []),
+            "kernels": {
+                "cpp": hot.get("kernels_built") or 0,
+                "triton": hot.get("triton_kernels_built") or 0,
+            },
+        }
     return {
         "verdict": verdict,
         "cause": cause,
         "reason": reason,
         "notes": notes(ev),
+        **extra,
         "speedup": ev.speedup,
         "cold": cold,
         "hot": hot,

@@ -12,6 +12,7 @@ from typing import Any
 
 from ci_fxcache.report.known_issues import KnownIssue
 from ci_fxcache.resultsdoc import VERDICT_ORDER, Group, Results
+from ci_fxcache.verify import explain as key_explain
 
 NO_ALTERNATIVE = "was verified safe in this run, so no alternative can be recommended"
 EMOJI = {"safe": "✅", "no-gain": "🟡", "unsafe": "❌", "error": "💥", "skipped": "⏭️"}
@@ -320,7 +321,11 @@ def problem_text(combo: dict[str, Any]) -> str:
     if combo["verdict"] == "skipped":
         return reason or "skipped"
     if cause == "rebuilt":
-        return f"counted as a hit, but {hot.get('kernels_built')} kernel file(s) were rebuilt"
+        built = (hot.get("kernels_built") or 0) + (hot.get("triton_kernels_built") or 0)
+        return f"counted as a hit, but {built} kernel file(s) were rebuilt"
+    if cause == "miss":
+        differs = key_explain.summary(combo.get("explain") or {})
+        return "the cache missed on hot load" + (f" ({differs})" if differs else "")
     if cause == "slow":
         speed = combo.get("speedup")
         return f"no real speedup ({fmt_speedup(speed)})" if speed is not None else reason

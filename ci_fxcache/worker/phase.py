@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from . import tolerances, workloads
+from . import keyinfo, tolerances, triton_builds, workloads
 from .accuracy import bitwise_equal, compare, fp64_judgement
 from .tensors import flatten
 
@@ -58,7 +58,10 @@ def _configure(spec: dict[str, Any]) -> None:
     if remote:
         os.environ["TORCHINDUCTOR_REDIS_URL"] = spec["redis_url"]
     dynamo_config.caching_precompile = mechanism == "precompile"
-    compiler_config.cache_key_tag = spec.get("cache_tag") or ""
+    # The remote mechanism's own tag isolates its entries; otherwise the user's tag stays.
+    compiler_config.cache_key_tag = spec.get("cache_tag") or os.environ.get(
+        "TORCH_COMPILE_CACHE_KEY_TAG", ""
+    )
 
 
 def _counters() -> dict[str, int]:
@@ -224,6 +227,8 @@ def _timed(fn: Any) -> tuple[Any, float]:
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     """Run the phase described by `spec`; return the evidence (never raises)."""
     result: dict[str, Any] = {"status": "ok", "torch_version": torch.__version__}
+    keyinfo.install()
+    triton_builds.install(in_process=spec["phase"] == "hot" and spec["combo"]["device"] == "cuda")
     try:
         _phase(spec, result)
     except Exception as exc:
@@ -231,6 +236,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         result["status"] = "error"
         result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
     result["counters"] = _counters()
+    result["keyinfo"] = keyinfo.collect(spec["combo"]["device"])
+    result.update(triton_builds.evidence())
     return result
 
 

@@ -1,0 +1,1 @@
+"""Environment stage: what a runner is, and how two runners differ."""
