@@ -332,14 +332,14 @@ def test_a_bypass_the_cold_phase_did_not_have_is_a_miss_not_a_partial_hit() -> N
     cold = {"keyinfo": {"lookups": [_lookup("fxgraph", "miss"), _lookup("fxgraph", "miss")]}}
     hot_lookups = [_lookup("fxgraph", "hit"), _lookup("fxgraph", "bypass", "Can't cache cond")]
     counters = {"fxgraph_cache_hit": 1, "fxgraph_cache_bypass": 1}
-    judged = verdicts.judge(
-        COMBO_ARGS,
-        _evidence({}, 20.0),
-        _evidence(counters, 1.0),
-        cold,
-        {**SAME, "keyinfo": {"lookups": hot_lookups}},
-        SETTINGS,
-    )
+
+    def judge() -> dict[str, Any]:
+        hot = {**SAME, "keyinfo": {"lookups": hot_lookups}}
+        return verdicts.judge(
+            COMBO_ARGS, _evidence({}, 20.0), _evidence(counters, 1.0), cold, hot, SETTINGS
+        )
+
+    judged = judge()
     assert judged["verdict"] == "no-gain" and judged["cause"] == "miss"
     assert judged["explain"]["misses"] == [
         {
@@ -352,14 +352,7 @@ def test_a_bypass_the_cold_phase_did_not_have_is_a_miss_not_a_partial_hit() -> N
     assert not [n for n in judged["notes"] if n["kind"] == "uncacheable"]
     # The same bypass in the cold phase too: a part torch never caches, judged by the work done.
     cold["keyinfo"]["lookups"][1] = _lookup("fxgraph", "bypass", "Can't cache cond")
-    judged = verdicts.judge(
-        COMBO_ARGS,
-        _evidence({}, 20.0),
-        _evidence(counters, 1.0),
-        cold,
-        {**SAME, "keyinfo": {"lookups": hot_lookups}},
-        SETTINGS,
-    )
+    judged = judge()
     assert judged["verdict"] == "safe" and judged["cause"] == "partial-hit", judged["reason"]
     assert judged["notes"] == [
         {
