@@ -14,9 +14,12 @@ from typing import Any
 
 from ci_fxcache.errors import UsageError
 
-RESULTS_SCHEMA = "fxcache-results/1"
-MERGED_SCHEMA = "fxcache-merged/1"
-SCHEMAS = (RESULTS_SCHEMA, MERGED_SCHEMA)
+RESULTS_SCHEMA = "fxcache-results/2"
+MERGED_SCHEMA = "fxcache-merged/2"
+# Version-1 documents are still read (they lack `cause`, `notes`, `explain`).
+RESULTS_SCHEMAS = ("fxcache-results/1", RESULTS_SCHEMA)
+MERGED_SCHEMAS = ("fxcache-merged/1", MERGED_SCHEMA)
+SCHEMAS = (*RESULTS_SCHEMAS, *MERGED_SCHEMAS)
 VERDICTS = ("safe", "no-gain", "unsafe", "error", "skipped")
 # Problems first: the order rows and summaries use.
 VERDICT_ORDER = {"unsafe": 0, "error": 1, "no-gain": 2, "safe": 3, "skipped": 4}
@@ -71,7 +74,7 @@ class Results:
 
     @property
     def is_fleet(self) -> bool:
-        return self.schema == MERGED_SCHEMA
+        return self.schema in MERGED_SCHEMAS
 
 
 def group_key(doc: dict[str, Any]) -> str:
@@ -93,9 +96,10 @@ def check_results_doc(doc: Any, where: str) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise UsageError(f"{where}: not a results document (a JSON object was expected)")
     schema = doc.get("schema")
-    if schema != RESULTS_SCHEMA:
+    if schema not in RESULTS_SCHEMAS:
         raise UsageError(
-            f"{where}: schema {schema!r} is not supported (expected {RESULTS_SCHEMA!r}); "
+            f"{where}: schema {schema!r} is not supported (expected one of "
+            f"{', '.join(RESULTS_SCHEMAS)}); "
             "re-run 'fxcache verify --json' with this fxcache version"
         )
     combos = doc.get("combos")
@@ -122,13 +126,13 @@ def from_document(doc: Any, where: str) -> Results:
     if not isinstance(doc, dict):
         raise UsageError(f"{where}: not a results document (a JSON object was expected)")
     schema = doc.get("schema")
-    if schema == RESULTS_SCHEMA:
+    if schema in RESULTS_SCHEMAS:
         check_results_doc(doc, where)
         shard = Shard(doc, where)
         return Results(
             schema, str(doc.get("report_id") or "fxcache"), [Group(group_key(doc), [shard])], doc
         )
-    if schema == MERGED_SCHEMA:
+    if schema in MERGED_SCHEMAS:
         groups_doc = doc.get("groups")
         if not isinstance(groups_doc, list) or not groups_doc:
             raise UsageError(f"{where}: 'groups' must be a non-empty list")
