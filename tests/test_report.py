@@ -550,3 +550,94 @@ def test_environment_line_reads_a_real_restore_state(
     (line,) = [x for x in proc.stdout.splitlines() if x.startswith("| cache |")]
     key = render.md_text(restored["scope_key"])
     assert f"not found (miss): cold start; key {key}; nothing stale" in line
+
+
+HOSTILE = {
+    "workload": "</details><img src=x onerror=alert(1)>",
+    "reason": "see [x](http://evil.example/a) by @org/team, #123, www.evil.example <b>bold</b>",
+    "runner": "@octocat <script>alert(1)</script>",
+    "report_id": "[click](https://evil.example)",
+    "note": "![img](http://evil.example/i.png) `code` *em* | pipe",
+    "log": "```\n</details>\n<!-- @org -->",
+}
+
+
+def _hostile_doc() -> dict[str, Any]:
+    doc = json.loads((DATA / "results_h200.json").read_text())
+    doc["report_id"] = HOSTILE["report_id"]
+    doc["runner"]["name"] = HOSTILE["runner"]
+    for i, c in enumerate(doc["combos"]):
+        if i % 2:
+            c["workload"] = HOSTILE["workload"]
+        c["reason"] = HOSTILE["reason"]
+        c["notes"] = [{"kind": "@org/team", "text": HOSTILE["note"]}]
+        for phase in ("cold", "hot"):
+            if c.get(phase):
+                c[phase]["log_tail"] = HOSTILE["log"]
+    return doc
+
+
+@pytest.mark.parametrize("fleet", [False, True])
+def test_free_text_from_results_is_escaped(fleet: bool) -> None:
+    """Workload names, reasons, runner names, report id and notes cannot inject markdown:
+    rendered as GitHub renders (GFM, raw HTML allowed), no mention, link or tag survives."""
+    import cmarkgfm
+    from cmarkgfm.cmark import Options
+
+    doc = _hostile_doc()
+    if fleet:
+        other = json.loads((DATA / "shard_a100.json").read_text())
+        doc = {
+            "schema": resultsdoc.MERGED_SCHEMA,
+            "report_id": HOSTILE["report_id"],
+            "groups": [{"key": "a", "shards": [doc]}, {"key": "b", "shards": [other]}],
+            "key_diffs": [{"a": HOSTILE["runner"], "b": "sm80", "differs": [HOSTILE["workload"]]}],
+        }
+    report = build(doc)
+    md = render.markdown(report, max_chars=10**7)
+    html = cmarkgfm.github_flavored_markdown_to_html(md, options=Options.CMARK_OPT_UNSAFE)
+    # Only our own links: the known upstream issues.
+    ours = {i.url.replace("&", "&amp;") for i in known_issues.load_builtin()}
+    assert set(re.findall(r'<a href="([^"]*)"', html)) <= ours
+    # Only our own tags; every <details> closed where we close it.
+    tags = set(re.findall(r"<([a-z][a-z0-9]*)[\s>/]", html))
+    assert tags <= {"h2", "h3", "p", "strong", "table", "thead", "tbody", "tr", "th", "td"} | {
+        "details",
+        "summary",
+        "ul",
+        "li",
+        "pre",
+        "code",
+        "a",
+        "sub",
+        "br",
+        "em",
+        "blockquote",
+    }, tags
+    assert "<img" not in html and "<script" not in html and "<b>" not in html
+    assert html.count("<details>") == html.count("</details>") == md.count("<details>")
+    # No mention, issue reference or bare URL that GitHub would link (it links none inside
+    # code blocks, where the log tails are).
+    outside_code = re.sub(r"<pre>.*?</pre>|<code>.*?</code>", "", html, flags=re.S)
+    text = re.sub(r"<[^>]+>", "", outside_code)
+    assert not re.search(r"(?<![\w\u200b])@[A-Za-z0-9]", text)
+    assert not re.search(r"#[0-9]", text)
+    assert "http://evil" not in text and "https://evil" not in text and "www.evil" not in text
+    # The text itself is still there for a reader.
+    assert "&lt;/details&gt;&lt;img src=x" in html
+    assert "\u200borg/team" in text
+
+
+def test_key_diffs_render_one_line_per_pair(tmp_path: Path) -> None:
+    from ci_fxcache import merge
+
+    merged = merge.merge([str(p) for p in SHARDS])
+    merged["key_diffs"] = [
+        {"a": "sm80", "b": "sm90", "differs": [{"component": "gpu_name"}, {"component": "arch"}]},
+        {"a": "sm75", "b": "sm90", "differs": ["triton_version"]},
+    ]
+    report = build(merged)
+    assert report.key_diffs == ["sm80 vs sm90: gpu_name, arch", "sm75 vs sm90: triton_version"]
+    md = render.markdown(report)
+    assert "- sm80 vs sm90: gpu\\_name, arch\n- sm75 vs sm90: triton\\_version\n" in md
+    assert "keys differ: sm80 vs sm90: gpu_name, arch" in render.text(report)
