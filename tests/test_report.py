@@ -369,8 +369,8 @@ def _fleet(n: int, log_lines: int) -> model.Report:
         (4, 3000, "left out most of each log tail."),
         (8, 400, "left out log tails."),
         (16, 10, "left out log tails, the evidence and environment tables."),
-        (20, 10, "the evidence and environment tables, the safe rows (the top line names them)."),
-        (24, 10, "the safe rows (the top line names them), the recommendations."),
+        (24, 10, "the evidence and environment tables, the safe rows (the top line names them)."),
+        (28, 10, "the safe rows (the top line names them), the recommendations."),
         (40, 400, "Only the summary fits in 65,000 characters"),
     ],
 )

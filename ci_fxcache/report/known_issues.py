@@ -26,8 +26,14 @@ class KnownIssue:
 
     def applies(self, combo: dict[str, Any], torch_version: str) -> bool:
         """True when this issue concerns `combo` run on `torch_version`."""
-        if self.torch and not version_in_range(torch_version, self.torch):
-            return False
+        return self.concerns_torch(torch_version) and self.matches(combo)
+
+    def concerns_torch(self, torch_version: str) -> bool:
+        """True when `torch_version` is inside this issue's range (or it has none)."""
+        return not self.torch or version_in_range(torch_version, self.torch)
+
+    def matches(self, combo: dict[str, Any]) -> bool:
+        """True when `combo`'s fields and verdict match, whatever the torch version."""
         if self.verdicts and combo.get("verdict") not in self.verdicts:
             return False
         for name, patterns in self.match.items():

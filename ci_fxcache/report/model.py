@@ -7,13 +7,14 @@ Rows switch on the structured `cause` (schema v2), never on the wording of `reas
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ci_fxcache.report import labels, recommendations
 from ci_fxcache.report.known_issues import KnownIssue
 from ci_fxcache.resultsdoc import VERDICT_ORDER, Group, Results
 
+TOP_ENTRIES = 8  # entries a top line names before "and N more in the table"
 # The three top lines, in this order: (emoji, heading, verdicts it lists).
 TOP_LINES = (
     ("✅", "Cache", ("safe",)),
@@ -346,6 +347,13 @@ def _worst_per_combo(group: Group) -> dict[str, tuple[dict[str, Any], str, str]]
     return out
 
 
+def _short(entries: list[str]) -> list[str]:
+    """A top line stays short: the first entries, then how many more the table holds."""
+    if len(entries) <= TOP_ENTRIES:
+        return entries
+    return [*entries[:TOP_ENTRIES], f"and {len(entries) - TOP_ENTRIES} more in the table"]
+
+
 def top_lines(rows: list[Row]) -> list[TopLine]:
     """At most three lines: what to cache, what not to cache and why, what to check and why."""
     out = []
@@ -356,7 +364,7 @@ def top_lines(rows: list[Row]) -> list[TopLine]:
         else:
             entries = [f"{r.label} ({r.why})" for r in picked]
         if entries:
-            out.append(TopLine(emoji, heading, entries))
+            out.append(TopLine(emoji, heading, _short(entries)))
     return out
 
 
@@ -381,12 +389,12 @@ def build_section(
         varying = labels.varying_fields(ran)
     safe_by_model = recommendations.group_safe(combos)
 
-    def make_row(c: dict[str, Any], runner: str, order: int, note: str = "") -> Row:
-        row = Row(c, runner, labels.combo_label(c, varying), disagreement=note, order=order)
+    torch_issues = [i for i in issues if i.concerns_torch(torch_version)]
+
+    def make_row(c: dict[str, Any], runner: str, order: int) -> Row:
+        row = Row(c, runner, labels.combo_label(c, varying), order=order)
         row.issues = [
-            i
-            for i in issues
-            if i.applies(c, torch_version) and (c["verdict"] != "skipped" or i.verdicts)
+            i for i in torch_issues if i.matches(c) and (c["verdict"] != "skipped" or i.verdicts)
         ]
         return row
 
@@ -395,9 +403,10 @@ def build_section(
         for shard in group.shards
         for position, c in enumerate(shard.combos)
     ]
+    own_row = {id(r.combo): r for r in runner_rows}  # the worst runner's row, reused
     rows = [
-        make_row(c, runner, position, note)
-        for position, (c, runner, note) in enumerate(worst.values())
+        replace(own_row[id(c)], disagreement=note, order=position)
+        for position, (c, _, note) in enumerate(worst.values())
     ]
     for row in rows:
         if row.verdict in ("unsafe", "no-gain", "error"):
@@ -458,7 +467,9 @@ def fleet_top(sections: list[Section], columns: list[str]) -> list[TopLine]:
         for row in section.rows:
             per_label.setdefault(row.label, []).append((name, row))
     safe = [lab for lab, seen in per_label.items() if all(r.verdict == "safe" for _, r in seen)]
-    out = [TopLine("✅", "Cache everywhere it ran", safe or ["nothing passed on every runner"])]
+    out = [
+        TopLine("✅", "Cache everywhere it ran", _short(safe) or ["nothing passed on every runner"])
+    ]
     for emoji, heading, verdicts in TOP_LINES[1:]:
         entries = [
             f"{lab} on {name} ({row.why})"
@@ -467,7 +478,7 @@ def fleet_top(sections: list[Section], columns: list[str]) -> list[TopLine]:
             if row.verdict in verdicts
         ]
         if entries:
-            out.append(TopLine(emoji, heading, entries))
+            out.append(TopLine(emoji, heading, _short(entries)))
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import html
 import math
 import os
@@ -15,6 +16,7 @@ from ci_fxcache.errors import UsageError
 from ci_fxcache.report import labels
 from ci_fxcache.report.model import Report, Row
 
+_MIN_ROW_CHARS = 40  # no table row renders shorter than this
 # GitHub rejects issue comments longer than 65,536 characters; leave room for the marker.
 COMMENT_LIMIT = 65_536
 DEFAULT_MAX_CHARS = 65_000
@@ -56,6 +58,11 @@ def _neutralise(text: str) -> str:
 def md_text(value: Any) -> str:
     """Free text from results, safe anywhere inline in markdown (table cells included):
     no HTML, link, image, emphasis, code span, mention or list marker survives."""
+    return _md_text("" if value is None else str(value))
+
+
+@functools.lru_cache(maxsize=65_536)  # reports repeat the same labels and words many times
+def _md_text(value: str) -> str:
     text = _neutralise(plain(value))
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     text = _MD_PUNCT.sub(r"\\\1", text)
@@ -190,25 +197,44 @@ def markdown(
     except jinja2.TemplateError as exc:
         raise UsageError(f"template {name}: {exc}") from None
 
+    # No more rows than could fit: every rendering stays bounded, so a huge document costs
+    # one pass to build and a few bounded renderings, not one full rendering per level.
+    fit = max(10, max_chars // _MIN_ROW_CHARS)
+
     def render(level: Detail) -> str:
+        level = replace(level, max_rows=min(level.max_rows, fit))
         try:
             opts = {**asdict(level), "chart": level.chart and _has_chart(report)}
             return str(tpl.render(report=report, opts=opts))
         except jinja2.TemplateError as exc:
             raise UsageError(f"template {name}: {exc}") from None
 
-    text = ""
-    for level in _levels(report):
-        if level != Detail():
-            note = (
-                f"Shortened to fit {max_chars:,} characters (GitHub comments allow "
-                f"{COMMENT_LIMIT:,}): left out {_dropped(level, report)}. The JSON results have "
-                "everything."
-            )
-            level = replace(level, note=note)
-        text = _squeeze(render(level))
-        if len(text) <= max_chars:
-            return text
+    levels = _levels(report)
+    rendered: dict[int, str] = {}
+
+    def attempt(index: int) -> str:
+        if index not in rendered:
+            level = levels[index]
+            if level != Detail():
+                note = (
+                    f"Shortened to fit {max_chars:,} characters (GitHub comments allow "
+                    f"{COMMENT_LIMIT:,}): left out {_dropped(level, report)}. The JSON results "
+                    "have everything."
+                )
+                level = replace(level, note=note)
+            rendered[index] = _squeeze(render(level))
+        return rendered[index]
+
+    # Levels only ever leave more out, so the first that fits is found by bisection.
+    low, high = 0, len(levels)
+    while low < high:
+        mid = (low + high) // 2
+        if len(attempt(mid)) <= max_chars:
+            high = mid
+        else:
+            low = mid + 1
+    if low < len(levels) and len(attempt(low)) <= max_chars:
+        return attempt(low)
     # Last resort: the answer alone (one top line per environment), then a hard cut.
     lines = [f"## fxcache: {'fleet report' if report.fleet else 'cache verification'}", ""]
     lines += [f"- {md_text(t.heading)}: {md_text(', '.join(t.entries))}" for t in report.top]
