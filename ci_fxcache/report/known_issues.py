@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -36,11 +37,12 @@ class KnownIssue:
         """True when `combo`'s fields and verdict match, whatever the torch version."""
         if self.verdicts and combo.get("verdict") not in self.verdicts:
             return False
-        for name, patterns in self.match.items():
-            value = _as_text(combo.get(name))
-            if not any(fnmatch.fnmatchcase(value, p) for p in patterns):
-                return False
-        return True
+        return all(_any_match(_as_text(combo.get(k)), ps) for k, ps in self.match.items())
+
+
+@functools.lru_cache(maxsize=4096)  # few distinct values, checked once per row otherwise
+def _any_match(value: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(value, p) for p in patterns)
 
 
 def _as_text(value: Any) -> str:

@@ -85,10 +85,10 @@ class Row:
     disagreement: str = ""
     order: int = 0  # position in the results document (verify's plan order)
     advice: str = ""
+    verdict: str = field(init=False)
 
-    @property
-    def verdict(self) -> str:
-        return str(self.combo["verdict"])
+    def __post_init__(self) -> None:
+        self.verdict = str(self.combo["verdict"])
 
     @property
     def cause(self) -> str:
