@@ -73,8 +73,8 @@ def test_markdown_golden_every_verdict(run_fxcache: RunFxcache) -> None:
     # The table: verdict first, seven columns, problems first, no speedup on unsafe rows.
     (header,) = TABLE_HEADER.findall(md)
     assert header.count("|") - 1 == 7
-    rows = [line for line in md.splitlines() if re.match(r"^\| (✅|🟡|❌|💥) ", line)]
-    verdicts = [row.split(" ")[2] for row in rows]
+    rows = [line for line in md.splitlines() if re.match(r"^\| (✅|🟡|❌|💥)&nbsp;", line)]
+    verdicts = [row.split("&nbsp;")[1].split(" |")[0].replace("\u2011", "-") for row in rows]
     order = [resultsdoc.VERDICT_ORDER[v] for v in verdicts]
     assert order == sorted(order) and verdicts[0] == "unsafe"
     for row in rows:
@@ -315,7 +315,7 @@ def test_merge_three_shards_keeps_environments_apart(
     )
     # Each identical runner's rows appear once, not once per runner.
     h200 = md.split("### H200")[1]
-    assert h200.count("| ✅ safe | fp32 | static | precompile |") == 1
+    assert h200.count("| ✅&nbsp;safe | fp32 | static | precompile |") == 1
     # A100's recommendation names only what the A100 itself verified.
     a100 = md.split("### A100")[1].split("### H200")[0]
     assert (

@@ -52,7 +52,11 @@ def test_report_renders_real_verify_output(
     assert proc.returncode == 0, proc.stderr
     md = proc.stdout
     assert md.splitlines()[2].startswith("CPU ")
-    verdict_cell = {"safe": "✅ safe", "no-gain": "🟡 no-gain", "unsafe": "❌ unsafe"}
+    verdict_cell = {
+        "safe": "✅&nbsp;safe",
+        "no-gain": "🟡&nbsp;no\u2011gain",
+        "unsafe": "❌&nbsp;unsafe",
+    }
     assert f"| {verdict_cell.get(cpu['verdict'], cpu['verdict'])} |" in md
     assert "⏭️ 1 skipped" in md and "no CUDA device" in md
 

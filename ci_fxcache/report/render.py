@@ -75,6 +75,11 @@ def html_text(value: Any) -> str:
     return html.escape(_neutralise(plain(value)), quote=True)
 
 
+def _nowrap(word: str) -> str:
+    """A verdict word that a narrow table cell does not break at its hyphen (`no-gain`)."""
+    return word.replace("-", "\u2011")
+
+
 def chart_top(value: Any) -> float:
     """The y axis' end: the largest value rounded up to 1, 2 or 5 times a power of ten."""
     v = max(float(value or 0), 1.0)
@@ -133,6 +138,7 @@ def _environment(template: str | None) -> tuple[Any, str]:
         short_dtype=labels.short_dtype,
         dynamic_word=labels.dynamic_word,
         chart_top=chart_top,
+        nowrap=_nowrap,
     )
     env.globals["emoji"] = labels.EMOJI
     return env, name
