@@ -335,7 +335,7 @@ def text(report: Report, colour: bool = False) -> str:
     for t in top:
         out.extend(_wrapped(f"{t.heading}: {', '.join(t.entries)}."))
     if report.matrix is not None:
-        label_w = min(40, max(len(plain(lab)) for lab, _ in report.matrix.rows))
+        label_w = min(40, max((len(plain(lab)) for lab, _ in report.matrix.rows), default=11))
         cols = [plain(c) for c in report.matrix.columns]
         col_w = [max(len(c), 9) for c in cols]
         out.append("")
