@@ -479,6 +479,21 @@ def test_json_summary_and_safe_combos_of_a_fleet(run_fxcache: RunFxcache, tmp_pa
     ]
     assert [e["arch"] for e in doc["environments"]] == ["sm75", "sm80", "sm90"]
     assert doc["counts"]["unsafe"] == 1
+    matrix = doc["per_combination"]
+    assert matrix["columns"] == ["sm75", "sm80", "sm90 ×2"]
+    assert {
+        "combination": "bf16 dynamic precompile",
+        "verdicts": ["skipped", "unsafe", "safe"],
+    } in (matrix["rows"])
+    (a100,) = [e for e in doc["environments"] if e["arch"] == "sm80"]
+    assert a100["recommendations"] == [
+        {
+            "id": "sin_matmul-cuda-bfloat16-dynamic-precompile-train",
+            "runner": "gpu-a100-01",
+            "cause": "hot-mismatch",
+            "text": "use fp32 dynamic precompile (verified safe, 200.0x)",
+        }
+    ]
 
 
 def test_renders_a_captured_verify_document(run_fxcache: RunFxcache, tmp_path: Path) -> None:
@@ -635,9 +650,15 @@ def test_key_diffs_render_one_line_per_pair(tmp_path: Path) -> None:
     merged["key_diffs"] = [
         {"a": "sm80", "b": "sm90", "differs": [{"component": "gpu_name"}, {"component": "arch"}]},
         {"a": "sm75", "b": "sm90", "differs": ["triton_version"]},
+        {"pair": ["gpu-t4-01", "gpu-a100-01"], "keyed": [{"field": "cuda_version"}]},
+        "not an object",
     ]
     report = build(merged)
-    assert report.key_diffs == ["sm80 vs sm90: gpu_name, arch", "sm75 vs sm90: triton_version"]
+    assert report.key_diffs == [
+        "sm80 vs sm90: gpu_name, arch",
+        "sm75 vs sm90: triton_version",
+        "gpu-t4-01 vs gpu-a100-01: cuda_version",
+    ]
     md = render.markdown(report)
     assert "- sm80 vs sm90: gpu\\_name, arch\n- sm75 vs sm90: triton\\_version\n" in md
     assert "keys differ: sm80 vs sm90: gpu_name, arch" in render.text(report)

@@ -484,18 +484,23 @@ def fleet_top(sections: list[Section], columns: list[str]) -> list[TopLine]:
 
 def key_diff_lines(doc: dict[str, Any]) -> list[str]:
     """One line per pair of environments whose cache keys differ (a merged document's
-    `key_diffs`): 'sm80 vs sm90: gpu_name, capability'."""
+    `key_diffs`): 'sm80 vs sm90: gpu_name, arch'. Reads `a`/`b` (or a two-item `pair`,
+    `groups` or `runners`) and `differs` (or `keyed`): component names or objects naming one."""
     lines = []
-    for pair in doc.get("key_diffs") or []:
-        if not isinstance(pair, dict):
+    for entry in doc.get("key_diffs") or []:
+        if not isinstance(entry, dict):
             continue
-        a = pair.get("a") or pair.get("left") or "?"
-        b = pair.get("b") or pair.get("right") or "?"
-        parts = []
-        for d in pair.get("differs") or pair.get("keyed") or []:
-            parts.append(
-                str(d.get("component") or d.get("field")) if isinstance(d, dict) else str(d)
-            )
+        names = next(
+            (entry[k] for k in ("pair", "groups", "runners") if isinstance(entry.get(k), list)),
+            [entry.get("a", entry.get("left")), entry.get("b", entry.get("right"))],
+        )
+        a, b = (str(n) if n is not None else "?" for n in [*names, None, None][:2])
+        parts = [
+            str(d.get("component") or d.get("field") or d.get("name"))
+            if isinstance(d, dict)
+            else str(d)
+            for d in entry.get("differs") or entry.get("keyed") or []
+        ]
         lines.append(f"{a} vs {b}: {', '.join(parts) or 'no keyed difference'}")
     return lines
 
