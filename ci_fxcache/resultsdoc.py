@@ -22,7 +22,9 @@ RESULTS_SCHEMA = "fxcache-results/2"
 MERGED_SCHEMA = "fxcache-merged/2"
 RESULTS_SCHEMA_V1 = "fxcache-results/1"
 MERGED_SCHEMA_V1 = "fxcache-merged/1"
-SCHEMAS = (RESULTS_SCHEMA, MERGED_SCHEMA, RESULTS_SCHEMA_V1, MERGED_SCHEMA_V1)
+RESULTS_SCHEMAS = (RESULTS_SCHEMA_V1, RESULTS_SCHEMA)
+MERGED_SCHEMAS = (MERGED_SCHEMA_V1, MERGED_SCHEMA)
+SCHEMAS = (*RESULTS_SCHEMAS, *MERGED_SCHEMAS)
 # Problems first: the order rows and summaries use.
 VERDICT_ORDER = {"unsafe": 0, "error": 1, "no-gain": 2, "safe": 3, "skipped": 4}
 _COMBO_FIELDS = ("id", "workload", "device", "dtype", "dynamic", "mechanism", "verdict")

@@ -46,7 +46,8 @@ def test_creates_then_updates_one_comment(
     assert second.returncode == 0, second.stderr
     assert "updated comment" in second.stdout
     (mine,) = _mine(fake_github)
-    assert "Safe to cache on this runner (H200, sm90, torch 2.13.0+cu128)" in str(mine["body"])
+    assert "H200, sm90, torch 2.13.0+cu128 · sin\\_matmul" in str(mine["body"])
+    assert "✅ **Cache:** fp32 static fxgraph" in str(mine["body"])
     assert len(fake_github.calls("POST")) == 1 and len(fake_github.calls("PATCH")) == 1
     assert len(fake_github.comments[PR]) == 2  # the human's comment is untouched
     # Another report id keeps its own comment.
@@ -149,7 +150,7 @@ def test_body_too_long_422_falls_back_to_short_form(
     assert len(short) <= comment.SHORT_LIMIT + len(comment.marker("fxcache")) + 1 < len(full)
     body = str(_mine(fake_github)[0]["body"])
     assert "Shortened to fit 4,000 characters" in body
-    assert "Not safe: bf16 dynamic (precompile) — wrong values on hot load" in body
+    assert "❌ **Do not cache:** bf16 dynamic precompile (wrong values on hot load)" in body
 
 
 def test_fake_server_rejects_a_body_over_65536(fake_github: FakeGitHub) -> None:
@@ -221,4 +222,5 @@ def test_comments_a_captured_verify_document(
     proc = run_fxcache("comment", real, env=_env(fake_github, tmp_path))
     assert proc.returncode == 0, proc.stderr
     (mine,) = _mine(fake_github)
-    assert "Nothing is safe to cache on this runner (CPU x86_64" in str(mine["body"])
+    assert "✅ **Cache:** nothing passed verification" in str(mine["body"])
+    assert "\nCPU x86\\_64 " in str(mine["body"])

@@ -143,7 +143,8 @@ def test_fail_on_levels(fail_on: str, failing: set[str]) -> None:
 
 
 def test_version_1_documents_get_causes_and_version_2_requires_them() -> None:
-    doc = json.loads((DATA / "results_h200.json").read_text())
+    # A version-1 document as fxcache 0.1 wrote it (the H200 fixture before schema v2).
+    doc = json.loads((DATA / "v1" / "results_h200_v1.json").read_text())
     assert doc["schema"] == "fxcache-results/1"
     loaded = resultsdoc.from_document(doc, "v1")
     combos = loaded.groups[0].shards[0].combos
@@ -211,12 +212,12 @@ def test_version_1_cold_differs_from_eager_becomes_compiler_mismatch() -> None:
     [
         ("recompile", "recompiled on hot load"),
         ("hot-mismatch", "wrong values on hot load"),
-        ("compiler-mismatch", "a compiler problem"),
+        ("compiler-mismatch", "compiler, not cache"),
         ("miss", "the cache missed"),
     ],
 )
 def test_the_report_switches_on_cause_not_on_the_reasons_wording(cause: str, words: str) -> None:
-    from ci_fxcache.report.model import problem_text
+    from ci_fxcache.report.model import cause_of, why_text
 
     combo = {
         "verdict": causes.VERDICT_OF_CAUSE[cause],
@@ -224,4 +225,4 @@ def test_the_report_switches_on_cause_not_on_the_reasons_wording(cause: str, wor
         "reason": "outputs differ, missed, recompiled, from eager",  # every old keyword at once
         "hot": _phase(),
     }
-    assert words in problem_text(combo)
+    assert words in why_text(combo, cause_of(combo))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -26,15 +27,22 @@ class KnownIssue:
 
     def applies(self, combo: dict[str, Any], torch_version: str) -> bool:
         """True when this issue concerns `combo` run on `torch_version`."""
-        if self.torch and not version_in_range(torch_version, self.torch):
-            return False
+        return self.concerns_torch(torch_version) and self.matches(combo)
+
+    def concerns_torch(self, torch_version: str) -> bool:
+        """True when `torch_version` is inside this issue's range (or it has none)."""
+        return not self.torch or version_in_range(torch_version, self.torch)
+
+    def matches(self, combo: dict[str, Any]) -> bool:
+        """True when `combo`'s fields and verdict match, whatever the torch version."""
         if self.verdicts and combo.get("verdict") not in self.verdicts:
             return False
-        for name, patterns in self.match.items():
-            value = _as_text(combo.get(name))
-            if not any(fnmatch.fnmatchcase(value, p) for p in patterns):
-                return False
-        return True
+        return all(_any_match(_as_text(combo.get(k)), ps) for k, ps in self.match.items())
+
+
+@functools.lru_cache(maxsize=4096)  # few distinct values, checked once per row otherwise
+def _any_match(value: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(value, p) for p in patterns)
 
 
 def _as_text(value: Any) -> str:
