@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ci_fxcache import verdicts
+from ci_fxcache.env import torch_support
 from ci_fxcache.errors import UsageError
 from ci_fxcache.matrix import Combo, Matrix
 from ci_fxcache.workerpool import ForkServer
@@ -308,18 +309,22 @@ def run(
         if "remote" in matrix.mechanisms
         else None
     )
-    reasons = {c.id: skip_reason(c, server.info, redis) for c in combos}
-    runnable = [c for c in combos if reasons[c.id] is None]
+    torch_version = str(server.info.get("torch") or "")
+    skips: dict[str, dict[str, str]] = {}
+    for c in combos:
+        reason = skip_reason(c, server.info, redis)
+        gate = torch_support.skip(torch_version, c.to_dict())
+        if gate or reason:
+            skips[c.id] = gate or {"reason": str(reason)}
+    runnable = [c for c in combos if c.id not in skips]
     phase = settings.phase
     if phase == "auto":
         hot_only = bool(runnable) and all(has_reference(settings.cache_dir, c) for c in runnable)
         phase = "hot" if hot_only else "both"
     results: dict[str, dict[str, Any]] = {}
     for c in combos:
-        if reasons[c.id] is not None:
-            results[c.id] = runner._result(
-                c, {"verdict": "skipped", "reason": reasons[c.id], **_empty()}
-            )
+        if c.id in skips:
+            results[c.id] = runner._result(c, {"verdict": "skipped", **skips[c.id], **_empty()})
     jobs = settings.jobs or default_jobs(runnable, server.info)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {c.id: pool.submit(runner.run_combo, c, phase == "hot") for c in runnable}

@@ -39,6 +39,7 @@ def evidence(outcome: Outcome, timeout: float) -> dict[str, Any]:
         "kernel_builds",
         "eager_reproducible",
         "eager_note",
+        "notes",
     ):
         if name in result:
             phase[name] = result[name]

@@ -16,6 +16,7 @@ import torch
 
 from . import tolerances, workloads
 from .tensors import flatten
+from .torch_options import MissingOption, note, require, set_option
 
 DTYPES = {
     "float32": torch.float32,
@@ -35,22 +36,28 @@ def _configure(spec: dict[str, Any]) -> None:
     import torch._dynamo.config as dynamo_config
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
-    import torch.compiler.config as compiler_config
 
     mechanism = spec["combo"]["mechanism"]
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = spec["inductor_dir"]
     os.environ["TRITON_CACHE_DIR"] = spec["triton_dir"]
-    inductor_config.force_disable_caches = False
-    inductor_config.fx_graph_cache = True
-    functorch_config.enable_autograd_cache = True
+    set_option(inductor_config, "force_disable_caches", False)
+    set_option(inductor_config, "fx_graph_cache", True)
+    set_option(functorch_config, "enable_autograd_cache", True)
     remote = mechanism == "remote"
-    inductor_config.fx_graph_remote_cache = remote
-    inductor_config.autotune_remote_cache = remote
-    functorch_config.enable_remote_autograd_cache = remote
+    set_option(inductor_config, "fx_graph_remote_cache", remote)
+    set_option(inductor_config, "autotune_remote_cache", remote)
+    set_option(functorch_config, "enable_remote_autograd_cache", remote)
     if remote:
         os.environ["TORCHINDUCTOR_REDIS_URL"] = spec["redis_url"]
-    dynamo_config.caching_precompile = mechanism == "precompile"
-    compiler_config.cache_key_tag = spec.get("cache_tag") or ""
+    set_option(dynamo_config, "caching_precompile", mechanism == "precompile")
+    tag = spec.get("cache_tag") or ""
+    try:
+        import torch.compiler.config as compiler_config
+    except ImportError:  # torch < 2.6
+        if tag:
+            raise MissingOption("this torch has no torch.compiler.config.cache_key_tag") from None
+    else:
+        set_option(compiler_config, "cache_key_tag", tag)
 
 
 def _run(model: Any, inputs: tuple[Any, ...], spec: dict[str, Any]) -> list[torch.Tensor]:
@@ -99,15 +106,19 @@ _BUILDS: list[str] = []
 _T0 = [0.0]
 
 
-def _count_kernel_builds() -> None:
+def _count_kernel_builds() -> bool:
     """Count C++ compiler runs in this process (CppBuilder.build): a hot load that still runs
     the compiler rebuilt kernels, whatever the cache counters say. Files appearing in the cache
-    dir prove nothing: artifact loads write compiled kernels there too."""
-    from torch._inductor import cpp_builder
+    dir prove nothing: artifact loads write compiled kernels there too. False when this torch
+    has no such hook."""
+    try:
+        from torch._inductor import cpp_builder
 
-    original = cpp_builder.CppBuilder.build
+        original = cpp_builder.CppBuilder.build
+    except (ImportError, AttributeError):
+        return False
     if getattr(original, "_fxcache_counted", False):
-        return
+        return True
 
     def build(self: Any) -> None:
         target = os.path.basename(str(self.get_target_file_path()))
@@ -119,6 +130,7 @@ def _count_kernel_builds() -> None:
 
     build._fxcache_counted = True  # type: ignore[attr-defined]
     cpp_builder.CppBuilder.build = build
+    return True
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -223,7 +235,13 @@ def _phase(spec: dict[str, Any], result: dict[str, Any]) -> None:
         )
     reference_path = combo_dir / "reference.pt"
     mega_path = combo_dir / "mega.bin"
-    _count_kernel_builds()
+    counting = _count_kernel_builds()
+    if not counting:
+        note(
+            result,
+            "kernel builds not counted: this torch has no "
+            "torch._inductor.cpp_builder.CppBuilder.build to hook",
+        )
     del _BUILDS[:]
     _T0[0] = time.perf_counter()
     timeline: dict[str, float] = {}
@@ -250,7 +268,8 @@ def _phase(spec: dict[str, Any], result: dict[str, Any]) -> None:
     started = time.perf_counter()
     loaded, load_s = None, 0.0
     if spec["phase"] == "hot" and combo["mechanism"] in ("mega", "precompile"):
-        loaded, load_s = _timed(lambda: torch.compiler.load_cache_artifacts(mega_path.read_bytes()))
+        load = require(torch.compiler, "load_cache_artifacts")
+        loaded, load_s = _timed(lambda: load(mega_path.read_bytes()))
         result["artifacts_loaded"] = loaded is not None
     if dynamic == "mark":
         _mark(work.inputs, second)
@@ -263,9 +282,16 @@ def _phase(spec: dict[str, Any], result: dict[str, Any]) -> None:
     outs2 = None
     if second is not None:
         graphs = counters["stats"]["unique_graphs"]
-        if spec["phase"] == "hot":
+        stance = getattr(torch.compiler, "set_stance", None)
+        if spec["phase"] == "hot" and stance is None:
+            note(
+                result,
+                "recompiles counted from Dynamo's graph count: this torch has no "
+                "torch.compiler.set_stance('fail_on_recompile')",
+            )
+        if spec["phase"] == "hot" and stance is not None:
             try:
-                with torch.compiler.set_stance("fail_on_recompile"):
+                with stance("fail_on_recompile"):
                     outs2 = _run(compiled, second, spec)
                 result["recompiles"] = 0
             except Exception as exc:
@@ -275,8 +301,9 @@ def _phase(spec: dict[str, Any], result: dict[str, Any]) -> None:
             outs2 = _run(compiled, second, spec)
             result["recompiles"] = counters["stats"]["unique_graphs"] - graphs
     mark("second shape done")
-    result["kernels_built"] = len(_BUILDS)
-    result["kernel_builds"] = _BUILDS[:20]
+    if counting:
+        result["kernels_built"] = len(_BUILDS)
+        result["kernel_builds"] = _BUILDS[:20]
     if spec["phase"] == "cold":
         if eager is not None:
             vs_eager = _vs_eager(outs, eager, work.inputs, work.model, spec, tol, result)
@@ -288,7 +315,7 @@ def _phase(spec: dict[str, Any], result: dict[str, Any]) -> None:
         reference["dynamic_outputs"] = outs2
         torch.save(reference, reference_path)
         if combo["mechanism"] in ("mega", "precompile"):
-            saved = torch.compiler.save_cache_artifacts()
+            saved = require(torch.compiler, "save_cache_artifacts")()
             if saved is None:
                 raise RuntimeError("torch.compiler.save_cache_artifacts() returned nothing")
             mega_path.write_bytes(saved[0])

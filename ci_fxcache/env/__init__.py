@@ -1,0 +1,1 @@
+"""The environment stage: facts about the runner, the user's interpreter and its torch."""
