@@ -16,8 +16,6 @@ Record each run in docs/torch-versions.md.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
 import subprocess
 import sys
@@ -25,9 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ci_fxcache.env import torch_support
+from bench_matrix import run_verify
 
-ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+from ci_fxcache.env import torch_support
 
 
 def build_venv(version: str, venv: Path, pip_args: list[str]) -> str:
@@ -46,13 +44,7 @@ def build_venv(version: str, venv: Path, pip_args: list[str]) -> str:
 
 def check_table(python: str) -> bool:
     """Probe every option on the real torch; print and compare with the table."""
-    version = subprocess.run(
-        [python, "-c", "import torch; print(torch.__version__)"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    present = torch_support.present(python)
+    version, present = torch_support.probe(python)
     expected = torch_support.expected(version)
     print(f"\ntorch {version}: options (present / the table says)")
     for name, option in torch_support.OPTIONS.items():
@@ -66,34 +58,7 @@ def check_table(python: str) -> bool:
 
 def verify(python: str, work: Path, axes: list[str]) -> bool:
     """Run the matrix on the real torch; print each combination; False on error or unsafe."""
-    out = work / "results.json"
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ci_fxcache",
-            "verify",
-            "--python",
-            python,
-            "--cache-dir",
-            str(work / "cache"),
-            "--json",
-            str(out),
-            "--fail-on",
-            "never",
-            *axes,
-        ],
-        env={**os.environ, **ENV},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    elapsed = time.perf_counter() - start
-    if not out.exists():
-        print(proc.stdout + proc.stderr)
-        return False
-    doc = json.loads(out.read_text())
+    elapsed, doc = run_verify(python, work, *axes)
     print(f"\nfxcache verify ({elapsed:.0f} s): {doc['summary']}")
     for combo in doc["combos"]:
         cause = combo.get("cause") or "-"

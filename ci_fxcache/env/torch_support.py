@@ -178,13 +178,14 @@ def skip(torch_version: str, combo: dict[str, Any]) -> dict[str, str] | None:
     return None if reason is None else {"cause": CAUSE, "reason": reason}
 
 
-def present(python: str, timeout: float = 300.0) -> dict[str, bool]:
-    """Which OPTIONS the torch of `python` really has (imports torch there, in a child)."""
+def probe(python: str, timeout: float = 300.0) -> tuple[str, dict[str, bool]]:
+    """The torch version of `python` and which OPTIONS it really has (imports torch there)."""
     from ci_fxcache import interpreter
 
     probes = {name: list(option.probe) for name, option in OPTIONS.items()}
     answer = interpreter.run_snippet(python, "probe_options", timeout, (json.dumps(probes),))
-    return {name: bool(answer.get(name)) for name in OPTIONS}
+    present = answer.get("options") or {}
+    return str(answer.get("torch_version")), {name: bool(present.get(name)) for name in OPTIONS}
 
 
 def expected(torch_version: str) -> dict[str, bool]:

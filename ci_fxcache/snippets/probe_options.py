@@ -1,6 +1,7 @@
-# Runs in the TARGET interpreter with `python -c SOURCE PROBES`: imports torch and says which of
-# the options in PROBES (JSON {name: [module, attribute, marker]}) it has; an option with a
-# marker counts only when the attribute's source mentions it. See ci_fxcache/env/torch_support.py.
+# Runs in the TARGET interpreter with `python -c SOURCE PROBES`: imports torch and prints its
+# version and which options of PROBES (JSON {name: [module, attribute, marker]}) it has; an
+# option with a marker counts only when the attribute's source mentions it.
+# See ci_fxcache/env/torch_support.py.
 import importlib
 import inspect
 import json
@@ -8,7 +9,7 @@ import sys
 import warnings
 
 warnings.filterwarnings("ignore")
-import torch  # noqa: F401
+import torch
 
 present = {}
 for name, (module, attribute, marker) in sorted(json.loads(sys.argv[1]).items()):
@@ -17,4 +18,4 @@ for name, (module, attribute, marker) in sorted(json.loads(sys.argv[1]).items())
         present[name] = not marker or marker in inspect.getsource(found)
     except Exception:
         present[name] = False
-print(json.dumps(present))
+print(json.dumps({"torch_version": torch.__version__, "options": present}))
