@@ -125,6 +125,8 @@ def test_the_table_matches_each_real_torch(torch_python: str) -> None:
     version, present = torch_support.probe(torch_python)
     assert version.startswith(("2.13.0", TORCH2_VERSION))
     assert present == torch_support.expected(version)
+    # both real versions have every option: no mechanism is gated there
+    assert [m for m in matrix.MECHANISMS if torch_support.too_old(version, m, "mark")] == []
 
 
 @pytest.mark.slow

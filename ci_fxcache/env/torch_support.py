@@ -1,8 +1,9 @@
 """Which torch versions fxcache serves, and which torch each mechanism and option needs.
 
 The one home of every torch-version rule. The orchestrator never imports torch: it gates a
-combination on the version string the fingerprint reads (`skip()`), so a combination whose
-mechanism needs a newer torch is `skipped` (cause `torch-too-old`) instead of run. The worker
+combination on a version string (`skip()`; `fxcache verify` passes the one its worker reports,
+the same `torch.__version__` the fingerprint reads from `torch/version.py`), so a combination
+whose mechanism needs a newer torch is `skipped` (cause `torch-too-old`) instead of run. The worker
 checks the same options by presence when it runs (a vendor build may differ from its release)
 and records a note where it can do without one (`OPTIONAL`).
 
