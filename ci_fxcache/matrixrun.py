@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ci_fxcache import verdicts
+from ci_fxcache.env import torch_support
 from ci_fxcache.errors import UsageError
 from ci_fxcache.matrix import Combo, Matrix
 from ci_fxcache.workerpool import ForkServer
@@ -296,17 +297,22 @@ def run(
         if "remote" in matrix.mechanisms
         else None
     )
-    reasons = {c.id: skip_reason(c, server.info, redis) for c in combos}
-    runnable = [c for c in combos if reasons[c.id] is None]
+    torch_version = str(server.info.get("torch") or "")
+    skips: dict[str, tuple[str, str]] = {}
+    for c in combos:
+        gate = torch_support.skip(torch_version, c.to_dict())
+        found = (gate["cause"], gate["reason"]) if gate else skip_reason(c, server.info, redis)
+        if found is not None:
+            skips[c.id] = found
+    runnable = [c for c in combos if c.id not in skips]
     phase = settings.phase
     if phase == "auto":
         hot_only = bool(runnable) and all(has_reference(settings.cache_dir, c) for c in runnable)
         phase = "hot" if hot_only else "both"
     results: dict[str, dict[str, Any]] = {}
     for c in combos:
-        skip = reasons[c.id]
-        if skip is not None:
-            results[c.id] = runner._result(c, verdicts.not_judged(*skip))
+        if c.id in skips:
+            results[c.id] = runner._result(c, verdicts.not_judged(*skips[c.id]))
     jobs = settings.jobs or default_jobs(runnable, server.info)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {c.id: pool.submit(runner.run_combo, c, phase == "hot") for c in runnable}

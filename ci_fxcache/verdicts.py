@@ -44,6 +44,7 @@ def evidence(outcome: Outcome, timeout: float) -> dict[str, Any]:
         "recompile_guard",
         "triton_kernels_built",
         "triton_kernel_builds",
+        "notes",
     ):
         if name in result:
             phase[name] = result[name]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, TORCH_PYTHON, RunFxcache, free_port
+from tests.conftest import ROOT, TORCH2_VERSION, TORCH_PYTHON, RunFxcache, free_port
 from tests.faults import tamper_generated_code
 
 pytestmark = pytest.mark.slow
@@ -20,9 +20,14 @@ ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 F32_STATIC = "sin_matmul-cpu-float32-static-fxgraph-train"
 
 
-def verify(run_fxcache: RunFxcache, *args: str, env: dict[str, str] | None = None) -> Any:
+def verify(
+    run_fxcache: RunFxcache,
+    *args: str,
+    env: dict[str, str] | None = None,
+    python: str = TORCH_PYTHON,
+) -> Any:
     return run_fxcache(
-        "verify", "--python", TORCH_PYTHON, *args, env={**ENV, **(env or {})}, timeout=900, cwd=ROOT
+        "verify", "--python", python, *args, env={**ENV, **(env or {})}, timeout=900, cwd=ROOT
     )
 
 
@@ -35,6 +40,7 @@ def verify_one(
     training: str = "true",
     phase: str = "hot",
     env: dict[str, str] | None = None,
+    python: str = TORCH_PYTHON,
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     """One float32 fxgraph combination (hot by default) in `cache_dir`: the process and its
     results combo (empty when verify wrote no results)."""
@@ -45,6 +51,7 @@ def verify_one(
         *("--mechanisms", "fxgraph", "--training", training, "--phase", phase),
         *("--cache-dir", str(cache_dir), "--json", str(out), *extra),
         env=env,
+        python=python,
     )
     combos = load(out)["combos"] if out.exists() else [{}]
     assert len(combos) == 1, combos
@@ -67,7 +74,9 @@ def _shared(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
     return base / name
 
 
-def _run_once(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _run_once(
+    root: Path, *args: str, python: str = TORCH_PYTHON
+) -> subprocess.CompletedProcess[str]:
     """Run `fxcache verify ARGS` once per session, whichever xdist worker asks first; the others
     wait on the lock and reuse its output (the cache dir is only ever copied by the tests)."""
     from filelock import FileLock
@@ -78,16 +87,19 @@ def _run_once(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
         done = root / "proc.json"
         if not done.exists():
             root.mkdir(parents=True, exist_ok=True)
-            proc = verify(fixture.__wrapped__(), *args)  # type: ignore[attr-defined]
+            proc = verify(fixture.__wrapped__(), *args, python=python)  # type: ignore[attr-defined]
             done.write_text(json.dumps([proc.returncode, proc.stdout, proc.stderr]))
         code, stdout, stderr = json.loads(done.read_text())
     return subprocess.CompletedProcess([], code, stdout, stderr)
 
 
-@pytest.fixture(scope="module")
-def fxgraph_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, Any], Path]:
-    """One cold+hot matrix shared by several tests: sin_matmul fp32/bf16 x static/dynamic."""
-    root = _shared(tmp_path_factory, "verify-fxgraph")
+FxgraphRun = tuple[subprocess.CompletedProcess[str], dict[str, Any], Path, str]
+
+
+def _fxgraph_run(tmp_path_factory: pytest.TempPathFactory, python: str) -> FxgraphRun:
+    """One cold+hot matrix per torch, shared by several tests: sin_matmul fp32/bf16 x
+    static/dynamic."""
+    root = _shared(tmp_path_factory, "verify-fxgraph" + ("" if python == TORCH_PYTHON else "-2"))
     out = root / "results.json"
     proc = _run_once(
         root,
@@ -103,13 +115,28 @@ def fxgraph_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str
         str(root / "cache"),
         "--json",
         str(out),
+        python=python,
     )
-    return proc, load(out) if out.exists() else {}, root / "cache"
+    return proc, load(out) if out.exists() else {}, root / "cache", python
 
 
-def test_fxgraph_float32_bfloat16_static_dynamic_are_safe(fxgraph_run: Any) -> None:
-    proc, doc, _ = fxgraph_run
+@pytest.fixture(scope="module")
+def fxgraph_run(tmp_path_factory: pytest.TempPathFactory, torch_python: str) -> FxgraphRun:
+    """The fxgraph matrix on each real torch (2.13.0 and 2.14.1)."""
+    return _fxgraph_run(tmp_path_factory, torch_python)
+
+
+@pytest.fixture(scope="module")
+def fxgraph_run_main(tmp_path_factory: pytest.TempPathFactory) -> FxgraphRun:
+    """The fxgraph matrix on the main torch (2.13.0) only."""
+    return _fxgraph_run(tmp_path_factory, TORCH_PYTHON)
+
+
+def test_fxgraph_float32_bfloat16_static_dynamic_are_safe(fxgraph_run: FxgraphRun) -> None:
+    proc, doc, _, python = fxgraph_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    torch_version = "2.13.0" if python == TORCH_PYTHON else TORCH2_VERSION
+    assert doc["fingerprint"]["torch_version"].split("+")[0] == torch_version
     assert len(doc["combos"]) == 4
     assert doc["summary"]["safe"] == 4, [c["reason"] for c in doc["combos"]]
     for combo in doc["combos"]:
@@ -128,11 +155,11 @@ def test_fxgraph_float32_bfloat16_static_dynamic_are_safe(fxgraph_run: Any) -> N
 
 
 def test_phase_auto_is_hot_only_when_references_exist(
-    fxgraph_run: Any, run_fxcache: RunFxcache, tmp_path: Path
+    fxgraph_run: FxgraphRun, run_fxcache: RunFxcache, tmp_path: Path
 ) -> None:
-    _, _, cache = fxgraph_run
+    _, _, cache, python = fxgraph_run
     shutil.copytree(cache / F32_STATIC, tmp_path / F32_STATIC)
-    proc, combo = verify_one(run_fxcache, tmp_path, phase="auto")
+    proc, combo = verify_one(run_fxcache, tmp_path, phase="auto", python=python)
     assert proc.returncode == 0, proc.stderr
     assert load(next(tmp_path.glob("auto-*.json")))["settings"]["phase"] == "hot"
     assert combo["verdict"] == "safe", combo["reason"]
@@ -141,12 +168,12 @@ def test_phase_auto_is_hot_only_when_references_exist(
 
 
 def test_tampered_generated_code_is_unsafe(
-    fxgraph_run: Any, run_fxcache: RunFxcache, tmp_path: Path
+    fxgraph_run: FxgraphRun, run_fxcache: RunFxcache, tmp_path: Path
 ) -> None:
-    _, _, cache = fxgraph_run
+    _, _, cache, python = fxgraph_run
     shutil.copytree(cache / F32_STATIC, tmp_path / F32_STATIC)
     assert tamper_generated_code(tmp_path / F32_STATIC / "inductor") >= 1
-    proc, combo = verify_one(run_fxcache, tmp_path)
+    proc, combo = verify_one(run_fxcache, tmp_path, python=python)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert (combo["verdict"], combo["cause"]) == ("unsafe", "hot-mismatch")
     assert "hot outputs differ from the cold compile" in combo["reason"]
@@ -156,9 +183,9 @@ def test_tampered_generated_code_is_unsafe(
 
 
 def test_emptied_cache_is_no_gain(
-    fxgraph_run: Any, run_fxcache: RunFxcache, tmp_path: Path
+    fxgraph_run_main: FxgraphRun, run_fxcache: RunFxcache, tmp_path: Path
 ) -> None:
-    _, _, cache = fxgraph_run
+    _, _, cache, _ = fxgraph_run_main
     shutil.copytree(cache / F32_STATIC, tmp_path / F32_STATIC)
     shutil.rmtree(tmp_path / F32_STATIC / "inductor")
     proc, combo = verify_one(run_fxcache, tmp_path)

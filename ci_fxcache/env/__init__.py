@@ -1,1 +1,2 @@
-"""Environment stage: what a runner is, and how two runners differ."""
+"""The environment stage: facts about the runner, the user's interpreter and its torch, and how
+two runners differ."""

@@ -9,8 +9,11 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from ci_fxcache.env.torch_support import release
 from ci_fxcache.errors import UsageError
 
+# Appended to the title of an entry whose torch range could not be checked upstream.
+UNVERIFIED = " (torch range unverified)"
 _COMPARATOR = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*([0-9]+(?:\.[0-9]+)*)\s*$")
 
 
@@ -51,18 +54,6 @@ def _as_text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def release_tuple(version: str) -> tuple[int, ...]:
-    """`2.13.0+cu128` -> (2, 13, 0); pre-release suffixes are dropped."""
-    head = version.split("+", 1)[0]
-    parts: list[int] = []
-    for piece in head.split("."):
-        digits = re.match(r"\d+", piece)
-        if digits is None:
-            break
-        parts.append(int(digits.group()))
-    return tuple(parts)
-
-
 def _cmp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     width = max(len(a), len(b))
     a, b = a + (0,) * (width - len(a)), b + (0,) * (width - len(b))
@@ -71,14 +62,14 @@ def _cmp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
 
 def version_in_range(version: str, spec: str) -> bool:
     """Whether `version` satisfies every comparator in `spec` (">=2.8,<2.14")."""
-    have = release_tuple(version)
+    have = release(version)
     if not have:
         return False
     for clause in spec.split(","):
         m = _COMPARATOR.match(clause)
         if m is None:
             raise UsageError(f"known issues: bad torch range {spec!r}")
-        op, want = m.group(1), release_tuple(m.group(2))
+        op, want = m.group(1), release(m.group(2))
         c = _cmp(have, want)
         ok = {
             ">=": c >= 0,
@@ -107,7 +98,8 @@ def parse(data: Any) -> list[KnownIssue]:
         out.append(
             KnownIssue(
                 id=str(entry["id"]),
-                title=" ".join(str(entry["title"]).split()),
+                title=" ".join(str(entry["title"]).split())
+                + ("" if entry.get("verified", True) else UNVERIFIED),
                 url=str(entry["url"]),
                 torch=str(entry.get("torch") or ""),
                 match=match,

@@ -24,6 +24,7 @@ import torch
 from . import keyinfo, tolerances, triton_builds, workloads
 from .accuracy import bitwise_equal, compare, fp64_judgement
 from .tensors import flatten
+from .torch_options import MissingOption, note, require, set_option
 
 DTYPES = {
     "float32": torch.float32,
@@ -43,25 +44,29 @@ def _configure(spec: dict[str, Any]) -> None:
     import torch._dynamo.config as dynamo_config
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
-    import torch.compiler.config as compiler_config
 
     mechanism = spec["combo"]["mechanism"]
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = spec["inductor_dir"]
     os.environ["TRITON_CACHE_DIR"] = spec["triton_dir"]
-    inductor_config.force_disable_caches = False
-    inductor_config.fx_graph_cache = True
-    functorch_config.enable_autograd_cache = True
+    set_option(inductor_config, "force_disable_caches", False)
+    set_option(inductor_config, "fx_graph_cache", True)
+    set_option(functorch_config, "enable_autograd_cache", True)
     remote = mechanism == "remote"
-    inductor_config.fx_graph_remote_cache = remote
-    inductor_config.autotune_remote_cache = remote
-    functorch_config.enable_remote_autograd_cache = remote
+    set_option(inductor_config, "fx_graph_remote_cache", remote)
+    set_option(inductor_config, "autotune_remote_cache", remote)
+    set_option(functorch_config, "enable_remote_autograd_cache", remote)
     if remote:
         os.environ["TORCHINDUCTOR_REDIS_URL"] = spec["redis_url"]
-    dynamo_config.caching_precompile = mechanism == "precompile"
+    set_option(dynamo_config, "caching_precompile", mechanism == "precompile")
     # The remote mechanism's own tag isolates its entries; otherwise the user's tag stays.
-    compiler_config.cache_key_tag = spec.get("cache_tag") or os.environ.get(
-        "TORCH_COMPILE_CACHE_KEY_TAG", ""
-    )
+    tag = spec.get("cache_tag") or os.environ.get("TORCH_COMPILE_CACHE_KEY_TAG", "")
+    try:
+        import torch.compiler.config as compiler_config
+    except ImportError:  # torch < 2.6
+        if tag:
+            raise MissingOption("this torch has no torch.compiler.config.cache_key_tag") from None
+    else:
+        set_option(compiler_config, "cache_key_tag", tag)
 
 
 def _counters() -> dict[str, int]:
@@ -82,20 +87,26 @@ class KernelBuilds:
 
     entries: ClassVar[list[str]] = []
     t0: ClassVar[float] = 0.0
+    counting: ClassVar[bool] = False
 
     @classmethod
-    def start(cls) -> None:
-        cls.install()
+    def start(cls) -> bool:
+        """Start counting; False when this torch has no C++ builder hook to count with."""
+        cls.counting = counting = cls.install()
         cls.entries = []
         cls.t0 = time.perf_counter()
+        return counting
 
     @classmethod
-    def install(cls) -> None:
-        from torch._inductor import cpp_builder
+    def install(cls) -> bool:
+        try:
+            from torch._inductor import cpp_builder
 
-        original = cpp_builder.CppBuilder.build
+            original = cpp_builder.CppBuilder.build
+        except (ImportError, AttributeError):
+            return False
         if getattr(original, "_fxcache_counted", False):
-            return
+            return True
 
         def build(self: Any) -> None:
             target = os.path.basename(str(self.get_target_file_path()))
@@ -107,6 +118,7 @@ class KernelBuilds:
 
         build._fxcache_counted = True  # type: ignore[attr-defined]
         cpp_builder.CppBuilder.build = build
+        return True
 
 
 # Every call of the model is seeded: the first input shape with FIRST_SEED, the second with
@@ -245,8 +257,9 @@ def _phase(spec: dict[str, Any], result: dict[str, Any]) -> None:
     run = prepare(spec, result)
     compiled, outs = timed_compile(run, result)
     outs2 = second_shape(run, compiled, result)
-    result["kernels_built"] = len(KernelBuilds.entries)
-    result["kernel_builds"] = KernelBuilds.entries[:20]
+    if KernelBuilds.counting:
+        result["kernels_built"] = len(KernelBuilds.entries)
+        result["kernel_builds"] = KernelBuilds.entries[:20]
     if run.cold:
         record(run, outs, outs2, result)
     else:
@@ -303,7 +316,12 @@ def prepare(spec: dict[str, Any], result: dict[str, Any]) -> PhaseRun:
     if dynamic == "mark":
         run.marked = _marked(work.inputs, second)
     run.sync()
-    KernelBuilds.start()
+    if not KernelBuilds.start():
+        note(
+            result,
+            "kernel builds not counted: this torch has no "
+            "torch._inductor.cpp_builder.CppBuilder.build to hook",
+        )
     run.t0 = KernelBuilds.t0
     result["timeline"] = run.timeline
     run.mark("inputs ready")
@@ -320,7 +338,8 @@ def timed_compile(run: PhaseRun, result: dict[str, Any]) -> tuple[Any, list[torc
     load_s = 0.0
     if not run.cold and combo["mechanism"] in ("mega", "precompile"):
         mega = (run.path / "mega.bin").read_bytes()
-        loaded, load_s = _timed(lambda: torch.compiler.load_cache_artifacts(mega))
+        load = require(torch.compiler, "load_cache_artifacts")
+        loaded, load_s = _timed(lambda: load(mega))
         result["artifacts_loaded"] = loaded is not None
     compiled = _compile(run.work.model, combo["dynamic"])
     run.mark("torch.compile returned")
@@ -336,8 +355,22 @@ def second_shape(run: PhaseRun, compiled: Any, result: dict[str, Any]) -> list[t
     torch's guard failure and call again, letting it recompile, so both phases have outputs."""
     if run.second is None:
         return None
+    stance = getattr(torch.compiler, "set_stance", None)
+    if stance is None:
+        note(
+            result,
+            "recompiles counted from Dynamo's graph count: this torch has no "
+            "torch.compiler.set_stance('fail_on_recompile')",
+        )
+        from torch._dynamo.utils import counters
+
+        graphs = counters["stats"]["unique_graphs"]
+        outs2 = run.call(compiled, run.second, SECOND_SEED)
+        result["recompiles"] = counters["stats"]["unique_graphs"] - graphs
+        run.mark("second shape done")
+        return outs2
     try:
-        with torch.compiler.set_stance("fail_on_recompile"):
+        with stance("fail_on_recompile"):
             outs2 = run.call(compiled, run.second, SECOND_SEED)
         result["recompiles"] = 0
     except Exception as exc:
@@ -384,7 +417,7 @@ def record(
     reference["dynamic_outputs"] = outs2
     torch.save(reference, run.path / "reference.pt")
     if run.combo["mechanism"] in ("mega", "precompile"):
-        saved = torch.compiler.save_cache_artifacts()
+        saved = require(torch.compiler, "save_cache_artifacts")()
         if saved is None:
             raise RuntimeError("torch.compiler.save_cache_artifacts() returned nothing")
         (run.path / "mega.bin").write_bytes(saved[0])

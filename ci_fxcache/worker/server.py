@@ -140,7 +140,9 @@ def serve() -> None:
     import torch._inductor.codecache
     import torch._inductor.compile_fx
     import torch._inductor.config
-    import torch._inductor.cpp_builder  # noqa: F401
+
+    with contextlib.suppress(ImportError):  # phases note its absence (torch_options)
+        import torch._inductor.cpp_builder  # noqa: F401
 
     _emit({"ready": True, "info": _info_in_child()})
     children: dict[int, Any] = {}
