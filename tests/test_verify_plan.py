@@ -97,7 +97,10 @@ def test_default_matrix_is_the_twelve_combo_cpu_matrix() -> None:
 
 def test_skip_reasons() -> None:
     combo = matrix.Combo("sin_matmul", "cuda", "bfloat16", "false", "fxgraph", True)
-    assert matrixrun.skip_reason(combo, {"cuda_capabilities": []}, None) == "no CUDA device"
+    assert matrixrun.skip_reason(combo, {"cuda_capabilities": []}, None) == (
+        "no-device",
+        "no CUDA device",
+    )
     assert "compute capability 8.0" in str(
         matrixrun.skip_reason(combo, {"cuda_capabilities": [[7, 5]]}, None)
     )

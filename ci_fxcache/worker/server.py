@@ -48,12 +48,15 @@ def _info() -> dict[str, Any]:
 
     import torch
 
-    caps = []
+    caps, names = [], []
     if torch.cuda.is_available():
-        caps = [list(torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count())]
+        for i in range(torch.cuda.device_count()):
+            caps.append(list(torch.cuda.get_device_capability(i)))
+            names.append(torch.cuda.get_device_name(i))
     return {
         "torch": torch.__version__,
         "cuda_capabilities": caps,
+        "cuda_names": names,
         "hip": bool(torch.version.hip),
         "redis_module": importlib.util.find_spec("redis") is not None,
         "python": sys.executable,
