@@ -23,6 +23,7 @@ from ci_fxcache.workerpool import ForkServer
 
 REDIS_CONNECT_TIMEOUT_S = 2.0
 CHECK_TIMEOUT_S = 120.0
+COMPILE_THREADS = "TORCHINDUCTOR_COMPILE_THREADS"
 
 
 @dataclass
@@ -175,6 +176,7 @@ class Runner:
         self.settings = settings
         self.progress = progress
         self._visible_variable, self._gpus = gpu_slots(server.info, os.environ)
+        self.compile_threads = 1  # until run() knows how many phases run at once
         self._free_gpus = list(self._gpus)
         self._gpu_lock = threading.Condition()
 
@@ -186,7 +188,12 @@ class Runner:
                 continue
             work = self.settings.cache_dir / ".checks" / name.replace(":", "_")
             outcome = self.server.run(
-                "check", {"workload": name, "device": device}, work, "check", CHECK_TIMEOUT_S
+                "check",
+                {"workload": name, "device": device},
+                work,
+                "check",
+                CHECK_TIMEOUT_S,
+                self._child_env(),
             )
             result = outcome.result or {}
             if result.get("status") != "ok":
@@ -200,7 +207,11 @@ class Runner:
         self, combo: Combo, name: str, spec: dict[str, Any], like: GpuSlot | None = None
     ) -> tuple[dict[str, Any], dict[str, Any], GpuSlot | None]:
         """Run one phase; a CUDA phase gets one device (for hot: the one like cold's)."""
-        env: dict[str, str] = {}
+        env = self._child_env()
+        if combo.device == "cpu":
+            # The pool compiles Triton kernels only; this stops the early warm-up that torch's
+            # registered `inductor` backend does (torch/_dynamo/backends/inductor.py).
+            env["TORCH_WARM_POOL"] = "0"
         slot = None
         if combo.device == "cuda" and self._gpus:
             slot = self._take_gpu(combo, like)
@@ -216,6 +227,12 @@ class Runner:
         if slot is not None:
             phase["gpu"] = slot.describe()
         return phase, outcome.result or {}, slot
+
+    def _child_env(self) -> dict[str, str]:
+        """Environment every child gets: Inductor's compile threads, unless the user set them."""
+        if COMPILE_THREADS in os.environ:
+            return {}
+        return {COMPILE_THREADS: str(self.compile_threads)}
 
     def _take_gpu(self, combo: Combo, like: GpuSlot | None) -> GpuSlot:
         """A free device that can run `combo`; for a hot phase, the device that ran cold or one
@@ -366,18 +383,34 @@ def has_reference(cache_dir: Path, combo: Combo) -> bool:
     ).is_file()
 
 
+def _cores() -> int:
+    """CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def default_jobs(combos: list[Combo], info: dict[str, Any]) -> int:
     """CPU cores for CPU combos plus one per GPU for CUDA combos."""
     jobs = 0
     if any(c.device == "cpu" for c in combos):
-        jobs += (
-            len(os.sched_getaffinity(0))
-            if hasattr(os, "sched_getaffinity")
-            else os.cpu_count() or 1
-        )
+        jobs += _cores()
     if any(c.device == "cuda" for c in combos):
         jobs += len(info.get("cuda_capabilities") or [])
     return max(1, jobs)
+
+
+def compile_threads(jobs: int) -> int:
+    """Inductor compile threads per phase: the cores, shared by the phases that run at once.
+
+    Unbounded, each phase's first GPU compile starts a pool of min(32, cores) worker
+    processes. With one thread Inductor starts no pool at all (AsyncCompile.use_process_pool()
+    is false) and compiles in the phase's own process. The setting cannot change a cache key:
+    torch/_inductor/config.py lists `compile_threads` in `_cache_config_ignore_prefix`, which
+    `save_config_portable()` (torch/utils/_config_module.py) leaves out of the config that
+    FxGraphHashDetails hashes (torch/_inductor/codecache.py); checked in torch 2.13.0 and 2.14.1.
+    """
+    return max(1, _cores() // max(1, jobs))
 
 
 def run(
@@ -414,6 +447,7 @@ def run(
                 c, {"verdict": "skipped", "cause": skip.cause, "reason": skip.reason, **_empty()}
             )
     jobs = settings.jobs or default_jobs(runnable, server.info)
+    runner.compile_threads = compile_threads(min(jobs, len(runnable)))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {c.id: pool.submit(runner.run_combo, c, phase == "hot") for c in runnable}
         for cid, fut in futures.items():

@@ -101,8 +101,14 @@ def child(request: dict[str, Any]) -> None:
 def execute(request: dict[str, Any]) -> int:
     """Run one request in this process and write its result file; the exit code."""
     started = time.perf_counter()
-    for name, value in (request.get("env") or {}).items():
+    env = request.get("env") or {}
+    for name, value in env.items():
         os.environ[name] = value
+    if "TORCHINDUCTOR_COMPILE_THREADS" in env:
+        # Inductor read the variable when the server imported its config: set it again
+        import torch._inductor.config as inductor_config
+
+        inductor_config.compile_threads = int(env["TORCHINDUCTOR_COMPILE_THREADS"])
     if request["kind"] == "check":
         result = check(request["spec"])
     else:
