@@ -14,7 +14,7 @@ store="${RUNNER_TOOL_CACHE:-${RUNNER_TEMP:-/tmp}}/fxcache-toolkit"
 
 fit() { "$1" -c 'import sys, venv; sys.exit(sys.version_info < (3, 10))' >/dev/null 2>&1; }
 base=""
-for candidate in "${FXCACHE_BASE_PYTHON:-}" python3; do
+for candidate in "${FXCACHE_BASE_PYTHON:-}" "${FXCACHE_PYTHON:-}" python3; do
   if [ -n "$candidate" ] && fit "$candidate"; then base="$candidate"; break; fi
 done
 if [ -z "$base" ]; then

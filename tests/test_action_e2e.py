@@ -38,7 +38,7 @@ PR = 7
 COMBO = "sin_matmul-cpu-float32-static-fxgraph-infer"
 LABEL = "fxcache-e2e"
 # What the action needs from the working tree (a real checkout would bring all of it).
-SHIPPED = ["action.yml", "save", "invalidate", "toolkit", "scripts", "ci_fxcache",
+SHIPPED = ["action.yml", "save", "autosave", "invalidate", "toolkit", "scripts", "ci_fxcache",
            "pyproject.toml", "README.md"]  # fmt: skip
 
 

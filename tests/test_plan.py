@@ -122,5 +122,5 @@ def test_bad_report_id_inside_actions_is_one_annotation(run_fxcache: RunFxcache)
         "plan", "--runners", "a100", "--report-id", "x/y", env={"GITHUB_ACTIONS": "true"}
     )
     assert proc.returncode == 2
-    assert proc.stderr.startswith("::error::fxcache: report id 'x/y'")
+    assert proc.stderr.startswith("::error::fxcache: argument --report-id: invalid report id 'x/y'")
     assert len(proc.stderr.splitlines()) == 1

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ci_fxcache import names
+
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     """Add the `comment` subcommand."""
@@ -20,6 +22,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--report-id",
         default=None,
+        type=names.report_id_type,
         help="which sticky comment to keep (default: the document's report_id); one comment "
         "per id, so several workflows can each keep their own",
     )
