@@ -46,6 +46,22 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         metavar="OWNER/NAME",
         help="repository (default $GITHUB_REPOSITORY)",
     )
+    parser.add_argument(
+        "--author",
+        default=None,
+        metavar="LOGIN",
+        help="the login whose comments are ours (default: github-actions[bot] for GITHUB_TOKEN "
+        "and other installation tokens, else the token's user from GET /user); comments by "
+        "anyone else are never edited or deleted",
+    )
+    parser.add_argument(
+        "--from-artifact",
+        default=None,
+        metavar="NAME",
+        help="RESULTS comes from the artifact NAME (fxcache-report-<id>) of another run (the "
+        "fork follow-up): refused when the artifact is over 20 MiB or the document's report "
+        "id is not <id>",
+    )
     parser.add_argument("--template", metavar="T", help="jinja2 template for the markdown")
     parser.set_defaults(func=run)
 
