@@ -210,6 +210,13 @@ def test_action_inputs_and_outputs_are_documented() -> None:
             assert spec.get("description", "").strip() and "default" in spec, f"{rel}: {name}"
 
 
+def test_shellcheck_on_the_remaining_shell() -> None:
+    scripts = sorted(str(p) for p in (ROOT / "scripts").glob("*.sh"))
+    assert [Path(p).name for p in scripts] == ["install-toolkit.sh"]
+    proc = _run(_tool("shellcheck"), "--severity=style", *scripts)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_workflows_start_with_no_permissions() -> None:
     for rel in WORKFLOWS:
         doc = _load(rel)
