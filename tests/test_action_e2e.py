@@ -512,8 +512,11 @@ def test_store_redis_shares_compiles_between_runners(
     results = b.json("results.json")
     assert results["cache"]["store"] == "redis" and results["cache"]["redis"]["reachable"]
     combo = next(c for c in results["combos"] if c["id"] == remote)
-    assert combo["verdict"] == "safe", combo
+    # On a CPU the hot process loads the graph from Redis but rebuilds its C++ kernels (Redis
+    # carries generated source): the report says "hit" and, honestly, no-gain (safe on GPUs).
+    assert combo["verdict"] in ("safe", "no-gain"), combo
     assert combo["hot"]["counters"].get("fxgraph_cache_hit", 0) >= 1, combo
+    assert "fxgraph_hit 1" in combo["reason"] or combo["verdict"] == "safe", combo
     assert remote in (b.out / "report.md").read_text()
 
     keys = _pt2_keys(redis_url)
