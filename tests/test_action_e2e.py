@@ -516,7 +516,7 @@ def test_store_redis_shares_compiles_between_runners(
     # carries generated source): the report says "hit" and, honestly, no-gain (safe on GPUs).
     assert combo["verdict"] in ("safe", "no-gain"), combo
     assert combo["hot"]["counters"].get("fxgraph_cache_hit", 0) >= 1, combo
-    assert "fxgraph_hit 1" in combo["reason"] or combo["verdict"] == "safe", combo
+    assert combo["verdict"] == "safe" or combo.get("cause", "rebuilt") == "rebuilt", combo
     assert remote in (b.out / "report.md").read_text()
 
     keys = _pt2_keys(redis_url)
