@@ -301,6 +301,8 @@ def test_action_end_to_end(tmp_path: Path, fake: FakeGitHub) -> None:
     assert "1 safe" in comments[0]["body"]
     assert first.errors == [], first.errors
     assert first.json("save.json") == {"saved": "true"}
+    # The save sub-action saved; the action's end-of-job save then does nothing.
+    assert "already saved in this job (saved: true)" in first.raw, first.log()
 
     # 2. The same job again: the store restores (cache-hit), verify runs the hot phase only
     #    against the recorded reference, and it hits; the user's own compile hits too. The
