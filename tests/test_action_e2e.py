@@ -418,18 +418,12 @@ def test_invalid_input_fails_with_one_clear_error(tmp_path: Path, fake: FakeGitH
 def test_store_github_uploads_only_new_files_from_the_default_branch(
     tmp_path: Path, fake: FakeGitHub
 ) -> None:
-    """`store: github` on fresh hosted runners, `save: auto`: a pull request compiles but does
-    not upload (only push / schedule runs on the default branch do); a push to main uploads
+    """`store: github` on fresh hosted runners, `save: auto` (pull requests never upload:
+    tests/test_action_steps.py::test_store_github_save_policy): a push to main uploads
     under <scope key>-run<id>.<attempt>; the next push restores it by the scope prefix (a cache
     hit for fxcache, though not an exact actions/cache key match), runs the hot phase only and,
     having added nothing, uploads nothing."""
     harness = Harness(tmp_path, fake)
-    pr = harness.run("gh-pr", store="github", cache_root=tmp_path / "runner-0")
-    assert pr.succeeded, pr.log()
-    assert pr.json("save.json") == {"saved": "true"}
-    assert "the save policy does not upload this run" in pr.raw
-    assert not harness.gha_cache.exists() or not any(harness.gha_cache.iterdir())
-
     first = harness.run("gh-first", store="github", cache_root=tmp_path / "runner-1",
                         event_name="push")  # fmt: skip
     assert first.succeeded, first.log()
@@ -519,7 +513,9 @@ def test_store_redis_shares_compiles_between_runners(
     assert combo["verdict"] in ("safe", "no-gain"), combo
     assert combo["hot"]["counters"].get("fxgraph_cache_hit", 0) >= 1, combo
     assert combo["verdict"] == "safe" or combo.get("cause", "rebuilt") == "rebuilt", combo
-    assert remote in (b.out / "report.md").read_text()
+    report = (b.out / "report.md").read_text()
+    row = re.search(r"^\| sin_matmul \|.*\| remote \|.*\| (\d+)/(\d+) \|", report, flags=re.M)
+    assert row and int(row.group(1)) >= 1 and row.group(2) == "0", "the report shows no Redis hit"
 
     keys = _pt2_keys(redis_url)
     fork = harness.run("redis-fork", fork=True, store="redis", cache_root=tmp_path / "runner-c",
