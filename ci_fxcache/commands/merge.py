@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ci_fxcache import names
+
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     """Add the `merge` subcommand."""
@@ -20,7 +22,12 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("shards", nargs="+", metavar="SHARD", help="results JSON files")
     parser.add_argument("-o", "--output", required=True, metavar="OUT", help="merged JSON file")
-    parser.add_argument("--report-id", default=None, help="report id of the merged document")
+    parser.add_argument(
+        "--report-id",
+        default=None,
+        type=names.report_id_type,
+        help="report id of the merged document",
+    )
     parser.set_defaults(func=run)
 
 

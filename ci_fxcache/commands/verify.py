@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import tempfile
 import threading
@@ -17,6 +16,7 @@ from ci_fxcache import (
     interpreter,
     matrix,
     matrixrun,
+    names,
     results,
     scopekey,
     userfiles,
@@ -78,7 +78,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--report-id",
         default="fxcache",
-        type=report_id,
+        type=names.report_id_type,
         help="id of this report (default: fxcache); report, comment and merge keep one sticky "
         "comment per id",
     )
@@ -96,15 +96,6 @@ def add_matrix_options(parser: argparse.ArgumentParser, title: str) -> None:
     axes.add_argument("--training", help="true, false")
     axes.add_argument("--workloads", help="built-in names or package.module:factory")
     axes.add_argument("--matrix-file", metavar="F", help="YAML matrix file (docs/matrix-file.md)")
-
-
-def report_id(value: str) -> str:
-    """argparse type for a report id: 1-64 letters, digits, '.', '_' or '-'."""
-    if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", value):
-        raise argparse.ArgumentTypeError(
-            f"invalid report id {value!r}: use 1-64 letters, digits, '.', '_' or '-'"
-        )
-    return value
 
 
 def _progress(total: int) -> Any:
