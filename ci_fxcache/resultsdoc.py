@@ -152,12 +152,13 @@ def upgrade_combo(combo: dict[str, Any]) -> dict[str, Any]:
     if cold.get("eager_reproducible") is False:
         text = "; ".join(cold.get("eager_note") or []) or "eager changed between two runs"
         notes.append({"kind": "eager-unreproducible", "text": text})
-    cause = _v1_cause(combo)
+    cause = v1_cause(combo)
     verdict = VERDICT_OF_CAUSE[cause]
     return {**combo, "verdict": verdict, "cause": cause, "notes": combo.get("notes") or notes}
 
 
-def _v1_cause(combo: dict[str, Any]) -> str:
+def v1_cause(combo: dict[str, Any]) -> str:
+    """The cause of a version-1 combination (which has none), from its structured fields."""
     verdict = combo["verdict"]
     cold, hot = combo.get("cold") or {}, combo.get("hot") or {}
     if verdict == "skipped":

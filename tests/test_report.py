@@ -262,7 +262,7 @@ def test_recommendations_only_name_verified_safe_combos(verdicts: list[str]) -> 
     doc = json.loads((DATA / "results_h200.json").read_text())
     for combo, verdict in zip(doc["combos"], verdicts, strict=True):
         combo["verdict"] = verdict
-        combo["cause"] = model.derived_cause(combo)
+        combo["cause"] = resultsdoc.v1_cause(combo)
     section = build(doc).sections[0]
     safe_labels = {r.label for r in section.rows if r.verdict == "safe"}
     for row in section.rows:

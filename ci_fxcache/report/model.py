@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ci_fxcache import resultsdoc
 from ci_fxcache.report import labels, recommendations
 from ci_fxcache.report.known_issues import KnownIssue
 from ci_fxcache.resultsdoc import VERDICT_ORDER, Group, Results
@@ -23,33 +24,10 @@ TOP_LINES = (
 )
 
 
-def derived_cause(combo: dict[str, Any]) -> str:
-    """A cause for a combination that has none (a version-1 document), from structured fields."""
-    verdict = combo.get("verdict")
-    hot = combo.get("hot") or {}
-    cold = combo.get("cold") or {}
-    if verdict == "safe":
-        return "hit"
-    if verdict == "no-gain":
-        if hot.get("kernels_built"):
-            return "rebuilt"
-        return "miss" if combo.get("misses") or not combo.get("hits") else "slow"
-    if verdict == "unsafe":
-        status = hot.get("status")
-        if status in ("crash", "timeout"):
-            return str(status)
-        if status == "error":
-            return "hot-error"
-        return "recompile" if hot.get("recompiles") else "hot-mismatch"
-    if verdict == "error":
-        return "cold-error" if cold.get("status") not in (None, "ok") else "not-run"
-    return "unsupported"
-
-
 def cause_of(combo: dict[str, Any]) -> str:
     """The combination's cause: the document's `cause`, derived only where it has none."""
     cause = combo.get("cause")
-    return str(cause) if cause else derived_cause(combo)
+    return str(cause) if cause else resultsdoc.v1_cause(combo)
 
 
 def why_text(combo: dict[str, Any], cause: str) -> str:
