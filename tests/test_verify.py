@@ -494,6 +494,9 @@ def test_a_compiled_model_unstable_against_itself_is_compared_within_tolerance(
         # a mark_dynamic recompile in training (the marks were lost on the gradient leaves)
         ("transformer_block", "float16", "false", "true"),
         ("sin_matmul", "bfloat16-autocast", "mark", "true"),
+        # a model ending in LayerNorm: with a plain sum as the loss every gradient was rounding
+        # noise, and the noise of the compiled backward was called a compiler error
+        ("mlp", "bfloat16-autocast", "false", "true"),
     ],
 )
 def test_builtin_combos_sample_is_neither_unsafe_nor_error(
