@@ -10,6 +10,7 @@ from typing import Any
 from ci_fxcache import gha
 from ci_fxcache.commands import _store_options as opts
 from ci_fxcache.store import save as store_save
+from ci_fxcache.store import scopes
 from ci_fxcache.store.layout import Layout
 
 
@@ -30,7 +31,8 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Save, or say why not."""
-    state = opts.read_state(args.state_file or opts.default_state_file())
+    scopes.check_env()
+    state = opts.read_state(opts.saved_state_file(args.state_file))
     root = args.root if args.root is not None else Path(state["root"])
     if state.get("read_only"):
         result: dict[str, Any] = {
