@@ -159,10 +159,12 @@ def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+_HEX = "0123456789abcdef"
+
+
 def _is_digest(value: object) -> bool:
-    return (
-        isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
-    )
+    # strip() runs in C: this is called once per file on every restore.
+    return isinstance(value, str) and len(value) == 64 and not value.strip(_HEX)
 
 
 def _shape_problem(data: object) -> str | None:
@@ -180,6 +182,11 @@ def _shape_problem(data: object) -> str | None:
         and all(isinstance(signature.get(k), str) for k in ("alg", "value"))
     ):
         return "manifest signature is malformed"
+    paths = data.get("torch_paths")
+    if paths is not None and not (
+        isinstance(paths, list) and all(isinstance(p, str) for p in paths)
+    ):
+        return "manifest torch_paths is malformed"
     files = data.get("files")
     if not isinstance(files, dict):
         return "manifest has no file list"

@@ -94,6 +94,16 @@ def _new_entries(scope: Path, rels: list[str]) -> tuple[dict[str, Any], dict[str
     return mf.file_entries(scope, stats), stats
 
 
+def _torch_paths(previous: dict[str, Any] | None, state: dict[str, Any]) -> list[str]:
+    """The torch installations that have saved into this scope (upgrade invalidation removes a
+    scope only when the upgraded installation was its sole user)."""
+    paths = set((previous or {}).get("torch_paths") or [])
+    current = (state.get("fingerprint") or {}).get("torch_path")
+    if isinstance(current, str) and current:
+        paths.add(current)
+    return sorted(paths)
+
+
 def _release(lease: Path | None) -> None:
     if lease is not None:
         lease.unlink(missing_ok=True)
@@ -134,6 +144,7 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict
             "schema": mf.SCHEMA,
             "scope_key": key,
             "fingerprint": state.get("fingerprint"),
+            "torch_paths": _torch_paths(previous, state),
             "created_at": (previous or {}).get("created_at") or now,
             "updated_at": now,
             "last_used_at": now,

@@ -1,10 +1,9 @@
-"""Stale-on-upgrade: scopes saved by this same environment (the same torch installation path,
-recorded in each manifest's fingerprint) when it had other torch / CUDA / HIP / triton /
-Python versions. Scopes of other interpreters are left to `fxcache invalidate`'s policies."""
+"""Stale-on-upgrade: scopes saved only by this same environment (the same torch installation
+path, recorded in each manifest) when it had other torch / CUDA / HIP / triton / Python
+versions. Scopes of other interpreters, or shared with them, are left to `fxcache invalidate`."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 from collections import defaultdict
@@ -27,12 +26,14 @@ _FIELDS = (
 )
 
 
-def same_environment(stored: dict[str, Any], fp: Fingerprint) -> bool:
-    """True when a stored fingerprint was taken from the torch installation `fp` uses now."""
-    path = stored.get("torch_path")
-    if not isinstance(path, str) or not path or not fp.torch_path:
+def only_this_environment(manifest: dict[str, Any], fp: Fingerprint) -> bool:
+    """True when every torch installation that saved the scope is the one `fp` uses now."""
+    stored = manifest.get("fingerprint") or {}
+    paths = manifest.get("torch_paths") or [stored.get("torch_path")]
+    if not fp.torch_path or not all(isinstance(p, str) and p for p in paths):
         return False
-    return os.path.realpath(path) == os.path.realpath(fp.torch_path)
+    here = os.path.realpath(fp.torch_path)
+    return all(os.path.realpath(p) == here for p in paths)
 
 
 def version_changes(stored: dict[str, Any], fp: Fingerprint) -> list[str]:
@@ -56,14 +57,15 @@ def find_stale(layout: Layout, current_key: str, fp: Fingerprint) -> list[tuple[
         parsed = scopekey.parse(key)
         if parsed is None or parsed.scope == current.scope:
             continue
-        if parsed.runner_arch != current.runner_arch:
+        if (parsed.os, parsed.machine) != (current.os, current.machine):
+            continue  # GPU archs may differ: a +cpu torch replaced by a CUDA build is an upgrade
+        try:
+            manifest = mf.load(layout.manifest(key))
+        except mf.ManifestError:
+            continue  # whose it was is unknown: left to `fxcache invalidate`
+        if not only_this_environment(manifest, fp):
             continue
-        stored: Any = None
-        with contextlib.suppress(mf.ManifestError):
-            stored = mf.load(layout.manifest(key)).get("fingerprint")
-        if not isinstance(stored, dict) or not same_environment(stored, fp):
-            continue
-        changes = version_changes(stored, fp)
+        changes = version_changes(manifest.get("fingerprint") or {}, fp)
         if changes:
             stale.append((key, ", ".join(changes)))
     return stale
