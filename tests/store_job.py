@@ -79,7 +79,7 @@ def main() -> int:
         print(json.dumps(report), flush=True)
         return 1
     if not args.no_save:
-        saved = _fxcache("save", "--json", env={"FXCACHE_STATE_FILE": state_file})
+        saved = _fxcache("save", "--json", "--state-file", state_file)
         report["save"] = json.loads(saved.stdout) if saved.returncode == 0 else None
         report["save_stderr"] = saved.stderr
     print(json.dumps(report), flush=True)

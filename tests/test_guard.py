@@ -49,32 +49,33 @@ def test_compare_uses_dtype_tolerances() -> None:
     assert not check and "2 output tensors vs 1" in check.detail
 
 
-@pytest.mark.slow
-def test_guard_recovers_from_a_tampered_cache(tmp_path: Path) -> None:
-    cache = tmp_path / "inductor"
+def _run_script(cache: Path) -> subprocess.CompletedProcess[str]:
+    """SCRIPT in a fresh interpreter whose Inductor cache is `cache`."""
     env = {
         **os.environ,
         "TORCHINDUCTOR_CACHE_DIR": str(cache),
         "TORCHINDUCTOR_COMPILE_THREADS": "1",
     }
+    return subprocess.run(
+        [TORCH_PYTHON, "-c", SCRIPT],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
-    def run() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [TORCH_PYTHON, "-c", SCRIPT],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
 
-    clean = run()  # populates the cache; a correct compile raises no alarm
+@pytest.mark.slow
+def test_guard_recovers_from_a_tampered_cache(tmp_path: Path) -> None:
+    cache = tmp_path / "inductor"
+    clean = _run_script(cache)  # populates the cache; a correct compile raises no alarm
     assert clean.returncode == 0, clean.stderr
     assert "caches_disabled=False" in clean.stdout
     assert "disabling Inductor caches" not in clean.stderr
     assert tamper_generated_code(cache) >= 1
-    tampered = run()
+    tampered = _run_script(cache)
     assert tampered.returncode == 0, tampered.stderr
     assert "compiled output disagrees with the reference" in tampered.stderr
     assert "disabling Inductor caches and recompiling" in tampered.stderr
@@ -117,27 +118,10 @@ def corrupt_shared_objects(cache_dir: Path) -> int:
 @pytest.mark.slow
 def test_guard_recovers_from_a_cached_entry_that_fails_to_load(tmp_path: Path) -> None:
     cache = tmp_path / "inductor"
-    env = {
-        **os.environ,
-        "TORCHINDUCTOR_CACHE_DIR": str(cache),
-        "TORCHINDUCTOR_COMPILE_THREADS": "1",
-    }
-
-    def run() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [TORCH_PYTHON, "-c", SCRIPT],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-
-    clean = run()
+    clean = _run_script(cache)
     assert clean.returncode == 0, clean.stderr
     assert corrupt_shared_objects(cache) >= 1
-    broken = run()
+    broken = _run_script(cache)
     assert broken.returncode == 0, broken.stderr
     assert "compiled function failed to load or run" in broken.stderr
     assert "disabling Inductor caches and recompiling" in broken.stderr

@@ -265,3 +265,28 @@ def test_invalidate_needs_a_policy(store: Store) -> None:
 def test_save_without_restore_is_a_usage_error(store: Store) -> None:
     proc = store.save(state="nothing.json")
     assert proc.returncode == 2 and "run 'fxcache restore' first" in proc.stderr
+
+
+def _wait_for_spare(root: Path) -> Path:
+    for _ in range(600):
+        found = list((root / ".spares").glob("*")) if (root / ".spares").is_dir() else []
+        if found:
+            return found[0]
+        time.sleep(0.1)
+    raise AssertionError("no spare overlay was built")
+
+
+def test_a_spare_overlay_is_taken_by_rename_and_checked_first(store: Store) -> None:
+    state = saved_scope(store)
+    expected = {k: v for k, v in tree_digest(state["scope_dir"]).items() if "/" in k}
+    first = store.restore("--read-only", state="ro1.json")
+    assert first["spare"] is False  # built the slow way; a spare is built behind it
+    _wait_for_spare(store.root)
+    second = store.restore("--read-only", state="ro2.json")
+    assert second["spare"] is True  # (a refill may already stand in the spare's place)
+    assert tree_digest(second["overlay_dir"]) == expected
+    # A spare that differs from the manifest is never served: discarded, overlay built anew.
+    write_files(_wait_for_spare(store.root), {"inductor/fxgraph/ev/il": b"planted"})
+    third = store.restore("--read-only", state="ro3.json")
+    assert third["spare"] is False and third["hit"]
+    assert tree_digest(third["overlay_dir"]) == expected

@@ -18,7 +18,7 @@ from typing import Any
 from ci_fxcache import gha
 from ci_fxcache.fingerprint import Fingerprint
 from ci_fxcache.store import manifest as mf
-from ci_fxcache.store import overlay, scopes, upgrade
+from ci_fxcache.store import overlay, scopes, spare, upgrade
 from ci_fxcache.store.layout import CACHE_DIRS, Layout
 
 STATE_SCHEMA = "fxcache-cache-state/1"
@@ -48,13 +48,15 @@ class _Checked:
     busy: bool  # a live trusted job has the scope in place
     quarantined: dict[str, Any] | None = None
     set_aside: dict[str, Any] | None = None
+    strategy: str | None = None  # set when a spare overlay was taken
 
 
 def _problem_of(
-    layout: Layout, key: str, opts: Options
+    layout: Layout, key: str, opts: Options, served: Path | None = None
 ) -> tuple[str | None, list[mf.Problem], dict[str, Any] | None, list[str]]:
-    """(reason to quarantine, problems, manifest, unsaved files) of scope `key`."""
-    scope = layout.scope(key)
+    """(reason to quarantine, problems, manifest, unsaved files) of scope `key`, checking the
+    files of `served` (default: the scope itself) against the scope's manifest."""
+    scope = layout.scope(key) if served is None else served
     if not layout.manifest(key).exists():
         files, problems = mf.scan(scope)
         if problems:
@@ -80,6 +82,23 @@ def _problem_of(
         kinds = sorted({p.kind for p in broken})
         return f"{len(broken)} integrity problem(s): {', '.join(kinds)}", broken, None, []
     return None, [], manifest, unsaved
+
+
+def _from_spare(layout: Layout, key: str, opts: Options, target: Path) -> _Checked | None:
+    """An overlay taken from a spare built from the current manifest, checked like a scope;
+    None (spare discarded) when there is none or it fails any check."""
+    scope = layout.scope(key)
+    digest = spare.manifest_digest(layout, key)
+    if digest is None or scope.is_symlink() or not scope.is_dir():
+        return None
+    strategy = spare.take(layout, key, digest, target)
+    if strategy is None:
+        return None
+    reason, _problems, manifest, unsaved = _problem_of(layout, key, opts, served=target)
+    if reason is not None or unsaved or manifest is None:
+        scopes.remove_tree(target)
+        return None
+    return _Checked(manifest, False, strategy=strategy)
 
 
 def _check_scope(layout: Layout, key: str, opts: Options) -> _Checked:
@@ -128,8 +147,14 @@ def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[st
     read_only, ro_reason = opts.read_only, opts.read_only_reason
     lease: Path | None = None
     quarantined: list[dict[str, Any]] = []
+    base = layout.overlays / f"{key}.{uuid.uuid4().hex[:12]}"
+    use_spares = opts.overlay_strategy == "auto"
     with scopes.lock(layout, key):
-        checked = _check_scope(layout, key, opts)
+        checked = None
+        if read_only and use_spares:
+            checked = _from_spare(layout, key, opts, base)
+        if checked is None:
+            checked = _check_scope(layout, key, opts)
         if checked.quarantined:
             quarantined.append(checked.quarantined)
         manifest = checked.manifest
@@ -141,15 +166,19 @@ def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[st
             scopes.touch_last_used(layout, key)
             base, strategy = scope, "in-place"
         else:
-            files = sorted(manifest["files"]) if manifest else []
-            base = layout.overlays / f"{key}.{uuid.uuid4().hex[:12]}"
-            strategy = overlay.build(scope, files, base, opts.overlay_strategy)
+            if checked.strategy is not None:
+                strategy = checked.strategy
+            else:
+                files = sorted(manifest["files"]) if manifest else []
+                strategy = overlay.build(scope, files, base, opts.overlay_strategy)
             for name in CACHE_DIRS:
                 (base / name).mkdir(parents=True, exist_ok=True)
             if not read_only:
                 lease = scopes.take_lease(layout, key, "overlay")
             if manifest is not None and scope.exists():
                 scopes.touch_last_used(layout, key)
+    if base != scope and use_spares and manifest is not None:
+        spare.build_in_background(layout, key)  # the next overlay restore is a rename
     files_meta = manifest["files"] if manifest else {}
     return {
         "schema": STATE_SCHEMA,
@@ -165,6 +194,7 @@ def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[st
         "triton_dir": str(base / "triton"),
         "verify_dir": str(base / "verify"),
         "overlay_dir": str(base) if base != scope else None,
+        "spare": checked.strategy is not None,
         "files": len(files_meta),
         "bytes": sum(int(m["size"]) for m in files_meta.values()),
         "verify_mode": "full" if opts.full_verify else "fast",

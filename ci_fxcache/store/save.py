@@ -14,7 +14,7 @@ from typing import Any
 
 from ci_fxcache import gha
 from ci_fxcache.store import manifest as mf
-from ci_fxcache.store import scopes
+from ci_fxcache.store import scopes, spare
 from ci_fxcache.store.layout import LOCKS, Layout
 
 # Fault injection for the reliability tests, never set in production: `pause:SECONDS` (so a
@@ -160,6 +160,8 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict
         scopes.touch_last_used(layout, key)
     if overlay_dir is not None:
         scopes.remove_tree(overlay_dir)
+    if layout.spares.is_dir() and any(layout.spares.glob(f"{key}.*")):
+        spare.build_in_background(layout, key)  # overlays are in use: refresh the spare
     return {
         "saved": True,
         "scope_key": key,

@@ -212,6 +212,7 @@ def quarantine(layout: Layout, key: str, reason: str, problems: list[str]) -> Pa
     """Move the scope aside into `<root>/.quarantine/` with a note saying why; return where."""
     target = _aside(layout, key)
     os.rename(layout.scope(key), target)
+    drop_spares(layout, key)
     note = {"scope": key, "reason": reason, "problems": problems[:200], "at": utc_now()}
     _write_note(target, note)
     return target
@@ -225,7 +226,15 @@ def remove(layout: Layout, key: str) -> int:
     os.rename(scope, trash)
     _rmtree(trash)
     shutil.rmtree(layout.leases(key), ignore_errors=True)
+    drop_spares(layout, key)
     return size
+
+
+def drop_spares(layout: Layout, key: str) -> None:
+    """Remove the spare overlays of `key` (its files were moved or removed)."""
+    if layout.spares.is_dir():
+        for path in layout.spares.glob(f"{key}.*"):
+            remove_tree(path)
 
 
 def _rmtree(path: Path) -> None:
