@@ -85,6 +85,7 @@ def _cold_fallback(key: str, root: Path, error: str, fp: fingerprint.Fingerprint
         "triton_dir": str(base / "triton"),
         "verify_dir": str(base / "verify"),
         "overlay_dir": str(base),
+        "spare": False,
         "files": 0,
         "bytes": 0,
         "invalidated": [],
