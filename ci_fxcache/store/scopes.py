@@ -113,21 +113,26 @@ def process_start(pid: int) -> str | None:
     return fields[19] if fields and len(fields) > 19 else None
 
 
-def lease_owner() -> int:
+def lease_owner() -> int | None:
     """The process whose end ends the job: inside Actions the runner's job worker
-    (Runner.Worker; each step's shell exits at once), elsewhere the process that ran us."""
+    (Runner.Worker; each step's shell exits at once), elsewhere the process that ran us.
+
+    None inside Actions when no Runner.Worker is among our ancestors (a container job's steps,
+    `act`, another runner implementation): no process there outlives the job's steps, so the
+    lease's TTL alone decides when it is dead."""
     parent = os.getppid()
-    if gha.in_actions():
-        pid = parent
-        for _ in range(64):
-            with suppress(OSError):
-                if Path(f"/proc/{pid}/comm").read_text().strip() == "Runner.Worker":
-                    return pid
-            fields = _proc_stat(pid)
-            if not fields or int(fields[1]) <= 1:
-                break
-            pid = int(fields[1])
-    return parent
+    if not gha.in_actions():
+        return parent
+    pid = parent
+    for _ in range(64):
+        with suppress(OSError):
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "Runner.Worker":
+                return pid
+        fields = _proc_stat(pid)
+        if not fields or int(fields[1]) <= 1:
+            break
+        pid = int(fields[1])
+    return None
 
 
 def _lease_alive(path: Path, now: float) -> bool:
@@ -175,7 +180,7 @@ def take_lease(layout: Layout, key: str, mode: str) -> Path:
         "mode": mode,
         "host": socket.gethostname(),
         "owner_pid": owner,
-        "owner_start": process_start(owner),
+        "owner_start": process_start(owner) if owner is not None else None,
         "run_id": os.environ.get("GITHUB_RUN_ID"),
         "job": os.environ.get("GITHUB_JOB"),
     }
