@@ -21,17 +21,18 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from ci_fxcache import matrix, workerpool
 
 ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 
 
-def product(python: str, work: Path) -> tuple[float, dict[str, int]]:
-    """Wall time of `fxcache verify` with the default matrix; its summary."""
+def run_verify(python: str, work: Path, *axes: str) -> tuple[float, dict[str, Any]]:
+    """Wall time and results document of `fxcache verify` (the default matrix unless `axes`)."""
     out = work / "results.json"
     start = time.perf_counter()
-    subprocess.run(
+    proc = subprocess.run(
         [
             sys.executable,
             "-m",
@@ -45,13 +46,23 @@ def product(python: str, work: Path) -> tuple[float, dict[str, int]]:
             str(out),
             "--fail-on",
             "never",
+            *axes,
         ],
-        check=True,
         env={**os.environ, **ENV},
-        stdout=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     elapsed = time.perf_counter() - start
-    return elapsed, json.loads(out.read_text())["summary"]
+    if proc.returncode != 0 or not out.exists():
+        raise SystemExit(f"fxcache verify failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return elapsed, json.loads(out.read_text())
+
+
+def product(python: str, work: Path) -> tuple[float, dict[str, int]]:
+    """Wall time of `fxcache verify` with the default matrix; its summary."""
+    elapsed, doc = run_verify(python, work)
+    return elapsed, doc["summary"]
 
 
 def naive(python: str, work: Path) -> float:

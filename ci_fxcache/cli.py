@@ -29,6 +29,7 @@ COMMANDS: tuple[str, ...] = (
     "report",
     "merge",
     "comment",
+    "action",
 )
 
 

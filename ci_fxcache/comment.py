@@ -14,13 +14,21 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ci_fxcache import gha
+from ci_fxcache import gha, names
 from ci_fxcache.errors import CheckFailed, UsageError
 
 if TYPE_CHECKING:
     from ci_fxcache.github_api import GitHubClient
 
 FORK_WORKFLOW = "workflows/fxcache-comment-fork.yml"
+# GITHUB_TOKEN's comments are authored by this login; installation tokens start with ghs_
+# (GitHub's documented token prefixes) and cannot call GET /user.
+ACTIONS_BOT = "github-actions[bot]"
+INSTALLATION_TOKEN_PREFIX = "ghs_"
+# The fork follow-up posts artifacts named fxcache-report-<report id>, written by a fork's run:
+# hostile input, refused above this size before it is read.
+ARTIFACT_PREFIX = "fxcache-report-"
+MAX_ARTIFACT_BYTES = 20 * 1024 * 1024
 # Short enough to stay under GitHub's limit with the marker; a 422 retries with the short form.
 SHORT_LIMIT = 4000
 
@@ -58,16 +66,35 @@ def pull_number_from_event(path: str | None) -> int | None:
     return None
 
 
-def upsert(client: GitHubClient, number: int, body: str, report_id: str) -> tuple[str, int]:
+def token_author(client: GitHubClient, token: str) -> str:
+    """The login that comments made with `token` carry: `github-actions[bot]` for an
+    installation token (GITHUB_TOKEN), else the token's own user (GET /user)."""
+    if token.startswith(INSTALLATION_TOKEN_PREFIX):
+        return ACTIONS_BOT
+    login = client.request("GET", "/user").json().get("login")
+    if not isinstance(login, str) or not login:
+        raise UsageError("GET /user gave no login for the token: pass --author LOGIN")
+    return login
+
+
+def upsert(
+    client: GitHubClient, number: int, body: str, report_id: str, author: str
+) -> tuple[str, int]:
     """Update this report id's comment on PR `number` or create it; ('updated'|'created', id).
 
-    Every page is searched; should a race have left duplicates, the extra ones are deleted so
-    that exactly one comment remains.
+    Only comments written by `author` (the token's own identity) count: a marker in anyone
+    else's comment is never edited or deleted, so nobody can plant a comment that we would
+    later update (and its author could rewrite). Every page is searched; should a race have
+    left duplicates of ours, the extra ones are deleted so that exactly one remains.
     """
     tag = marker(report_id)
     text = f"{tag}\n{body}"
     path = client.repo_path(f"issues/{number}/comments")
-    mine = [c for c in client.paginate(path) if tag in str(c.get("body") or "")]
+    mine = [
+        c
+        for c in client.paginate(path)
+        if (c.get("user") or {}).get("login") == author and tag in str(c.get("body") or "")
+    ]
     if mine:
         keep = mine[0]
         client.request(
@@ -100,6 +127,23 @@ def _render(results_path: str, template: str | None, max_chars: int) -> tuple[st
     return render.markdown(report, template, max_chars), report.report_id
 
 
+def artifact_report_id(results_path: str, artifact: str) -> str:
+    """The report id an artifact `fxcache-report-<id>` may carry, after checking its name and
+    the total size of the directory holding RESULTS (the downloaded artifact)."""
+    if not artifact.startswith(ARTIFACT_PREFIX):
+        raise UsageError(f"artifact {artifact!r} is not an fxcache report ({ARTIFACT_PREFIX}<id>)")
+    report_id = names.check_report_id(artifact[len(ARTIFACT_PREFIX) :])
+    total = 0
+    for top, _, files in os.walk(Path(results_path).parent):
+        total += sum(os.lstat(os.path.join(top, f)).st_size for f in files)
+    if total > MAX_ARTIFACT_BYTES:
+        raise UsageError(
+            f"artifact {artifact} holds {total} bytes, more than {MAX_ARTIFACT_BYTES}: not "
+            "reading it"
+        )
+    return report_id
+
+
 def _fork_warning(number: int, message: str) -> None:
     text = (
         f"cannot comment on pull request #{number}: {message}. A fork's pull_request run gets "
@@ -119,9 +163,15 @@ def run(args: argparse.Namespace) -> int:
 
     token = os.environ.get(args.token_env, "")  # GitHubClient masks it inside Actions
     number = args.pr or pull_number_from_event(os.environ.get("GITHUB_EVENT_PATH"))
+    expected = artifact_report_id(args.results, args.from_artifact) if args.from_artifact else None
     limit = render.COMMENT_LIMIT - 200  # room for the marker line
     body, doc_report_id = _render(args.results, args.template, limit)
-    report_id = args.report_id or doc_report_id
+    if expected is not None and doc_report_id != expected:
+        raise UsageError(
+            f"{args.results} carries report id {doc_report_id!r}, but its artifact "
+            f"{args.from_artifact} names {expected!r}: not commenting"
+        )
+    report_id = args.report_id or expected or names.check_report_id(doc_report_id)
     if number is None:
         event = os.environ.get("GITHUB_EVENT_NAME") or "no GitHub event"
         print(f"fxcache: not a pull request ({event}): no comment posted")
@@ -134,14 +184,15 @@ def run(args: argparse.Namespace) -> int:
         )
     client = GitHubClient(token, repository, os.environ.get("GITHUB_API_URL") or None)
     try:
+        author = args.author or token_author(client, token)
         try:
-            action, cid = upsert(client, number, body, report_id)
+            action, cid = upsert(client, number, body, report_id, author)
         except GitHubError as exc:
             if exc.status != 422:
                 raise
             short, _ = _render(args.results, args.template, SHORT_LIMIT)
             gha.warn(f"GitHub refused the comment ({exc.api_message}); posting the short form")
-            action, cid = upsert(client, number, short, report_id)
+            action, cid = upsert(client, number, short, report_id, author)
     except GitHubError as exc:
         if exc.status == 403:
             _fork_warning(number, exc.api_message)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import uuid
 from collections.abc import Iterator
@@ -71,11 +72,20 @@ def group(title: str) -> Iterator[None]:
             print("::endgroup::", flush=True)
 
 
+_FILE_VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
 def _append_file_var(env_name: str, name: str, value: str) -> bool:
+    """Append `name` = `value` in the multi-line form with a random delimiter, so that no value
+    (newlines, `=`, `<<`, an attacker's text) can end it early or inject another variable."""
     path = os.environ.get(env_name)
     if not path:
         return False
+    if not _FILE_VAR_NAME.fullmatch(name):
+        raise ValueError(f"{name!r} is not a valid name for ${env_name}")
     delimiter = f"fxcache_{uuid.uuid4().hex}"
+    while delimiter in value:  # never in practice; then no value can contain it
+        delimiter = f"fxcache_{uuid.uuid4().hex}"
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(f"{name}<<{delimiter}\n{value}\n{delimiter}\n")
     return True

@@ -34,11 +34,14 @@ def resolve(python: str) -> str:
     return found
 
 
-def run_snippet(python: str, name: str, timeout: float = 60.0) -> dict[str, Any]:
-    """Run snippet `name` in the target interpreter and return the JSON object it prints."""
+def run_snippet(
+    python: str, name: str, timeout: float = 60.0, args: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Run snippet `name` (with `args` as sys.argv[1:]) in the target interpreter and return
+    the JSON object it prints."""
     try:
         proc = subprocess.run(
-            [python, "-c", snippets.source(name)],
+            [python, "-c", snippets.source(name), *args],
             capture_output=True,
             text=True,
             timeout=timeout,

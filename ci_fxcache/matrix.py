@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from itertools import product
-from pathlib import Path
 from typing import Any
 
+from ci_fxcache import userfiles
 from ci_fxcache.errors import UsageError
 
+FILE_VERSIONS = (1,)
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "float16", "bfloat16", "bfloat16-autocast")
 DYNAMIC = ("false", "true", "mark")
@@ -169,24 +170,18 @@ def split(text: str) -> list[str]:
 
 def load_file(path: str) -> dict[str, list[Any]]:
     """Read and validate a YAML matrix file (see docs/matrix-file.md)."""
-    import yaml
-
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise UsageError(f"--matrix-file {path}: cannot read it ({exc.strerror})") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UsageError(f"--matrix-file {path}: malformed YAML{where}: {problem}") from exc
+    label = f"--matrix-file {path}"
+    data = userfiles.parse_yaml(userfiles.read_text(path, label), label)
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise UsageError(
             f"--matrix-file {path}: expected a mapping of axes, got {type(data).__name__}"
+        )
+    if "version" in data and data["version"] not in FILE_VERSIONS:
+        raise UsageError(
+            f"--matrix-file {path}: version {data['version']!r} is not supported; this fxcache "
+            f"reads version {', '.join(map(str, FILE_VERSIONS))} (upgrade fxcache or fix the file)"
         )
     body = data.get("matrix", data) if set(data) <= {"matrix", "version"} else data
     if not isinstance(body, dict):

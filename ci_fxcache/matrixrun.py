@@ -9,20 +9,22 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlparse
 
-from ci_fxcache import verdicts
+from ci_fxcache import gpus, verdicts
+from ci_fxcache.env import torch_support
 from ci_fxcache.errors import UsageError
 from ci_fxcache.matrix import Combo, Matrix
 from ci_fxcache.workerpool import ForkServer
 
 REDIS_CONNECT_TIMEOUT_S = 2.0
 CHECK_TIMEOUT_S = 120.0
+COMPILE_THREADS = "TORCHINDUCTOR_COMPILE_THREADS"
 
 
 @dataclass
@@ -94,17 +96,71 @@ def expand_devices(matrix: Matrix, info: dict[str, Any]) -> None:
     matrix.devices = devices
 
 
-def skip_reason(combo: Combo, info: dict[str, Any], redis: str | None) -> str | None:
+TRITON_MIN_CAPABILITY = (7, 0)
+BF16_MIN_CAPABILITY = (8, 0)
+
+
+class Skip(NamedTuple):
+    """Why a combination cannot run here: the results' `cause` and a sentence."""
+
+    cause: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class GpuSlot:
+    """One device the parent sees: the value a phase's visible-devices variable gets (an index,
+    UUID or MIG id, as the job was given it), and what torch reported for it."""
+
+    visible: str
+    name: str
+    capability: tuple[int, int]
+
+    def describe(self) -> dict[str, Any]:
+        """As the phase evidence records it."""
+        return {
+            "visible": self.visible,
+            "name": self.name,
+            "capability": ".".join(map(str, self.capability)),
+        }
+
+
+def gpu_slots(info: dict[str, Any], env: Mapping[str, str]) -> tuple[str, list[GpuSlot]]:
+    """The variable that hands a phase its device, and the devices the fork server sees."""
+    caps = [tuple(c) for c in info.get("cuda_capabilities") or []]
+    names = info.get("cuda_names") or [""] * len(caps)
+    variable, values = gpus.phase_slots(env, len(caps), bool(info.get("hip")))
+    return variable, [
+        GpuSlot(value, str(name), (int(cap[0]), int(cap[1])))
+        for value, name, cap in zip(values, names, caps, strict=False)
+    ]
+
+
+def gpu_requirement(combo: Combo, hip: bool) -> tuple[tuple[int, int], str] | None:
+    """The compute capability a CUDA combination needs, and why (None: any device will do).
+
+    Triton (and so Inductor on a GPU) needs 7.0: torch raises GPUTooOldForTriton below it
+    (torch/_inductor/scheduler.py, create_backend); bfloat16 needs 8.0. ROCm reports gfx
+    versions as capabilities, which these NVIDIA limits do not apply to."""
+    if combo.device != "cuda" or hip:
+        return None
+    if combo.dtype.startswith("bfloat16"):
+        return BF16_MIN_CAPABILITY, "bfloat16 needs compute capability 8.0+"
+    return TRITON_MIN_CAPABILITY, "Triton needs compute capability 7.0+ (GPUTooOldForTriton)"
+
+
+def skip_reason(combo: Combo, info: dict[str, Any], redis: str | None) -> Skip | None:
     """Why a combination cannot run on this runner, or None."""
-    caps = info.get("cuda_capabilities") or []
+    caps = [tuple(c) for c in info.get("cuda_capabilities") or []]
     if combo.device == "cuda":
         if not caps:
-            return "no CUDA device"
-        old = min(tuple(c) for c in caps) < (8, 0)
-        if combo.dtype.startswith("bfloat16") and not info.get("hip") and old:
-            return "bfloat16 needs compute capability 8.0+"
+            return Skip("no-device", "no CUDA device")
+        need = gpu_requirement(combo, bool(info.get("hip")))
+        if need is not None and all(cap < need[0] for cap in caps):
+            seen = ", ".join(sorted({".".join(map(str, c)) for c in caps}))
+            return Skip("gpu-too-old", f"{need[1]}; visible GPUs have {seen}")
     if combo.mechanism == "remote" and redis:
-        return redis
+        return Skip("unsupported", redis)
     return None
 
 
@@ -120,8 +176,9 @@ class Runner:
         self.server = server
         self.settings = settings
         self.progress = progress
-        gpus = len(server.info.get("cuda_capabilities") or [])
-        self._gpu_slots: list[int] = list(range(gpus))
+        self._visible_variable, self._gpus = gpu_slots(server.info, os.environ)
+        self.compile_threads = 1  # until run() knows how many phases run at once
+        self._free_gpus = list(self._gpus)
         self._gpu_lock = threading.Condition()
 
     def check_workloads(self, matrix: Matrix) -> None:
@@ -132,7 +189,12 @@ class Runner:
                 continue
             work = self.settings.cache_dir / ".checks" / name.replace(":", "_")
             outcome = self.server.run(
-                "check", {"workload": name, "device": device}, work, "check", CHECK_TIMEOUT_S
+                "check",
+                {"workload": name, "device": device},
+                work,
+                "check",
+                CHECK_TIMEOUT_S,
+                self._child_env(),
             )
             result = outcome.result or {}
             if result.get("status") != "ok":
@@ -143,16 +205,18 @@ class Runner:
                 raise UsageError(why)
 
     def _phase(
-        self, combo: Combo, name: str, spec: dict[str, Any]
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        env: dict[str, str] = {}
+        self, combo: Combo, name: str, spec: dict[str, Any], like: GpuSlot | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any], GpuSlot | None]:
+        """Run one phase; a CUDA phase gets one device (for hot: the one like cold's)."""
+        env = self._child_env()
+        if combo.device == "cpu":
+            # The pool compiles Triton kernels only; this stops the early warm-up that torch's
+            # registered `inductor` backend does (torch/_dynamo/backends/inductor.py).
+            env["TORCH_WARM_POOL"] = "0"
         slot = None
-        if combo.device == "cuda" and self._gpu_slots is not None:
-            slot = self._take_gpu()
-            visible = (
-                "HIP_VISIBLE_DEVICES" if self.server.info.get("hip") else "CUDA_VISIBLE_DEVICES"
-            )
-            env[visible] = str(slot)
+        if combo.device == "cuda" and self._gpus:
+            slot = self._take_gpu(combo, like)
+            env[self._visible_variable] = slot.visible
         try:
             outcome = self.server.run(
                 "phase", spec, Path(spec["dir"]), name, self.settings.timeout, env
@@ -160,18 +224,49 @@ class Runner:
         finally:
             if slot is not None:
                 self._give_gpu(slot)
-        return verdicts.evidence(outcome, self.settings.timeout), outcome.result or {}
+        phase = verdicts.evidence(outcome, self.settings.timeout)
+        if slot is not None:
+            phase["gpu"] = slot.describe()
+        return phase, outcome.result or {}, slot
 
-    def _take_gpu(self) -> int:
+    def _child_env(self) -> dict[str, str]:
+        """Environment every child gets: Inductor's compile threads, unless the user set them."""
+        if COMPILE_THREADS in os.environ:
+            return {}
+        return {COMPILE_THREADS: str(self.compile_threads)}
+
+    def _take_gpu(self, combo: Combo, like: GpuSlot | None) -> GpuSlot:
+        """A free device that can run `combo`; for a hot phase, the device that ran cold or one
+        of the same model and capability (torch's cache key holds the GPU name)."""
+        need = gpu_requirement(combo, bool(self.server.info.get("hip")))
+
+        def capable(slot: GpuSlot) -> bool:
+            return need is None or slot.capability >= need[0]
+
+        def same(slot: GpuSlot) -> bool:
+            return like is not None and (slot.name, slot.capability) == (
+                like.name,
+                like.capability,
+            )
+
+        fits = same if any(same(s) for s in self._gpus) else capable
+        if not any(fits(s) for s in self._gpus):
+            raise RuntimeError(f"no visible GPU can run {combo.id}")  # skip_reason prevents it
         with self._gpu_lock:
-            while not self._gpu_slots:
+            while True:
+                if like is not None and like in self._free_gpus:
+                    self._free_gpus.remove(like)
+                    return like
+                for slot in self._free_gpus:
+                    if fits(slot):
+                        self._free_gpus.remove(slot)
+                        return slot
                 self._gpu_lock.wait()
-            return self._gpu_slots.pop(0)
 
-    def _give_gpu(self, slot: int) -> None:
+    def _give_gpu(self, slot: GpuSlot) -> None:
         with self._gpu_lock:
-            self._gpu_slots.append(slot)
-            self._gpu_lock.notify()
+            self._free_gpus.append(slot)
+            self._gpu_lock.notify_all()
 
     def spec(self, combo: Combo, phase: str, tag: str) -> dict[str, Any]:
         """The worker's phase spec; hot phases of artifact / remote mechanisms get an empty dir."""
@@ -201,23 +296,22 @@ class Runner:
             except (OSError, json.JSONDecodeError):
                 return self._result(
                     combo,
-                    {
-                        "verdict": "error",
-                        "reason": f"no reference recorded in {combo_dir}: "
-                        "run --phase cold (or both) first",
-                        **_empty(),
-                    },
+                    verdicts.not_judged(
+                        "not-run",
+                        f"no reference recorded in {combo_dir}: run --phase cold (or both) first",
+                    ),
                 )
             cold, cold_result, tag = (
                 recorded["cold"],
                 recorded["cold_result"],
                 recorded["cache_tag"],
             )
+            cold_gpu = _recorded_gpu(cold)
         else:
             shutil.rmtree(combo_dir, ignore_errors=True)
             combo_dir.mkdir(parents=True)
             tag = f"fxcache-{uuid.uuid4().hex[:12]}" if combo.mechanism == "remote" else ""
-            cold, cold_result = self._phase(combo, "cold", self.spec(combo, "cold", tag))
+            cold, cold_result, cold_gpu = self._phase(combo, "cold", self.spec(combo, "cold", tag))
             if cold["status"] == "ok":
                 reference.write_text(
                     json.dumps(
@@ -238,15 +332,19 @@ class Runner:
         elif cold["status"] != "ok":
             hot, hot_result = verdicts.not_run("cold phase failed"), {}
         else:
-            hot, hot_result = self._phase(combo, "hot", self.spec(combo, "hot", tag))
+            hot, hot_result, _ = self._phase(
+                combo, "hot", self.spec(combo, "hot", tag), like=cold_gpu
+            )
         judged = verdicts.judge(
             combo.to_dict(), cold, hot, cold_result, hot_result, self.settings.to_dict()
         )
         # judge() calls a hot phase that never ran an error; here it was not asked for
-        cold_only = self.settings.phase == "cold" and cold["status"] == "ok"
-        if cold_only and judged["verdict"] == "error":
-            judged["verdict"] = "skipped"
-            judged["reason"] = "cold phase only (--phase cold): reference recorded, hot not run"
+        if self.settings.phase == "cold" and judged["cause"] == "not-run":
+            judged.update(
+                verdict="skipped",
+                cause="unsupported",
+                reason="cold phase only (--phase cold): reference recorded, hot not run",
+            )
         return self._result(combo, judged)
 
     def _result(self, combo: Combo, judged: dict[str, Any]) -> dict[str, Any]:
@@ -255,16 +353,16 @@ class Runner:
         return result
 
 
-def _empty() -> dict[str, Any]:
-    return {
-        "speedup": None,
-        "cold": None,
-        "hot": None,
-        "max_abs_err": {"hot_vs_cold": None, "cold_vs_eager": None},
-        "tolerance": None,
-        "hits": 0,
-        "misses": 0,
-    }
+def _recorded_gpu(cold: dict[str, Any]) -> GpuSlot | None:
+    """The device a recorded cold phase ran on (None for CPU or an older reference)."""
+    gpu = cold.get("gpu")
+    if not isinstance(gpu, dict):
+        return None
+    try:
+        major, minor = (int(p) for p in str(gpu["capability"]).split("."))
+        return GpuSlot(str(gpu["visible"]), str(gpu["name"]), (major, minor))
+    except (KeyError, ValueError):
+        return None
 
 
 def has_reference(cache_dir: Path, combo: Combo) -> bool:
@@ -274,18 +372,34 @@ def has_reference(cache_dir: Path, combo: Combo) -> bool:
     ).is_file()
 
 
+def _cores() -> int:
+    """CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def default_jobs(combos: list[Combo], info: dict[str, Any]) -> int:
     """CPU cores for CPU combos plus one per GPU for CUDA combos."""
     jobs = 0
     if any(c.device == "cpu" for c in combos):
-        jobs += (
-            len(os.sched_getaffinity(0))
-            if hasattr(os, "sched_getaffinity")
-            else os.cpu_count() or 1
-        )
+        jobs += _cores()
     if any(c.device == "cuda" for c in combos):
         jobs += len(info.get("cuda_capabilities") or [])
     return max(1, jobs)
+
+
+def compile_threads(jobs: int) -> int:
+    """Inductor compile threads per phase: the cores, shared by the phases that run at once.
+
+    Unbounded, each phase's first GPU compile starts a pool of min(32, cores) worker
+    processes. With one thread Inductor starts no pool at all (AsyncCompile.use_process_pool()
+    is false) and compiles in the phase's own process. The setting cannot change a cache key:
+    torch/_inductor/config.py lists `compile_threads` in `_cache_config_ignore_prefix`, which
+    `save_config_portable()` (torch/utils/_config_module.py) leaves out of the config that
+    FxGraphHashDetails hashes (torch/_inductor/codecache.py); checked in torch 2.13.0 and 2.14.1.
+    """
+    return max(1, _cores() // max(1, jobs))
 
 
 def run(
@@ -308,19 +422,24 @@ def run(
         if "remote" in matrix.mechanisms
         else None
     )
-    reasons = {c.id: skip_reason(c, server.info, redis) for c in combos}
-    runnable = [c for c in combos if reasons[c.id] is None]
+    torch_version = str(server.info.get("torch") or "")
+    skips: dict[str, tuple[str, str]] = {}
+    for c in combos:
+        gate = torch_support.skip(torch_version, c.to_dict())
+        found = (gate["cause"], gate["reason"]) if gate else skip_reason(c, server.info, redis)
+        if found is not None:
+            skips[c.id] = found
+    runnable = [c for c in combos if c.id not in skips]
     phase = settings.phase
     if phase == "auto":
         hot_only = bool(runnable) and all(has_reference(settings.cache_dir, c) for c in runnable)
         phase = "hot" if hot_only else "both"
     results: dict[str, dict[str, Any]] = {}
     for c in combos:
-        if reasons[c.id] is not None:
-            results[c.id] = runner._result(
-                c, {"verdict": "skipped", "reason": reasons[c.id], **_empty()}
-            )
+        if c.id in skips:
+            results[c.id] = runner._result(c, verdicts.not_judged(*skips[c.id]))
     jobs = settings.jobs or default_jobs(runnable, server.info)
+    runner.compile_threads = compile_threads(min(jobs, len(runnable)))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {c.id: pool.submit(runner.run_combo, c, phase == "hot") for c in runnable}
         for cid, fut in futures.items():

@@ -1,4 +1,4 @@
-"""Merging results shards from a fleet into one `fxcache-merged/1` document.
+"""Merging results shards from a fleet into one `fxcache-merged/2` document.
 
 Shards are grouped by environment (the scope key without suffix, i.e. the fingerprint hash):
 shards of different environments stay in different groups and are never averaged; shards of
@@ -12,24 +12,65 @@ from typing import Any
 
 from ci_fxcache import __version__, gha, resultsdoc
 from ci_fxcache.errors import UsageError
+from ci_fxcache.verify import causes
 
 
-def _shard_docs(path: str) -> list[dict[str, Any]]:
+def _shard_docs(path: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Each shard of the file: (as written, verbatim; as read, upgraded to version 2)."""
     doc = resultsdoc.read_json(path)
     loaded = resultsdoc.from_document(doc, path)
-    return [s.doc for g in loaded.groups for s in g.shards]
+    raw = [doc] if "groups" not in doc else [s for g in doc["groups"] for s in g["shards"]]
+    return list(zip(raw, [s.doc for g in loaded.groups for s in g.shards], strict=True))
+
+
+def key_diffs(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each runner that missed a combination another runner hit: how the two differ.
+
+    `a` is the runner that hit, `b` the one that missed (scope keys; `runners` names them),
+    `combos` the ids concerned. Runners of one scope are compared too: torch keys on facts the
+    scope key leaves out (the GPU name), and those show among the reported fields.
+    """
+    from ci_fxcache.env import keydiff
+    from ci_fxcache.verify import explain
+
+    shards = [shard for group in groups for shard in group["shards"]]
+
+    def ids(shard: dict[str, Any], test: Any) -> set[str]:
+        return {c["id"] for c in shard["combos"] if test(c)}
+
+    def runner(shard: dict[str, Any]) -> str:
+        return str((shard.get("runner") or {}).get("name") or "runner")
+
+    out: list[dict[str, Any]] = []
+    for hit in shards:
+        for miss in shards:
+            both = sorted(ids(hit, lambda c: c["verdict"] == "safe") & ids(miss, explain.missed))
+            if miss is hit or not both:
+                continue
+            try:
+                a = keydiff.from_document(hit, runner(hit))
+                b = keydiff.from_document(miss, runner(miss))
+            except UsageError:  # a shard without fingerprint or key: nothing to compare
+                continue
+            entry = {**keydiff.diff(a, b), "runners": {"a": runner(hit), "b": runner(miss)}}
+            out.append({**entry, "combos": both})
+    return out
 
 
 def merge(paths: list[str], report_id: str | None = None) -> dict[str, Any]:
-    """Read shards (results or already merged documents) and group them by environment."""
+    """Read shards (results or already merged documents) and group them by environment.
+
+    Shards are carried verbatim (a version-1 shard stays version 1; readers upgrade it)."""
     if not paths:
         raise UsageError("merge needs at least one shard: fxcache merge shard*.json -o all.json")
     from ci_fxcache.report.model import environment_title
 
     groups: dict[str, dict[str, Any]] = {}
     ids: list[str] = []
+    read: list[dict[str, Any]] = []
     for path in paths:
-        for doc in _shard_docs(path):
+        for doc, upgraded in _shard_docs(path):
+            read.append(upgraded)
             ids.append(str(doc.get("report_id") or "fxcache"))
             key = resultsdoc.group_key(doc)
             title, arch = environment_title(doc.get("fingerprint") or {})
@@ -53,13 +94,10 @@ def merge(paths: list[str], report_id: str | None = None) -> dict[str, Any]:
             f"shards carry different report ids ({', '.join(distinct_ids)}); using "
             f"{ids[0]!r} (pass --report-id to choose)"
         )
-    summary = {v: 0 for v in resultsdoc.VERDICTS}
-    for group in groups.values():
-        for shard in group["shards"]:
-            for combo in shard["combos"]:
-                summary[combo["verdict"]] += 1
+    summary = causes.summary(c for shard in read for c in shard["combos"])
     ordered = sorted(groups.values(), key=lambda g: (g["arch"], g["title"], g["key"]))
     return {
+        "key_diffs": key_diffs(ordered),
         "schema": resultsdoc.MERGED_SCHEMA,
         "fxcache_version": __version__,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -12,12 +12,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ci_fxcache import names
 from ci_fxcache.errors import UsageError
 
 # GitHub's limit on the jobs one matrix may generate.
 MAX_JOBS = 256
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_REPORT_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,7 @@ def parse_runners(spec: str) -> list[list[str]]:
 
 def plan(spec: str, report_id: str = "fxcache") -> list[Pool]:
     """Validate the runner pools and name their jobs and artifacts."""
-    if not _REPORT_ID.match(report_id):
-        raise UsageError(f"report id {report_id!r} may use only letters, digits, '.', '_' and '-'")
+    names.check_report_id(report_id)
     pools: list[Pool] = []
     seen: set[frozenset[str]] = set()
     for labels in parse_runners(spec):

@@ -27,6 +27,12 @@ def _public(version: str | None) -> str | None:
     return None if version is None else re.sub(r"\+.*$", "", version)
 
 
+def _identity(kind: str, name: str, capability: str, arch: str) -> tuple[str, ...]:
+    """What must agree about one GPU. On AMD, torch's capability is a number (9.0 for gfx90a
+    and gfx942 alike) while the fingerprint's is the gfx name: the gfx name is compared."""
+    return (name, arch) if kind == "rocm" else (name, capability, arch)
+
+
 def compare(fp: Fingerprint, seen: dict[str, Any]) -> list[FieldCheck]:
     """Field-by-field comparison of the fingerprint with what `import torch` reported."""
     checks = [
@@ -43,8 +49,11 @@ def compare(fp: Fingerprint, seen: dict[str, Any]) -> list[FieldCheck]:
         )
     )
     if fp.device_kind != "cpu":
-        ours = [(g.name, g.capability, g.arch) for g in fp.gpus]
-        theirs = [(g["name"], g["capability"], g["arch"]) for g in seen.get("gpus", [])]
+        ours = [_identity(fp.device_kind, g.name, g.capability, g.arch) for g in fp.gpus]
+        theirs = [
+            _identity(fp.device_kind, g["name"], g["capability"], g["arch"])
+            for g in seen.get("gpus", [])
+        ]
         for index in range(max(len(ours), len(theirs))):
             mine = ours[index] if index < len(ours) else None
             other = theirs[index] if index < len(theirs) else None

@@ -1,4 +1,4 @@
-"""The results document (`fxcache-results/1`, docs/contracts.md): built once, rendered later."""
+"""The results document (`fxcache-results/2`, docs/contracts.md): built once, rendered later."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import __version__, verdicts
+from ci_fxcache import __version__
+from ci_fxcache.resultsdoc import RESULTS_SCHEMA as SCHEMA
+from ci_fxcache.verify import causes
 
-SCHEMA = "fxcache-results/1"
 SCHEMA_FILE = Path(__file__).resolve().parent / "schemas" / "results.schema.json"
 
 
@@ -41,7 +42,7 @@ def document(
         "settings": settings,
         "matrix": matrix,
         "combos": combos,
-        "summary": verdicts.summary(combos),
+        "summary": causes.summary(combos),
     }
 
 

@@ -1,8 +1,10 @@
-"""Reading results documents: `fxcache-results/1` (one runner) and `fxcache-merged/1` (a fleet).
+"""Reading results documents: `fxcache-results/2` (one runner) and `fxcache-merged/2` (a fleet).
 
 Everything the reports render comes from these documents; this module checks the parts the
 renderers rely on and turns both schemas into one shape: groups of shards, one group per
-fingerprint (scope key), so results from different environments are never mixed.
+fingerprint (scope key), so results from different environments are never mixed. Version-1
+documents are still read: each combo gets the `cause` and `notes` that version 2 records
+(`upgrade_combo`, mapping in docs/verify.md), so readers only ever see version 2.
 """
 
 from __future__ import annotations
@@ -13,11 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from ci_fxcache.errors import UsageError
+from ci_fxcache.verify import causes
+from ci_fxcache.verify.causes import CAUSES, VERDICT_OF_CAUSE, VERDICTS
 
-RESULTS_SCHEMA = "fxcache-results/1"
-MERGED_SCHEMA = "fxcache-merged/1"
-SCHEMAS = (RESULTS_SCHEMA, MERGED_SCHEMA)
-VERDICTS = ("safe", "no-gain", "unsafe", "error", "skipped")
+RESULTS_SCHEMA = "fxcache-results/2"
+MERGED_SCHEMA = "fxcache-merged/2"
+RESULTS_SCHEMA_V1 = "fxcache-results/1"
+MERGED_SCHEMA_V1 = "fxcache-merged/1"
+RESULTS_SCHEMAS = (RESULTS_SCHEMA_V1, RESULTS_SCHEMA)
+MERGED_SCHEMAS = (MERGED_SCHEMA_V1, MERGED_SCHEMA)
+SCHEMAS = (*RESULTS_SCHEMAS, *MERGED_SCHEMAS)
 # Problems first: the order rows and summaries use.
 VERDICT_ORDER = {"unsafe": 0, "error": 1, "no-gain": 2, "safe": 3, "skipped": 4}
 _COMBO_FIELDS = ("id", "workload", "device", "dtype", "dynamic", "mechanism", "verdict")
@@ -25,7 +32,7 @@ _COMBO_FIELDS = ("id", "workload", "device", "dtype", "dynamic", "mechanism", "v
 
 @dataclass
 class Shard:
-    """One runner's results document (schema `fxcache-results/1`), as loaded."""
+    """One runner's results document (schema `fxcache-results/2`), as loaded."""
 
     doc: dict[str, Any]
     source: str = ""
@@ -89,11 +96,12 @@ def group_key(doc: dict[str, Any]) -> str:
 
 
 def check_results_doc(doc: Any, where: str) -> dict[str, Any]:
-    """Validate a `fxcache-results/1` document's shape; UsageError naming the first problem."""
+    """Validate a results document's shape (version 2, or 1 upgraded to 2); UsageError naming
+    the first problem. Returns the version-2 document."""
     if not isinstance(doc, dict):
         raise UsageError(f"{where}: not a results document (a JSON object was expected)")
     schema = doc.get("schema")
-    if schema != RESULTS_SCHEMA:
+    if schema not in (RESULTS_SCHEMA, RESULTS_SCHEMA_V1):
         raise UsageError(
             f"{where}: schema {schema!r} is not supported (expected {RESULTS_SCHEMA!r}); "
             "re-run 'fxcache verify --json' with this fxcache version"
@@ -114,21 +122,87 @@ def check_results_doc(doc: Any, where: str) -> dict[str, Any]:
                 f"{where}: combos[{i}] has verdict {combo['verdict']!r}; "
                 f"expected one of {', '.join(VERDICTS)}"
             )
+    if schema == RESULTS_SCHEMA_V1:
+        upgraded = [upgrade_combo(c) for c in combos]
+        return {
+            **doc,
+            "schema": RESULTS_SCHEMA,
+            "combos": upgraded,
+            "summary": causes.summary(upgraded),
+        }
+    for i, combo in enumerate(combos):
+        cause = combo.get("cause")
+        if cause not in CAUSES[combo["verdict"]]:
+            raise UsageError(
+                f"{where}: combos[{i}] has cause {cause!r} with verdict {combo['verdict']!r}; "
+                f"expected one of {', '.join(CAUSES[combo['verdict']])}"
+            )
     return doc
 
 
+def upgrade_combo(combo: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 combo with the `cause` and `notes` of version 2.
+
+    Version 1 recorded no cause; it is derived from the verdict, the phase status, the
+    counters and the errors (docs/verify.md, "Reading version-1 documents"). The verdict is
+    the one version 1 recorded, except that a cold compile differing from eager becomes
+    `error` / `compiler-mismatch` as version 2 judges it."""
+    notes: list[dict[str, Any]] = []
+    cold = combo.get("cold") or {}
+    if cold.get("eager_reproducible") is False:
+        text = "; ".join(cold.get("eager_note") or []) or "eager changed between two runs"
+        notes.append({"kind": "eager-unreproducible", "text": text})
+    cause = v1_cause(combo)
+    verdict = VERDICT_OF_CAUSE[cause]
+    return {**combo, "verdict": verdict, "cause": cause, "notes": combo.get("notes") or notes}
+
+
+def v1_cause(combo: dict[str, Any]) -> str:
+    """The cause of a version-1 combination (which has none), from its structured fields."""
+    verdict = combo["verdict"]
+    cold, hot = combo.get("cold") or {}, combo.get("hot") or {}
+    if verdict == "skipped":
+        return (
+            "no-device" if str(combo.get("reason")).startswith("no CUDA device") else "unsupported"
+        )
+    if verdict == "safe":
+        return "hit"
+    if verdict == "no-gain":
+        if hot.get("kernels_built"):
+            return "rebuilt"
+        return "miss" if combo.get("misses") or not combo.get("hits") else "slow"
+    if verdict == "error":
+        return "cold-error" if cold.get("status") not in (None, "ok") else "not-run"
+    status = hot.get("status")
+    if status in ("crash", "timeout"):
+        return str(status)
+    if status != "ok":
+        return "hot-error"
+    errors = combo.get("max_abs_err") or {}
+    atol = float((combo.get("tolerance") or {}).get("atol") or 0.0)
+    if (errors.get("cold_vs_eager") or 0.0) > atol and errors.get("hot_vs_cold") == 0.0:
+        # version 1 called a cold compile that differs from eager unsafe; hot matched cold
+        return "compiler-mismatch"
+    if hot.get("recompiles") and errors.get("hot_vs_cold") == 0.0:
+        return "recompile"
+    return "hot-mismatch"
+
+
 def from_document(doc: Any, where: str) -> Results:
-    """Turn a parsed document of either schema into `Results`."""
+    """Turn a parsed document of either schema (version 1 or 2) into version-2 `Results`."""
     if not isinstance(doc, dict):
         raise UsageError(f"{where}: not a results document (a JSON object was expected)")
     schema = doc.get("schema")
-    if schema == RESULTS_SCHEMA:
-        check_results_doc(doc, where)
+    if schema in (RESULTS_SCHEMA, RESULTS_SCHEMA_V1):
+        doc = check_results_doc(doc, where)
         shard = Shard(doc, where)
         return Results(
-            schema, str(doc.get("report_id") or "fxcache"), [Group(group_key(doc), [shard])], doc
+            RESULTS_SCHEMA,
+            str(doc.get("report_id") or "fxcache"),
+            [Group(group_key(doc), [shard])],
+            doc,
         )
-    if schema == MERGED_SCHEMA:
+    if schema in (MERGED_SCHEMA, MERGED_SCHEMA_V1):
         groups_doc = doc.get("groups")
         if not isinstance(groups_doc, list) or not groups_doc:
             raise UsageError(f"{where}: 'groups' must be a non-empty list")
@@ -142,7 +216,15 @@ def from_document(doc: Any, where: str) -> Results:
                 for si, s in enumerate(shards_doc)
             ]
             groups.append(Group(str(gdoc.get("key") or group_key(shards[0].doc)), shards))
-        return Results(schema, str(doc.get("report_id") or "fxcache"), groups, doc)
+        merged = {
+            **doc,
+            "schema": MERGED_SCHEMA,
+            "groups": [
+                {**gdoc, "shards": [s.doc for s in group.shards]}
+                for gdoc, group in zip(groups_doc, groups, strict=True)
+            ],
+        }
+        return Results(MERGED_SCHEMA, str(doc.get("report_id") or "fxcache"), groups, merged)
     raise UsageError(
         f"{where}: schema {schema!r} is not supported (expected one of {', '.join(SCHEMAS)}); "
         "produce it with 'fxcache verify --json' or 'fxcache merge' of this fxcache version"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
+from ci_fxcache.verify import causes
+from ci_fxcache.verify import explain as key_explain
 from ci_fxcache.workerpool import Outcome
-
-VERDICTS = ("safe", "no-gain", "unsafe", "error", "skipped")
 
 
 def evidence(outcome: Outcome, timeout: float) -> dict[str, Any]:
@@ -39,6 +40,11 @@ def evidence(outcome: Outcome, timeout: float) -> dict[str, Any]:
         "kernel_builds",
         "eager_reproducible",
         "eager_note",
+        "self_stable",
+        "recompile_guard",
+        "triton_kernels_built",
+        "triton_kernel_builds",
+        "notes",
     ):
         if name in result:
             phase[name] = result[name]
@@ -92,6 +98,239 @@ def _why(phase: dict[str, Any]) -> str:
     return f"{phase.get('error') or phase['status']}{last}"
 
 
+@dataclass
+class Evidence:
+    """What the checks look at: both phases, the worker's results and the settings."""
+
+    combo: dict[str, Any]
+    cold: dict[str, Any]
+    hot: dict[str, Any]
+    cold_result: dict[str, Any]
+    hot_result: dict[str, Any]
+    settings: dict[str, Any]
+    hits: int = 0
+    misses: int = 0
+    counters_shown: str = ""
+    speedup: float | None = None
+    why: dict[str, Any] = field(default_factory=dict)  # explain(): differing key parts, misses
+
+    @property
+    def bitwise(self) -> bool:
+        """Whether hot is compared with cold bit for bit (else within the dtype tolerance)."""
+        return self.settings["compare"] == "bitwise" and self.hot_result.get("self_stable", True)
+
+    @property
+    def hot_ran(self) -> bool:
+        return self.hot["status"] == "ok"
+
+    @property
+    def outputs(self) -> str:
+        return "bitwise equal" if self.bitwise else "within tolerance"
+
+    @property
+    def speed(self) -> str:
+        return f"{self.speedup}x" if self.speedup is not None else "speedup unknown"
+
+
+Finding = tuple[str, str, str]  # (verdict, cause, reason)
+
+
+def _cold_failed(ev: Evidence) -> Finding | None:
+    if ev.cold["status"] == "ok":
+        return None
+    return "error", "cold-error", f"cold compile failed ({_why(ev.cold)}); not a cache problem"
+
+
+def _hot_crashed(ev: Evidence) -> Finding | None:
+    if ev.hot["status"] != "crash":
+        return None
+    return "unsafe", "crash", f"hot process crashed ({_why(ev.hot)})"
+
+
+def _hot_timed_out(ev: Evidence) -> Finding | None:
+    if ev.hot["status"] != "timeout":
+        return None
+    return "unsafe", "timeout", f"hot phase {_why(ev.hot)} (hang?)"
+
+
+def _hot_failed(ev: Evidence) -> Finding | None:
+    if ev.hot["status"] in ("ok", "not-run"):
+        return None
+    return "unsafe", "hot-error", f"hot phase failed ({_why(ev.hot)})"
+
+
+def _hot_mismatch(ev: Evidence) -> Finding | None:
+    if not ev.hot_ran:
+        return None
+    vs_cold = ev.hot_result.get("vs_cold") or {}
+    if vs_cold.get("bitwise" if ev.bitwise else "close", False):
+        return None
+    how = "bitwise" if ev.bitwise else f"{ev.combo['dtype']} tolerance"
+    detail = f"; {vs_cold['detail']}" if vs_cold.get("detail") else ""
+    return (
+        "unsafe",
+        "hot-mismatch",
+        f"hot outputs differ from the cold compile ({how} comparison, max abs err "
+        f"{vs_cold.get('max_abs_err')}{detail})",
+    )
+
+
+def _hot_recompiled(ev: Evidence) -> Finding | None:
+    # A second shape that recompiles in the cold process too is the model's (a note), not
+    # the cache's: only a recompile that the cold process did not need is unsafe.
+    if not ev.hot_ran or not ev.hot.get("recompiles") or ev.cold.get("recompiles"):
+        return None
+    guard = str(ev.hot_result.get("recompile_guard") or ev.hot_result.get("recompile_error"))
+    return (
+        "unsafe",
+        "recompile",
+        f"the second input shape recompiled in the hot process but not in the cold one ({guard})",
+    )
+
+
+def _compiler_mismatch(ev: Evidence) -> Finding | None:
+    vs_eager = ev.cold_result.get("vs_eager")
+    if vs_eager is None or vs_eager["close"]:
+        return None
+    return (
+        "error",
+        "compiler-mismatch",
+        f"the cold compile differs from eager beyond the {ev.combo['dtype']} accuracy check "
+        f"(max abs err {vs_eager['max_abs_err']}; {vs_eager['detail']}): a compiler problem, "
+        "not a cache problem",
+    )
+
+
+def _hot_not_run(ev: Evidence) -> Finding | None:
+    if ev.hot["status"] != "not-run":
+        return None
+    return "error", "not-run", ev.hot.get("error") or "hot phase did not run"
+
+
+def _missed(ev: Evidence) -> Finding | None:
+    if ev.hits and not ev.misses:
+        return None
+    named = f"; key differs: {key_explain.summary(ev.why)}" if ev.why.get("differs") else ""
+    return (
+        "no-gain",
+        "miss",
+        f"hot load missed ({ev.counters_shown}{named}); outputs {ev.outputs}, {ev.speed}",
+    )
+
+
+def _rebuilt(ev: Evidence) -> Finding | None:
+    # A "hit" that still compiles kernels is a partial hot load (mega-cache on CPU): the
+    # counters look fine, but the cost grows with the model's kernel count.
+    cpp, triton = ev.hot.get("kernels_built") or 0, ev.hot.get("triton_kernels_built") or 0
+    if not (cpp or triton):
+        return None
+    kinds = " and ".join(f"{n} {k}" for n, k in ((cpp, "C++"), (triton, "Triton")) if n)
+    return (
+        "no-gain",
+        "rebuilt",
+        f"counters report a hit ({ev.counters_shown}) but the hot process rebuilt {kinds} "
+        f"kernels ({ev.speed}); outputs {ev.outputs}",
+    )
+
+
+def _slow(ev: Evidence) -> Finding | None:
+    floor = float(ev.settings["min_speedup"])
+    if ev.speedup is not None and ev.speedup >= floor:
+        return None
+    return (
+        "no-gain",
+        "slow",
+        f"hot load hit ({ev.counters_shown}) but only {ev.speed} < {floor:g}x; "
+        f"outputs {ev.outputs}",
+    )
+
+
+# The order is the precedence: a cache problem (unsafe) outranks a compiler problem, which
+# outranks a missing hot phase and every no-gain finding.
+CHECKS = (
+    _cold_failed,
+    _hot_crashed,
+    _hot_timed_out,
+    _hot_failed,
+    _hot_mismatch,
+    _hot_recompiled,
+    _compiler_mismatch,
+    _hot_not_run,
+    _missed,
+    _rebuilt,
+    _slow,
+)
+
+
+def notes(ev: Evidence) -> list[dict[str, Any]]:
+    """Findings that do not change the verdict."""
+    found: list[dict[str, Any]] = []
+    if ev.hot.get("recompiles") and ev.cold.get("recompiles"):
+        guard = str(ev.cold_result.get("recompile_guard") or "")
+        found.append(
+            causes.note(
+                "model-recompiles",
+                "the second input shape recompiles in the cold process too: a property of the "
+                f"model and the dynamic mode, not of the cache ({guard or 'guard not recorded'})",
+                guard=guard,
+            )
+        )
+    if ev.hot_result.get("self_stable") is False:
+        found.append(
+            causes.note(
+                "nondeterministic",
+                "the compiled model is not bitwise stable against itself in one process "
+                f"({ev.hot_result.get('self_stable_detail') or 'outputs changed'}); "
+                "hot and cold were compared within the dtype tolerance",
+            )
+        )
+    if ev.cold.get("eager_reproducible") is False:
+        text = "; ".join(ev.cold.get("eager_note") or []) or "eager changed between two runs"
+        found.append(causes.note("eager-unreproducible", text))
+    if ev.cold_result.get("random_ops"):
+        found.append(
+            causes.note(
+                "random-ops",
+                "the model draws random numbers (its eager output changes with the seed): "
+                "compiled vs eager was not compared element-wise; hot vs cold was, from the "
+                "same seed",
+            )
+        )
+    for part in ev.why.get("uncacheable") or []:
+        found.append(causes.note("uncacheable", key_explain.uncacheable_text(part)))
+    if ev.cold_result.get("fp64_checked"):
+        found.append(causes.note("fp64-accuracy", str(ev.cold_result["fp64_checked"])))
+    return found
+
+
+def explain(cold_result: dict[str, Any], hot_result: dict[str, Any]) -> dict[str, Any]:
+    """Why the hot phase missed: differing key components, real misses, uncacheable parts.
+
+    Empty when the hot phase recorded no cache lookups (an older worker, or nothing compiled).
+    """
+    if not (hot_result.get("keyinfo") or {}).get("lookups"):
+        return {}
+    return key_explain.explain(cold_result, hot_result)
+
+
+def _hit(ev: Evidence) -> Finding:
+    """The finding when no check objects: a full hit, or a partial one (uncacheable parts)."""
+    if ev.why.get("uncacheable"):
+        parts = "; ".join(key_explain.uncacheable_text(p) for p in ev.why["uncacheable"])
+        return (
+            "safe",
+            "partial-hit",
+            f"hot load hit everything the cold phase cached ({ev.counters_shown}), nothing "
+            f"rebuilt, outputs {ev.outputs}, {ev.speed} faster; recompiled what torch never "
+            f"caches: {parts}",
+        )
+    return (
+        "safe",
+        "hit",
+        f"hot load hit ({ev.counters_shown}), outputs {ev.outputs}, {ev.speed} faster",
+    )
+
+
 def judge(
     combo: dict[str, Any],
     cold: dict[str, Any],
@@ -100,9 +339,43 @@ def judge(
     hot_result: dict[str, Any],
     settings: dict[str, Any],
 ) -> dict[str, Any]:
-    """Verdict, one-line reason and the numbers behind it (the results document's combo)."""
-    out: dict[str, Any] = {
-        "speedup": None,
+    """Verdict, cause, one-line reason, notes and the numbers behind them (a results combo).
+
+    The checks run in `CHECKS` order; the first that finds something decides."""
+    ev = Evidence(combo, cold, hot, cold_result, hot_result, settings)
+    if ev.hot_ran:
+        ev.hits, ev.misses, ev.counters_shown = hits_and_misses(combo["mechanism"], hot["counters"])
+        if cold.get("compile_s") and hot.get("compile_s"):
+            ev.speedup = round(cold["compile_s"] / max(hot["compile_s"], 1e-6), 2)
+        ev.why = explain(cold_result, hot_result)
+        partial = bool(ev.why.get("uncacheable")) and not ev.why.get("misses")
+        if partial and combo["mechanism"] != "precompile":
+            ev.misses = 0  # only what the cold phase could not cache either: judged by the work
+    finding: Finding = _hit(ev)
+    for check in CHECKS:
+        found = check(ev)
+        if found is not None:
+            finding = found
+            break
+    verdict, cause, reason = finding
+    extra: dict[str, Any] = {}
+    if cause == "miss" and ev.why:
+        extra["explain"] = {"differs": ev.why["differs"], "misses": ev.why["misses"]}
+    elif cause == "rebuilt":
+        extra["explain"] = {
+            "differs": ev.why.get("differs", []),
+            "kernels": {
+                "cpp": hot.get("kernels_built") or 0,
+                "triton": hot.get("triton_kernels_built") or 0,
+            },
+        }
+    return {
+        "verdict": verdict,
+        "cause": cause,
+        "reason": reason,
+        "notes": notes(ev),
+        **extra,
+        "speedup": ev.speedup,
         "cold": cold,
         "hot": hot,
         "max_abs_err": {
@@ -110,79 +383,23 @@ def judge(
             "cold_vs_eager": (cold_result.get("vs_eager") or {}).get("max_abs_err"),
         },
         "tolerance": cold_result.get("tolerance") or hot_result.get("tolerance"),
+        "hits": ev.hits,
+        "misses": ev.misses,
+    }
+
+
+def not_judged(cause: str, reason: str) -> dict[str, Any]:
+    """A results combo for a combination that never ran (skipped, or an error such as not-run)."""
+    return {
+        "verdict": causes.VERDICT_OF_CAUSE[cause],
+        "cause": cause,
+        "reason": reason,
+        "notes": [],
+        "speedup": None,
+        "cold": None,
+        "hot": None,
+        "max_abs_err": {"hot_vs_cold": None, "cold_vs_eager": None},
+        "tolerance": None,
         "hits": 0,
         "misses": 0,
     }
-
-    def verdict(name: str, reason: str) -> dict[str, Any]:
-        return {"verdict": name, "reason": reason, **out}
-
-    if cold["status"] != "ok":
-        return verdict("error", f"cold compile failed ({_why(cold)}); not a cache problem")
-    vs_eager = cold_result.get("vs_eager")
-    if vs_eager is not None and not vs_eager["close"]:
-        return verdict(
-            "unsafe",
-            f"cold compiled output differs from eager beyond the {combo['dtype']} tolerance "
-            f"(max abs err {vs_eager['max_abs_err']}; {vs_eager['detail']})",
-        )
-    if hot["status"] == "not-run":
-        return verdict("error", hot.get("error") or "hot phase did not run")
-    if hot["status"] == "crash":
-        return verdict("unsafe", f"hot process crashed ({_why(hot)})")
-    if hot["status"] == "timeout":
-        return verdict("unsafe", f"hot phase {_why(hot)} (hang?)")
-    if hot["status"] != "ok":
-        return verdict("unsafe", f"hot phase failed ({_why(hot)})")
-    hits, misses, shown = hits_and_misses(combo["mechanism"], hot["counters"])
-    out["hits"], out["misses"] = hits, misses
-    if cold.get("compile_s") and hot.get("compile_s"):
-        out["speedup"] = round(cold["compile_s"] / max(hot["compile_s"], 1e-6), 2)
-    vs_cold = hot_result.get("vs_cold") or {}
-    bitwise = settings["compare"] == "bitwise"
-    if not vs_cold.get("bitwise" if bitwise else "close", False):
-        how = "bitwise" if bitwise else f"{combo['dtype']} tolerance"
-        detail = f"; {vs_cold['detail']}" if vs_cold.get("detail") else ""
-        return verdict(
-            "unsafe",
-            f"hot outputs differ from the cold compile ({how} comparison, max abs err "
-            f"{vs_cold.get('max_abs_err')}{detail})",
-        )
-    if hot.get("recompiles"):
-        also = (
-            "; it recompiled in the cold process too: the compiled graph did not generalise "
-            "to the second shape (e.g. duck sizing tied the batch to another dimension)"
-            if cold.get("recompiles")
-            else ""
-        )
-        error = str(hot_result.get("recompile_error", "recompile")).split(". ")[0]
-        return verdict(
-            "unsafe", f"the second input shape recompiled in the hot process ({error}){also}"
-        )
-    same = "bitwise equal" if bitwise else "within tolerance"
-    speed = f"{out['speedup']}x" if out["speedup"] is not None else "speedup unknown"
-    if hits == 0 or misses:
-        return verdict("no-gain", f"hot load missed ({shown}); outputs {same}, {speed}")
-    min_speedup = float(settings["min_speedup"])
-    built = hot.get("kernels_built") or 0
-    if built:
-        # A "hit" that still compiles kernels is a partial hot load (mega-cache on CPU): the
-        # counters look fine, but the cost grows with the model's kernel count.
-        return verdict(
-            "no-gain",
-            f"counters report a hit ({shown}) but the hot process rebuilt {built} C++ "
-            f"kernels ({speed}); outputs {same}",
-        )
-    if out["speedup"] is None or out["speedup"] < min_speedup:
-        return verdict(
-            "no-gain", f"hot load hit ({shown}) but only {speed} < {min_speedup:g}x; outputs {same}"
-        )
-    return verdict("safe", f"hot load hit ({shown}), outputs {same}, {speed} faster")
-
-
-def summary(combos: list[dict[str, Any]]) -> dict[str, int]:
-    """Count of each verdict."""
-    counts = dict.fromkeys(VERDICTS, 0)
-    for combo in combos:
-        counts[combo["verdict"]] += 1
-    return counts

@@ -1,32 +1,63 @@
 #!/usr/bin/env bash
-# Install the fxcache toolkit from the action's own directory into its own virtual environment,
-# leaving the job's Python and torch untouched. The venv lives in the runner's tool cache (kept
-# between jobs on self-hosted runners) under an id that hashes the toolkit's sources and the
-# base interpreter, so it is reused until the action version changes.
+# Install the fxcache toolkit into its own virtual environment, leaving the job's Python and
+# torch untouched; or use a toolkit already installed in the runner image.
 #
-# env: FXCACHE_ACTION_ROOT  the action's root directory (holds pyproject.toml)
-#      FXCACHE_BASE_PYTHON  interpreter to build the venv from (the job's python; python3 if unfit)
+# Dependencies come from the hash-locked toolkit/requirements*.txt (pip --require-hashes,
+# wheels only; pip's own configuration, e.g. a mirror, applies); the toolkit itself is copied
+# from the action's directory (no build step, nothing else fetched). The venv lives in the
+# runner's tool cache under an id that hashes the toolkit's sources, the lock files, the extras
+# and the base interpreter; it is reused only when a hash of all its files matches the one
+# recorded when it was installed. Untrusted events (forks, pull_request_target, ...) never
+# reuse one: they install into a private venv under $RUNNER_TEMP.
+#
+# env: FXCACHE_ACTION_ROOT  the action's root directory
+#      FXCACHE_BASE_PYTHON  interpreter to build the venv from (else $FXCACHE_PYTHON, python3)
+#      FXCACHE_STORE        redis: install the redis extra too
+#      FXCACHE_TOOLKIT      path of an installed fxcache to use instead (same version)
 # out: step output `fxcache` (path of the fxcache executable) when $GITHUB_OUTPUT is set
 set -euo pipefail
 
 root="${FXCACHE_ACTION_ROOT:?FXCACHE_ACTION_ROOT is not set}"
-store="${RUNNER_TOOL_CACHE:-${RUNNER_TEMP:-/tmp}}/fxcache-toolkit"
+fail() { echo "::error::fxcache: $*"; exit 2; }
+publish() {
+  "$1" --version
+  if [ -n "${GITHUB_OUTPUT:-}" ]; then
+    printf 'fxcache<<fxcache_%s\n%s\nfxcache_%s\n' "$2" "$1" "$2" >>"$GITHUB_OUTPUT"
+  fi
+}
+delimiter="$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+wanted="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$root/ci_fxcache/__init__.py")"
+
+if [ -n "${FXCACHE_TOOLKIT:-}" ]; then
+  found="$("$FXCACHE_TOOLKIT" --version 2>/dev/null)" ||
+    fail "FXCACHE_TOOLKIT=$FXCACHE_TOOLKIT does not run: unset it to install the toolkit"
+  [ "$found" = "fxcache $wanted" ] ||
+    fail "FXCACHE_TOOLKIT=$FXCACHE_TOOLKIT is $found, this action needs fxcache $wanted"
+  echo "fxcache: using the installed toolkit $FXCACHE_TOOLKIT"
+  publish "$FXCACHE_TOOLKIT" "$delimiter"
+  exit 0
+fi
 
 fit() { "$1" -c 'import sys, venv; sys.exit(sys.version_info < (3, 10))' >/dev/null 2>&1; }
 base=""
-for candidate in "${FXCACHE_BASE_PYTHON:-}" python3; do
+for candidate in "${FXCACHE_BASE_PYTHON:-}" "${FXCACHE_PYTHON:-}" python3; do
   if [ -n "$candidate" ] && fit "$candidate"; then base="$candidate"; break; fi
 done
-if [ -z "$base" ]; then
-  echo "::error::fxcache: no Python >= 3.10 with the venv module found (tried '${FXCACHE_BASE_PYTHON:-}' and python3): set the action's python input"
-  exit 2
-fi
+[ -n "$base" ] || fail "no Python >= 3.10 with the venv module found: set the action's python input"
 
-id="$("$base" - "$root" <<'PY'
+requirements=("$root/toolkit/requirements.txt")
+if [ "${FXCACHE_STORE:-}" = redis ]; then requirements+=("$root/toolkit/requirements-redis.txt"); fi
+pip_args=()
+for file in "${requirements[@]}"; do pip_args+=(-r "$file"); done
+
+# Trust is the toolkit's decision (ci_fxcache/store/trust.py, standard library only).
+untrusted="$("$base" -c 'import sys; sys.path.insert(0, sys.argv[1]); from ci_fxcache.store.trust import untrusted_reason; print(untrusted_reason() or "")' "$root")"
+
+id="$("$base" - "$root" "${requirements[@]}" <<'PY'
 import hashlib, os, sys
 root = sys.argv[1]
 h = hashlib.sha256(("%s|%s" % (os.path.realpath(sys.executable), sys.version)).encode())
-paths = [os.path.join(root, "pyproject.toml")]
+paths = sys.argv[2:]
 for top, dirs, files in os.walk(os.path.join(root, "ci_fxcache")):
     dirs[:] = sorted(d for d in dirs if d != "__pycache__")
     paths += [os.path.join(top, f) for f in sorted(files) if not f.endswith(".pyc")]
@@ -37,29 +68,74 @@ for path in paths:
 print(h.hexdigest()[:16])
 PY
 )"
-venv="$store/$id"
 
-installed() { [ -f "$venv/.fxcache-installed" ] && "$venv/bin/fxcache" --version >/dev/null 2>&1; }
-if installed; then
-  echo "fxcache: reusing toolkit $venv"
-else
+# A hash of every file of the venv (names, link targets, contents).
+digest() {
+  "$base" - "$1" <<'PY'
+import hashlib, os, sys
+venv = sys.argv[1]
+h = hashlib.sha256()
+for top, dirs, files in os.walk(venv):
+    dirs.sort()
+    for name in sorted(files):
+        path = os.path.join(top, name)
+        h.update(os.path.relpath(path, venv).encode() + b"\0")
+        if os.path.islink(path):
+            h.update(b"link:" + os.readlink(path).encode())
+        else:
+            with open(path, "rb") as fh:
+                h.update(hashlib.sha256(fh.read()).digest())
+print(h.hexdigest())
+PY
+}
+
+install() { # VENV
+  rm -rf "$1"
+  "$base" -m venv "$1"
+  "$1/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes \
+    --only-binary=:all: "${pip_args[@]}" ||
+    fail "could not install the toolkit's locked dependencies (see pip's message above); on an air-gapped runner point pip at a mirror (PIP_INDEX_URL) or preinstall the toolkit (FXCACHE_TOOLKIT)"
+  site="$("$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  (cd "$root" && find ci_fxcache -name __pycache__ -prune -o -type f ! -name '*.pyc' -print0 |
+    xargs -0 cp --parents -t "$site")
+  "$1/bin/python" -m compileall -q "$site/ci_fxcache" >/dev/null
+  printf '#!%s\nimport sys\nfrom ci_fxcache.cli import main\nsys.exit(main())\n' \
+    "$1/bin/python" >"$1/bin/fxcache"
+  chmod +x "$1/bin/fxcache"
+}
+
+if [ -n "$untrusted" ]; then
+  venv="${RUNNER_TEMP:-/tmp}/fxcache-toolkit-$id"
+  echo "fxcache: $untrusted: installing a private toolkit into $venv (a shared one is never reused)"
+  install "$venv"
+  publish "$venv/bin/fxcache" "$delimiter"
+  exit 0
+fi
+
+store="${RUNNER_TOOL_CACHE:-${RUNNER_TEMP:-/tmp}}/fxcache-toolkit"
+if ! mkdir -p "$store" 2>/dev/null || [ ! -w "$store" ]; then
+  echo "::warning::fxcache: $store is not writable; installing the toolkit under \$RUNNER_TEMP"
+  store="${RUNNER_TEMP:-/tmp}/fxcache-toolkit"
   mkdir -p "$store"
-  # Jobs on one runner host may share the tool cache: one installs, the others wait and reuse.
-  # (A venv hard-codes its own path, so it is built in place, under the lock.)
-  exec 9>"$store/.install-$id.lock"
-  if command -v flock >/dev/null; then flock 9; fi
-  if ! installed; then
-    echo "fxcache: installing toolkit into $venv (base interpreter: $base)"
-    rm -rf "$venv"
-    "$base" -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$root"
-    touch "$venv/.fxcache-installed"
-  fi
-  exec 9>&-
 fi
+venv="$store/$id"
+record="$store/$id.sha256"
+intact() { [ -f "$record" ] && [ -x "$venv/bin/fxcache" ] && [ "$(digest "$venv")" = "$(cat "$record")" ]; }
 
-exe="$venv/bin/fxcache"
-"$exe" --version
-if [ -n "${GITHUB_OUTPUT:-}" ]; then
-  echo "fxcache=$exe" >>"$GITHUB_OUTPUT"
+# Jobs on one runner host may share the tool cache: one installs, the others wait and reuse.
+# (A venv hard-codes its own path, so it is built in place, under the lock.)
+exec 9>"$store/.install-$id.lock"
+if command -v flock >/dev/null; then flock 9; fi
+if intact; then
+  echo "fxcache: reusing toolkit $venv (integrity checked)"
+else
+  if [ -e "$venv" ]; then
+    echo "::warning::fxcache: toolkit $venv does not match its recorded hash; reinstalling it"
+  fi
+  echo "fxcache: installing toolkit into $venv (base interpreter: $base)"
+  rm -f "$record"
+  install "$venv"
+  digest "$venv" >"$record"
 fi
+exec 9>&-
+publish "$venv/bin/fxcache" "$delimiter"

@@ -14,6 +14,28 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # The interpreter running the tests has the pinned torch==2.13.0: it is the "user's" Python.
 TORCH_PYTHON = sys.executable
+# The second real torch (a CUDA build that compiles on the CPU): the README's test command
+# builds it in .venv-torch2.14; FXCACHE_TEST_TORCH2_PYTHON points at another copy.
+TORCH2_VERSION = "2.14.1"
+TORCH2_VENV = ROOT / ".venv-torch2.14"
+
+
+def torch2_python() -> str:
+    """The interpreter with torch==2.14.1; fails the test when it was not built."""
+    python = os.environ.get("FXCACHE_TEST_TORCH2_PYTHON") or str(TORCH2_VENV / "bin" / "python")
+    if not Path(python).exists():
+        pytest.fail(
+            f"no torch=={TORCH2_VERSION} interpreter at {python}: run the README's test set-up "
+            "command (it builds .venv-torch2.14), or set FXCACHE_TEST_TORCH2_PYTHON"
+        )
+    return python
+
+
+@pytest.fixture(scope="module", params=["2.13.0", TORCH2_VERSION])
+def torch_python(request: pytest.FixtureRequest) -> str:
+    """Each real torch the main verification tests run against: 2.13.0 and 2.14.1."""
+    return TORCH_PYTHON if request.param == "2.13.0" else torch2_python()
+
 
 RunFxcache = Callable[..., subprocess.CompletedProcess[str]]
 

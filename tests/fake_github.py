@@ -7,7 +7,9 @@ shapes with documented status codes. Anything off is recorded in `violations` (t
 stays empty) and answered the way GitHub would (400/401/404/422).
 
 Routes: actions caches (list with pagination/sort/key prefix, delete by id, delete by key,
-usage) and issue comments (list with pagination, create, update, delete). Faults are injected with
+usage), issue comments (list with pagination, create, update, delete; comments by several
+authors) and `GET /user` (the token's user; 403 for an installation token such as
+GITHUB_TOKEN, whose comments are authored by `github-actions[bot]`). Faults are injected with
 `fail(...)`; `read_only=True` simulates a fork's read-only token.
 """
 
@@ -56,9 +58,15 @@ class Recorded:
 class FakeGitHub:
     """The server plus its state; use as a context manager (see the `fake_github` fixture)."""
 
-    def __init__(self, repository: str = "octo-org/fxcache-demo", token: str = "ghs_faketoken123"):
+    def __init__(
+        self,
+        repository: str = "octo-org/fxcache-demo",
+        token: str = "ghs_faketoken123",
+        user: str = "octocat",
+    ):
         self.repository = repository
         self.token = token
+        self.user = user  # GET /user's login for a personal token
         self.read_only = False
         self.caches: list[dict[str, Any]] = []
         self.comments: dict[int, list[dict[str, Any]]] = {}
@@ -146,12 +154,15 @@ class FakeGitHub:
             )
         )
 
+    @property
+    def identity(self) -> str:
+        """Who the token writes as: installation tokens (ghs_) as github-actions[bot]."""
+        return "github-actions[bot]" if self.token.startswith("ghs_") else self.user
+
     def calls(self, method: str, path_regex: str = ".*") -> list[Recorded]:
         return [r for r in self.requests if r.method == method and re.fullmatch(path_regex, r.path)]
 
-    def _comment(
-        self, number: int, body: str, login: str = "github-actions[bot]"
-    ) -> dict[str, Any]:
+    def _comment(self, number: int, body: str, login: str) -> dict[str, Any]:
         cid = self.new_id()
         base = f"https://github.com/{self.repository}"
         return {
@@ -161,7 +172,11 @@ class FakeGitHub:
             "html_url": f"{base}/pull/{number}#issuecomment-{cid}",
             "issue_url": f"{self.url}/repos/{self.repository}/issues/{number}",
             "body": body,
-            "user": {"login": login, "id": 41898282, "type": "Bot"},
+            "user": {
+                "login": login,
+                "id": 41898282 if login.endswith("[bot]") else 583231,
+                "type": "Bot" if login.endswith("[bot]") else "User",
+            },
             "created_at": _now(),
             "updated_at": _now(),
             "author_association": "NONE",
@@ -246,6 +261,8 @@ class FakeGitHub:
             if fault.times > 0 and fault.method == rec.method and fault.path.fullmatch(rec.path):
                 fault.times -= 1
                 return self._send(h, rec, fault.status, fault.body, fault.headers)
+        if rec.path == "/user":
+            return self._get_user(h, rec)
         prefix = f"/repos/{self.repository}/"
         if not rec.path.startswith(prefix):
             return self._send(h, rec, 404, {"message": "Not Found", "documentation_url": DOCS})
@@ -307,6 +324,33 @@ class FakeGitHub:
         if page > 1:
             links += [link(1, "first"), link(page - 1, "prev")]
         return chunk, ({"Link": ", ".join(links)} if links else {})
+
+    # -- users (docs: rest/users/users#get-the-authenticated-user) --------------------------------
+    def _get_user(self, h: BaseHTTPRequestHandler, rec: Recorded) -> None:
+        if rec.method != "GET":
+            return self._violation(h, rec, 404, f"no such endpoint: {rec.method} /user")
+        if rec.query or rec.body is not None:
+            return self._violation(h, rec, 422, "GET /user takes no query and no body")
+        if self.token.startswith("ghs_"):  # an installation token is not a user
+            return self._send(
+                h,
+                rec,
+                403,
+                {"message": "Resource not accessible by integration", "documentation_url": DOCS},
+            )
+        self._send(
+            h,
+            rec,
+            200,
+            {
+                "login": self.user,
+                "id": 583231,
+                "node_id": "MDQ6VXNlcjU4MzIzMQ==",
+                "type": "User",
+                "site_admin": False,
+                "html_url": f"https://github.com/{self.user}",
+            },
+        )
 
     # -- caches (docs: rest/actions/cache) ---------------------------------------------------------
     def _list_caches(self, h: BaseHTTPRequestHandler, rec: Recorded) -> None:
@@ -443,7 +487,7 @@ class FakeGitHub:
         text = self._check_body(h, rec)
         if text is None or self._write_denied(h, rec):
             return
-        comment = self._comment(int(number), text)
+        comment = self._comment(int(number), text, self.identity)
         self.comments[int(number)].append(comment)
         self._send(h, rec, 201, comment, {"Location": comment["url"]})
 

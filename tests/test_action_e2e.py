@@ -38,7 +38,7 @@ PR = 7
 COMBO = "sin_matmul-cpu-float32-static-fxgraph-infer"
 LABEL = "fxcache-e2e"
 # What the action needs from the working tree (a real checkout would bring all of it).
-SHIPPED = ["action.yml", "save", "invalidate", "toolkit", "scripts", "ci_fxcache",
+SHIPPED = ["action.yml", "save", "autosave", "invalidate", "toolkit", "scripts", "ci_fxcache",
            "pyproject.toml", "README.md"]  # fmt: skip
 
 
@@ -166,9 +166,13 @@ class Harness:
         ):
             subprocess.run([*git, *args], check=True, capture_output=True)
 
-    def _pull_request_event(self, fork: bool = False) -> dict[str, Any]:
-        repo = {"full_name": REPOSITORY, "fork": False}
-        head = {"full_name": f"someone/{REPOSITORY.split('/')[1]}", "fork": True} if fork else repo
+    def _event(self, event_name: str, fork: bool = False) -> dict[str, Any]:
+        repo = {"id": 1296269, "full_name": REPOSITORY, "fork": False, "default_branch": "main"}
+        if event_name == "push":
+            return {"ref": "refs/heads/main", "repository": repo}
+        head = repo
+        if fork:
+            head = {"id": 7001, "full_name": f"someone/{REPOSITORY.split('/')[1]}", "fork": True}
         return {
             "action": "synchronize",
             "number": PR,
@@ -188,16 +192,20 @@ class Harness:
         workflow: str = "e2e.yml",
         store: str = "local",
         cache_root: Path | None = None,
+        event_name: str = "pull_request",
+        save: str = "auto",
+        redis_url: str = "",
+        mechanisms: str = "fxgraph",
     ) -> ActRun:
         self.run_id += 1
         out = self.base / f"out-{name}"
         out.mkdir()
         event = self.base / f"event-{name}.json"
-        event.write_text(json.dumps(self._pull_request_event(fork)))
+        event.write_text(json.dumps(self._event(event_name, fork)))
         env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "FXCACHE_"))}
         env["XDG_CACHE_HOME"] = str(self.xdg)
         argv = [
-            _act(), "pull_request", "--json",
+            _act(), event_name, "--json",
             "-W", f".github/workflows/{workflow}",
             "-e", str(event),
             "-P", f"{LABEL}=-self-hosted",
@@ -206,6 +214,9 @@ class Harness:
             "--env", f"GITHUB_RUN_ID={self.run_id}",
             "--env", f"E2E_GHA_CACHE={self.gha_cache}",
             "--var", f"E2E_STORE={store}",
+            "--var", f"E2E_SAVE={save}",
+            "--var", f"E2E_REDIS_URL={redis_url}",
+            "--var", f"E2E_MECHANISMS={mechanisms}",
             "--env", f"E2E_ARTIFACTS={self.artifacts}",
             "--env", f"SRC={self.src}",
             "--env", f"E2E_OUT={out}",
@@ -290,6 +301,8 @@ def test_action_end_to_end(tmp_path: Path, fake: FakeGitHub) -> None:
     assert "1 safe" in comments[0]["body"]
     assert first.errors == [], first.errors
     assert first.json("save.json") == {"saved": "true"}
+    # The save sub-action saved; the action's end-of-job save then does nothing.
+    assert "already saved in this job (saved: true)" in first.raw, first.log()
 
     # 2. The same job again: the store restores (cache-hit), verify runs the hot phase only
     #    against the recorded reference, and it hits; the user's own compile hits too. The
@@ -402,14 +415,17 @@ def test_invalid_input_fails_with_one_clear_error(tmp_path: Path, fake: FakeGitH
     assert not harness.cache_root.exists(), "the store was touched before the inputs were checked"
 
 
-def test_store_github_saves_under_unique_keys_and_restores_by_prefix(
+def test_store_github_uploads_only_new_files_from_the_default_branch(
     tmp_path: Path, fake: FakeGitHub
 ) -> None:
-    """`store: github` on two fresh hosted runners: the first compiles cold and saves its scope
-    under <scope key>-run<id>.<attempt>; the second restores it by the scope prefix (a cache hit
-    for fxcache, though not an exact actions/cache key match) and runs the hot phase only."""
+    """`store: github` on fresh hosted runners, `save: auto` (pull requests never upload:
+    tests/test_action_steps.py::test_store_github_save_policy): a push to main uploads
+    under <scope key>-run<id>.<attempt>; the next push restores it by the scope prefix (a cache
+    hit for fxcache, though not an exact actions/cache key match), runs the hot phase only and,
+    having added nothing, uploads nothing."""
     harness = Harness(tmp_path, fake)
-    first = harness.run("gh-first", store="github", cache_root=tmp_path / "runner-1")
+    first = harness.run("gh-first", store="github", cache_root=tmp_path / "runner-1",
+                        event_name="push")  # fmt: skip
     assert first.succeeded, first.log()
     out = first.json("outputs.json")
     assert out["CACHE_HIT"] == "false", out
@@ -417,7 +433,8 @@ def test_store_github_saves_under_unique_keys_and_restores_by_prefix(
     saved = sorted(p.name for p in harness.gha_cache.iterdir())
     assert saved == [f"{out['CACHE_KEY']}-run{harness.run_id}.1.tar"], saved
 
-    second = harness.run("gh-second", store="github", cache_root=tmp_path / "runner-2")
+    second = harness.run("gh-second", store="github", cache_root=tmp_path / "runner-2",
+                         event_name="push")  # fmt: skip
     assert second.succeeded, second.log()
     out2 = second.json("outputs.json")
     assert out2["CACHE_KEY"] == out["CACHE_KEY"]
@@ -428,6 +445,84 @@ def test_store_github_saves_under_unique_keys_and_restores_by_prefix(
     assert combo["verdict"] == "safe", combo
     assert combo["hot"]["counters"].get("fxgraph_cache_hit", 0) >= 1, combo
     assert second.json("user.json")["inductor"].get("fxgraph_cache_miss", 0) == 0
-    saved = sorted(p.name for p in harness.gha_cache.iterdir())
-    assert len(saved) == 2 and all(n.startswith(out["CACHE_KEY"] + "-run") for n in saved), saved
+    assert "this run added nothing to the cache" in second.raw, second.log()
+    assert sorted(p.name for p in harness.gha_cache.iterdir()) == saved
     assert second.errors == [] and fake.violations == []
+
+
+def test_the_job_saves_at_its_end_even_when_a_test_step_fails(
+    tmp_path: Path, fake: FakeGitHub
+) -> None:
+    """No save sub-action in the workflow and a failing test step: the action's own post step
+    still commits the scope (with the user's compile in it), and the next job restores it."""
+    harness = Harness(tmp_path, fake)
+    failed = harness.run("autosave", workflow="autosave.yml")
+    assert failed.returncode != 0 and not failed.succeeded, failed.log()
+    key = (failed.out / "cache-key").read_text()
+    manifest = json.loads((harness.cache_root / key / "manifest.json").read_text())
+    assert any(name.startswith("inductor/") for name in manifest["files"]), manifest["files"]
+    assert failed.json("user.json")["inductor"].get("fxgraph_cache_miss", 0) >= 1
+
+    again = harness.run("autosave-again", workflow="autosave.yml")
+    assert (again.out / "cache-key").read_text() == key
+    user = again.json("user.json")
+    assert user["inductor"].get("fxgraph_cache_hit", 0) >= 1, user
+    assert user["inductor"].get("fxgraph_cache_miss", 0) == 0, user
+
+
+def _pt2_keys(url: str) -> int:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        return sum(1 for _ in client.scan_iter(match="pt2:*"))
+    finally:
+        client.close()
+
+
+def test_store_redis_shares_compiles_between_runners(
+    tmp_path: Path, fake: FakeGitHub, redis_url: str
+) -> None:
+    """`store: redis` with a real redis-server: runner A (empty local root) compiles and writes
+    through Redis; runner B (another empty root) gets the FX graphs from Redis, in its own
+    compile step and in the report (the remote mechanism's hot phase hits); a fork's run on
+    runner C never writes Redis."""
+    harness = Harness(tmp_path, fake)
+    remote = COMBO.replace("-fxgraph-", "-remote-")
+    before = _pt2_keys(redis_url)
+    a = harness.run("redis-a", store="redis", cache_root=tmp_path / "runner-a",
+                    redis_url=redis_url, mechanisms="remote")  # fmt: skip
+    assert a.succeeded, a.log()
+    assert "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE=1" in (a.out / "job-env.txt").read_text()
+    assert a.json("user.json")["inductor"].get("fxgraph_cache_miss", 0) >= 1
+    written = _pt2_keys(redis_url)
+    assert written > before, "runner A wrote nothing to Redis"
+
+    b = harness.run("redis-b", store="redis", cache_root=tmp_path / "runner-b",
+                    redis_url=redis_url, mechanisms="remote")  # fmt: skip
+    assert b.succeeded, b.log()
+    user = b.json("user.json")
+    assert user["cache_dir"].startswith(str(tmp_path / "runner-b")), user
+    assert user["inductor"].get("fxgraph_cache_hit", 0) >= 1, user
+    assert user["inductor"].get("fxgraph_cache_miss", 0) == 0, user
+    results = b.json("results.json")
+    assert results["cache"]["store"] == "redis" and results["cache"]["redis"]["reachable"]
+    combo = next(c for c in results["combos"] if c["id"] == remote)
+    # On a CPU the hot process loads the graph from Redis but rebuilds its C++ kernels (Redis
+    # carries generated source): the report says "hit" and, honestly, no-gain (safe on GPUs).
+    assert combo["verdict"] in ("safe", "no-gain"), combo
+    assert combo["hot"]["counters"].get("fxgraph_cache_hit", 0) >= 1, combo
+    assert combo["verdict"] == "safe" or combo.get("cause", "rebuilt") == "rebuilt", combo
+    report = (b.out / "report.md").read_text()
+    # the report's evidence fold: | combination | cause | hits/misses | ...
+    row = re.search(r"^\| [^|]*remote[^|]* \| [^|]+ \| (\d+)/(\d+) \|", report, flags=re.M)
+    assert row and int(row.group(1)) >= 1 and row.group(2) == "0", "the report shows no Redis hit"
+
+    keys = _pt2_keys(redis_url)
+    fork = harness.run("redis-fork", fork=True, store="redis", cache_root=tmp_path / "runner-c",
+                       redis_url=redis_url, mechanisms="remote")  # fmt: skip
+    assert fork.succeeded, fork.log()
+    assert "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE" not in (fork.out / "job-env.txt").read_text()
+    assert any("nothing reaches the shared cache" in n for n in fork.notices), fork.notices
+    assert _pt2_keys(redis_url) == keys, "a fork's run wrote the shared Redis cache"
+    assert fake.violations == []

@@ -46,7 +46,8 @@ def test_creates_then_updates_one_comment(
     assert second.returncode == 0, second.stderr
     assert "updated comment" in second.stdout
     (mine,) = _mine(fake_github)
-    assert "Safe to cache on this runner (H200, sm90, torch 2.13.0+cu128)" in str(mine["body"])
+    assert "H200, sm90, torch 2.13.0+cu128 · sin\\_matmul" in str(mine["body"])
+    assert "✅ **Cache:** fp32 static fxgraph" in str(mine["body"])
     assert len(fake_github.calls("POST")) == 1 and len(fake_github.calls("PATCH")) == 1
     assert len(fake_github.comments[PR]) == 2  # the human's comment is untouched
     # Another report id keeps its own comment.
@@ -149,23 +150,23 @@ def test_body_too_long_422_falls_back_to_short_form(
     assert len(short) <= comment.SHORT_LIMIT + len(comment.marker("fxcache")) + 1 < len(full)
     body = str(_mine(fake_github)[0]["body"])
     assert "Shortened to fit 4,000 characters" in body
-    assert "Not safe: bf16 dynamic (precompile) — wrong values on hot load" in body
+    assert "❌ **Do not cache:** bf16 dynamic precompile (wrong values on hot load)" in body
 
 
 def test_fake_server_rejects_a_body_over_65536(fake_github: FakeGitHub) -> None:
     fake_github.add_pull(PR)
     client = GitHubClient(fake_github.token, fake_github.repository, fake_github.url)
     with pytest.raises(GitHubError) as info:
-        comment.upsert(client, PR, "x" * 70_000, "fxcache")
+        comment.upsert(client, PR, "x" * 70_000, "fxcache", "github-actions[bot]")
     assert info.value.status == 422 and "too long" in info.value.api_message
 
 
 def test_duplicates_from_a_race_are_removed(fake_github: FakeGitHub) -> None:
     fake_github.add_pull(PR)
     for _ in range(3):
-        fake_github.add_comment(PR, f"{comment.marker('fxcache')}\nold")
+        fake_github.add_comment(PR, f"{comment.marker('fxcache')}\nold", "github-actions[bot]")
     client = GitHubClient(fake_github.token, fake_github.repository, fake_github.url)
-    action, _ = comment.upsert(client, PR, "new", "fxcache")
+    action, _ = comment.upsert(client, PR, "new", "fxcache", "github-actions[bot]")
     assert action == "updated"
     (only,) = _mine(fake_github)
     assert str(only["body"]).endswith("\nnew")
@@ -221,4 +222,122 @@ def test_comments_a_captured_verify_document(
     proc = run_fxcache("comment", real, env=_env(fake_github, tmp_path))
     assert proc.returncode == 0, proc.stderr
     (mine,) = _mine(fake_github)
-    assert "Nothing is safe to cache on this runner (CPU x86_64" in str(mine["body"])
+    assert "✅ **Cache:** nothing passed verification" in str(mine["body"])
+    assert "\nCPU x86\\_64 " in str(mine["body"])
+
+
+def test_a_marker_in_someone_elses_comment_is_never_touched(
+    fake_github: FakeGitHub, run_fxcache: RunFxcache, tmp_path: Path
+) -> None:
+    """A user who plants the hidden marker (before or after our comment) cannot get their
+    comment edited into the report, nor get ours deleted as a 'duplicate'."""
+    fake_github.add_pull(PR)
+    planted = fake_github.add_comment(PR, f"{comment.marker('fxcache')}\nall safe!", "mallory")
+    env = _env(fake_github, tmp_path)
+    first = run_fxcache("comment", RESULTS, env=env)
+    assert first.returncode == 0 and "created comment" in first.stdout, first.stderr
+    late = fake_github.add_comment(PR, f"{comment.marker('fxcache')}\nfake", "mallory")
+    second = run_fxcache("comment", RESULTS, env=env)
+    assert second.returncode == 0 and "updated comment" in second.stdout, second.stderr
+    touched = {c.path for c in fake_github.calls("PATCH") + fake_github.calls("DELETE")}
+    ours = [c for c in fake_github.comments[PR] if c["user"]["login"] == "github-actions[bot]"]
+    assert len(ours) == 1 and touched == {
+        f"/repos/{fake_github.repository}/issues/comments/{ours[0]['id']}"
+    }
+    assert planted in fake_github.comments[PR] and late in fake_github.comments[PR]
+    assert str(planted["body"]).endswith("all safe!") and str(late["body"]).endswith("fake")
+    # An installation token (GITHUB_TOKEN) is github-actions[bot]: GET /user is never asked.
+    assert fake_github.calls("GET", "/user") == []
+
+
+def test_a_personal_token_matches_its_own_user(run_fxcache: RunFxcache, tmp_path: Path) -> None:
+    with FakeGitHub(token="ghp_personal123", user="release-bot") as fake:
+        fake.add_pull(PR)
+        bots = fake.add_comment(PR, f"{comment.marker('fxcache')}\nold", "github-actions[bot]")
+        old = fake.add_comment(PR, f"{comment.marker('fxcache')}\nold", "release-bot")
+        proc = run_fxcache("comment", RESULTS, env=_env(fake, tmp_path))
+        assert proc.returncode == 0 and "updated comment" in proc.stdout, proc.stderr
+        (user_call,) = fake.calls("GET", "/user")
+        assert user_call.status == 200
+        (patch,) = fake.calls("PATCH")
+        assert patch.path.endswith(f"/issues/comments/{old['id']}")
+        assert fake.calls("DELETE") == [] and str(bots["body"]).endswith("old")
+        assert fake.violations == []
+
+
+def test_author_can_be_given(fake_github: FakeGitHub, run_fxcache: RunFxcache,
+                             tmp_path: Path) -> None:  # fmt: skip
+    """A custom GitHub App's installation token comments as <app>[bot]: --author names it."""
+    fake_github.add_pull(PR)
+    app = fake_github.add_comment(PR, f"{comment.marker('fxcache')}\nold", "fxcache-app[bot]")
+    proc = run_fxcache("comment", RESULTS, "--author", "fxcache-app[bot]",
+                       env=_env(fake_github, tmp_path))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (patch,) = fake_github.calls("PATCH")
+    assert patch.path.endswith(f"/issues/comments/{app['id']}")
+
+
+def test_fake_server_user_endpoint_follows_the_documented_api(fake_github: FakeGitHub) -> None:
+    client = GitHubClient(fake_github.token, fake_github.repository, fake_github.url)
+    with pytest.raises(GitHubError) as info:
+        client.request("GET", "/user")
+    assert info.value.status == 403
+    assert info.value.api_message == "Resource not accessible by integration"
+    with FakeGitHub(token="ghp_x", user="octocat") as fake:
+        user = GitHubClient(fake.token, fake.repository, fake.url).request("GET", "/user").json()
+        assert user["login"] == "octocat" and user["type"] == "User"
+        with pytest.raises(GitHubError):
+            GitHubClient(fake.token, fake.repository, fake.url).request(
+                "GET", "/user", params={"a": 1}
+            )
+        assert fake.violations == ["GET /user: GET /user takes no query and no body"]
+
+
+def _artifact(tmp_path: Path, name: str, report_id: str, pad: int = 0) -> str:
+    folder = tmp_path / name
+    folder.mkdir()
+    doc = json.loads(Path(RESULTS).read_text())
+    doc["report_id"] = report_id
+    (folder / "results.json").write_text(json.dumps(doc))
+    if pad:
+        (folder / "padding").write_bytes(b"x" * pad)
+    return str(folder / "results.json")
+
+
+def test_artifact_report_id_must_match_its_name(
+    fake_github: FakeGitHub, run_fxcache: RunFxcache, tmp_path: Path
+) -> None:
+    fake_github.add_pull(PR)
+    env = _env(fake_github, tmp_path)
+    ok = _artifact(tmp_path, "fxcache-report-nightly", "nightly")
+    proc = run_fxcache("comment", ok, "--pr", str(PR), "--from-artifact",
+                       "fxcache-report-nightly", env=env)  # fmt: skip
+    assert proc.returncode == 0 and "report id 'nightly'" in proc.stdout, proc.stderr
+    forged = _artifact(tmp_path, "fxcache-report-fleet", "nightly")
+    bad = run_fxcache("comment", forged, "--pr", str(PR), "--from-artifact",
+                      "fxcache-report-fleet", env=env)  # fmt: skip
+    assert bad.returncode == 2
+    assert "carries report id 'nightly', but its artifact fxcache-report-fleet names 'fleet'" in (
+        bad.stderr
+    )
+    assert len(fake_github.calls("POST")) == 1
+
+
+@pytest.mark.parametrize("name", ["results", "fxcache-report-a b", "fxcache-report-"])
+def test_artifact_with_a_bad_name_is_refused(
+    fake_github: FakeGitHub, run_fxcache: RunFxcache, tmp_path: Path, name: str
+) -> None:
+    path = _artifact(tmp_path, "dir", "fxcache")
+    proc = run_fxcache("comment", path, "--pr", str(PR), "--from-artifact", name,
+                       env=_env(fake_github, tmp_path))  # fmt: skip
+    assert proc.returncode == 2 and fake_github.requests == []
+
+
+def test_oversized_artifact_is_refused_before_it_is_read(
+    fake_github: FakeGitHub, run_fxcache: RunFxcache, tmp_path: Path
+) -> None:
+    path = _artifact(tmp_path, "fxcache-report-x", "x", pad=comment.MAX_ARTIFACT_BYTES)
+    proc = run_fxcache("comment", path, "--pr", str(PR), "--from-artifact", "fxcache-report-x",
+                       env=_env(fake_github, tmp_path))  # fmt: skip
+    assert proc.returncode == 2 and "more than 20971520" in proc.stderr
+    assert fake_github.requests == []

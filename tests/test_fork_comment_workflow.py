@@ -68,9 +68,9 @@ def test_posts_each_report_with_its_pr_and_report_id(tmp_path: Path) -> None:
     assert sorted(posted) == sorted(
         [
             ["comment", f"{reports}/fxcache-report-fleet/results.json", "--pr", "7",
-             "--report-id", "fleet"],
+             "--from-artifact", "fxcache-report-fleet"],
             ["comment", f"{reports}/fxcache-report-fxcache/results.json", "--pr", "7",
-             "--report-id", "fxcache"],
+             "--from-artifact", "fxcache-report-fxcache"],
         ]
     )  # fmt: skip
 

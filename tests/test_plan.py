@@ -76,7 +76,7 @@ def test_without_runners_only_the_matrix_is_checked(run_fxcache: RunFxcache) -> 
         (["--dtypes", "bf17"], "--dtypes bf17: unknown dtype value 'bf17'"),
         (["--dynamic", "maybe"], "unknown dynamic value 'maybe'"),
         (["--workloads", "no such"], "unknown workload 'no such'"),
-        (["--matrix-file", "/nonexistent.yml"], "--matrix-file /nonexistent.yml: cannot read"),
+        (["--matrix-file", "/nonexistent.yml"], "--matrix-file /nonexistent.yml: no such file"),
     ],
 )
 def test_bad_matrix_fails_like_verify(
@@ -122,5 +122,5 @@ def test_bad_report_id_inside_actions_is_one_annotation(run_fxcache: RunFxcache)
         "plan", "--runners", "a100", "--report-id", "x/y", env={"GITHUB_ACTIONS": "true"}
     )
     assert proc.returncode == 2
-    assert proc.stderr.startswith("::error::fxcache: report id 'x/y'")
+    assert proc.stderr.startswith("::error::fxcache: argument --report-id: invalid report id 'x/y'")
     assert len(proc.stderr.splitlines()) == 1

@@ -46,13 +46,17 @@ def test_report_renders_real_verify_output(
     from junitparser import JUnitXml
 
     doc = json.loads(verified.read_text())
-    assert doc["schema"] == "fxcache-results/1"
+    assert doc["schema"] == "fxcache-results/2"
     (cpu,) = [c for c in doc["combos"] if c["device"] == "cpu"]
     proc = run_fxcache("report", str(verified), "--format", "md")
     assert proc.returncode == 0, proc.stderr
     md = proc.stdout
-    assert "on this runner (CPU " in md.splitlines()[2]
-    verdict_cell = {"safe": "✅ safe", "no-gain": "🟡 no-gain", "unsafe": "❌ unsafe"}
+    assert md.splitlines()[2].startswith("CPU ")
+    verdict_cell = {
+        "safe": "✅&nbsp;safe",
+        "no-gain": "🟡&nbsp;no\u2011gain",
+        "unsafe": "❌&nbsp;unsafe",
+    }
     assert f"| {verdict_cell.get(cpu['verdict'], cpu['verdict'])} |" in md
     assert "⏭️ 1 skipped" in md and "no CUDA device" in md
 
@@ -96,4 +100,4 @@ def test_merge_and_comment_on_real_verify_output(
         proc = run_fxcache("comment", str(merged), env=env)
         assert proc.returncode == 0, proc.stderr
     (only,) = fake_github.comments[3]
-    assert "## fxcache: fleet report" in only["body"] and "on CPU " in only["body"]
+    assert "## fxcache: fleet report" in only["body"] and "### CPU " in only["body"]

@@ -15,7 +15,7 @@ SCHEMA = json.loads(results.SCHEMA_FILE.read_text())
 
 
 def validate(doc: dict[str, Any]) -> None:
-    """Raise jsonschema.ValidationError unless `doc` is a valid fxcache-results/1 document."""
+    """Raise jsonschema.ValidationError unless `doc` is a valid results document (v2, or v1)."""
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
     jsonschema.validate(doc, SCHEMA, cls=jsonschema.Draft202012Validator)
 
@@ -43,7 +43,9 @@ def example() -> dict[str, Any]:
         "mechanism": "fxgraph",
         "training": True,
         "verdict": "safe",
+        "cause": "hit",
         "reason": "hot load hit",
+        "notes": [],
         "speedup": 9.0,
         "cold": _phase(),
         "hot": _phase(recompiles=0),
@@ -57,6 +59,7 @@ def example() -> dict[str, Any]:
         "id": "sin_matmul-cuda-float32-static-fxgraph-train",
         "device": "cuda",
         "verdict": "skipped",
+        "cause": "no-device",
         "reason": "no CUDA device",
         "speedup": None,
         "cold": None,
@@ -98,7 +101,10 @@ def test_document_builder_output_is_valid() -> None:
 @pytest.mark.parametrize(
     "breakage",
     [
-        lambda d: d.update(schema="fxcache-results/2"),
+        lambda d: d.update(schema="fxcache-results/3"),
+        lambda d: d["combos"][0].pop("cause"),
+        lambda d: d["combos"][0].update(cause="miss"),  # a no-gain cause on a safe verdict
+        lambda d: d["combos"][0].update(notes=[{"kind": "gossip", "text": "x"}]),
         lambda d: d["combos"][0].update(verdict="fine"),
         lambda d: d["combos"][0].update(dynamic=True),
         lambda d: d["combos"][0].pop("reason"),
@@ -113,3 +119,11 @@ def test_schema_rejects_broken_documents(breakage: Any) -> None:
     breakage(doc)
     with pytest.raises(jsonschema.ValidationError):
         validate(doc)
+
+
+def test_version_1_documents_still_pass_without_cause() -> None:
+    doc = copy.deepcopy(example())
+    doc["schema"] = "fxcache-results/1"
+    for combo in doc["combos"]:
+        del combo["cause"], combo["notes"]
+    validate(doc)

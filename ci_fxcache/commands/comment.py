@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ci_fxcache import names
+
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     """Add the `comment` subcommand."""
@@ -20,6 +22,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--report-id",
         default=None,
+        type=names.report_id_type,
         help="which sticky comment to keep (default: the document's report_id); one comment "
         "per id, so several workflows can each keep their own",
     )
@@ -42,6 +45,22 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         default=None,
         metavar="OWNER/NAME",
         help="repository (default $GITHUB_REPOSITORY)",
+    )
+    parser.add_argument(
+        "--author",
+        default=None,
+        metavar="LOGIN",
+        help="the login whose comments are ours (default: github-actions[bot] for GITHUB_TOKEN "
+        "and other installation tokens, else the token's user from GET /user); comments by "
+        "anyone else are never edited or deleted",
+    )
+    parser.add_argument(
+        "--from-artifact",
+        default=None,
+        metavar="NAME",
+        help="RESULTS comes from the artifact NAME (fxcache-report-<id>) of another run (the "
+        "fork follow-up): refused when the artifact is over 20 MiB or the document's report "
+        "id is not <id>",
     )
     parser.add_argument("--template", metavar="T", help="jinja2 template for the markdown")
     parser.set_defaults(func=run)

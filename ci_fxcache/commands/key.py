@@ -8,6 +8,7 @@ from typing import Any
 
 from ci_fxcache import cli, fingerprint, scopekey
 from ci_fxcache.commands.fingerprint import salt_option
+from ci_fxcache.env import keydiff
 from ci_fxcache.errors import UsageError
 
 
@@ -27,11 +28,22 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--parse", metavar="KEY", help="parse KEY instead of computing one (exit 2 if foreign)"
     )
+    parser.add_argument(
+        "--diff",
+        nargs=2,
+        metavar=("A", "B"),
+        help="compare two environments, each a scope key, a fingerprint JSON or a results "
+        "JSON: which keyed fields differ (exit 1: separate caches) and which reported ones",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the key (or, with --parse, its parts)."""
+    """Print the key (or, with --parse, its parts; with --diff, how two environments differ)."""
+    if args.diff is not None:
+        result = keydiff.diff(keydiff.load(args.diff[0]), keydiff.load(args.diff[1]))
+        print(json.dumps(result, indent=2) if args.json else keydiff.render(result))
+        return 0 if not result["keyed"] else 1
     if args.parse is not None:
         parsed = scopekey.parse(args.parse)
         if parsed is None:

@@ -1,4 +1,4 @@
-"""`fxcache merge`: several runners' results (the fleet fan-out) -> one fxcache-merged/1 doc."""
+"""`fxcache merge`: several runners' results (the fleet fan-out) -> one fxcache-merged/2 doc."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 from typing import Any
+
+from ci_fxcache import names
 
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
@@ -15,11 +17,17 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         parents=[parent],
         help="merge results shards from several runners into one fleet document",
         description="Group shards by environment (fingerprint): different environments are "
-        "kept apart, never averaged. Accepts fxcache-results/1 and fxcache-merged/1 inputs.",
+        "kept apart, never averaged. Accepts fxcache-results/2 and fxcache-merged/2 inputs "
+        "(and version 1 of both).",
     )
     parser.add_argument("shards", nargs="+", metavar="SHARD", help="results JSON files")
     parser.add_argument("-o", "--output", required=True, metavar="OUT", help="merged JSON file")
-    parser.add_argument("--report-id", default=None, help="report id of the merged document")
+    parser.add_argument(
+        "--report-id",
+        default=None,
+        type=names.report_id_type,
+        help="report id of the merged document",
+    )
     parser.set_defaults(func=run)
 
 

@@ -9,7 +9,7 @@ import json
 import os
 from typing import Any
 
-from ci_fxcache import gha
+from ci_fxcache import gha, names
 from ci_fxcache.commands import verify
 
 
@@ -35,6 +35,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--report-id",
         default="fxcache",
+        type=names.report_id_type,
         help="names the artifacts (default: fxcache)",
     )
     verify.add_matrix_options(parser, "verification matrix (as for 'fxcache verify')")

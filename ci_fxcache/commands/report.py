@@ -25,8 +25,8 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "report",
         parents=[parent],
         help="render verification results (markdown, text table, JUnit XML, JSON)",
-        description="Render a results document (fxcache-results/1 from 'fxcache verify --json', "
-        "or fxcache-merged/1 from 'fxcache merge'). Inside GitHub Actions the markdown also "
+        description="Render a results document (fxcache-results/2 from 'fxcache verify --json', "
+        "or fxcache-merged/2 from 'fxcache merge'). Inside GitHub Actions the markdown also "
         "goes to the job summary and step outputs are written.",
     )
     parser.add_argument("results", metavar="RESULTS", help="results JSON file")
@@ -65,14 +65,25 @@ def _summary_json(report: Any, safe: list[str]) -> str:
                 "top_line": s.top_line,
                 "counts": s.counts,
                 "recommendations": [
-                    {"id": r.combo["id"], "runner": r.runner, "text": r.recommendation}
-                    for r in s.recommendations
+                    {"id": r.combo["id"], "runner": r.runner, "cause": r.cause, "text": r.advice}
+                    for r in s.rows
+                    if r.advice
                 ],
                 "known_issues": [{"id": i.id, "title": i.title, "url": i.url} for i in s.issues],
             }
             for s in report.sections
         ],
-        "per_combination": report.fleet_lines,
+        "per_combination": (
+            {
+                "columns": report.matrix.columns,
+                "rows": [
+                    {"combination": label, "verdicts": [v or None for v, _ in cells]}
+                    for label, cells in report.matrix.rows
+                ],
+            }
+            if report.matrix
+            else None
+        ),
     }
     return json.dumps(doc, indent=2) + "\n"
 
@@ -91,13 +102,13 @@ def _annotate(report: Any) -> None:
         if row.verdict == "unsafe":
             gha.annotate(
                 "error",
-                f"{row.label}{where}: {row.problem}. {row.reason}",
+                f"{row.label}{where}: {row.why}. {row.reason}",
                 title=f"fxcache unsafe: {row.combo['id']}",
             )
         elif row.verdict == "no-gain":
             gha.annotate(
                 "warning",
-                f"{row.label}{where}: {row.problem}. {row.reason}",
+                f"{row.label}{where}: {row.why}. {row.reason}",
                 title=f"fxcache no gain: {row.combo['id']}",
             )
     with contextlib.redirect_stdout(sys.stderr):

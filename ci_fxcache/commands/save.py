@@ -29,22 +29,23 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
+def save_state(state_file: Path, root: Path | None, signing_key: str | None) -> dict[str, Any]:
+    """Save the scope restore handed out (root: the state's unless given), or say why not."""
+    scopes.check_env()
+    state = opts.read_state(state_file)
+    root = root if root is not None else Path(state["root"])
+    if state.get("read_only"):
+        return {"saved": False, "reason": f"read-only restore ({state.get('read_only_reason')})"}
+    try:
+        return store_save.save(Layout(root), state, signing_key)
+    except (OSError, TimeoutError) as exc:
+        gha.warn(f"could not save cache scope {state['scope_key']}: {exc}; continuing")
+        return {"saved": False, "reason": str(exc)}
+
+
 def run(args: argparse.Namespace) -> int:
     """Save, or say why not."""
-    scopes.check_env()
-    state = opts.read_state(opts.saved_state_file(args.state_file))
-    root = args.root if args.root is not None else Path(state["root"])
-    if state.get("read_only"):
-        result: dict[str, Any] = {
-            "saved": False,
-            "reason": f"read-only restore ({state.get('read_only_reason')})",
-        }
-    else:
-        try:
-            result = store_save.save(Layout(root), state, opts.signing_key())
-        except (OSError, TimeoutError) as exc:
-            gha.warn(f"could not save cache scope {state['scope_key']}: {exc}; continuing")
-            result = {"saved": False, "reason": str(exc)}
+    result = save_state(opts.saved_state_file(args.state_file), args.root, opts.signing_key())
     if args.json:
         print(json.dumps(result, indent=2))
     elif result["saved"]:

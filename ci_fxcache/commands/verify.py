@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
 import shutil
 import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import cli, fingerprint, interpreter, matrix, matrixrun, results, scopekey
+from ci_fxcache import (
+    cli,
+    fingerprint,
+    interpreter,
+    matrix,
+    matrixrun,
+    names,
+    results,
+    scopekey,
+    userfiles,
+)
 from ci_fxcache.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
+from ci_fxcache.verify import causes
 from ci_fxcache.workerpool import ForkServer
 
 
@@ -44,9 +53,15 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "`fxcache restore` exports; default: a temporary directory)",
     )
     parser.add_argument("--json", metavar="PATH", help="write the results document (- = stdout)")
-    parser.add_argument("--min-speedup", type=float, default=2.0, metavar="X")
+    parser.add_argument("--min-speedup", type=userfiles.finite_float, default=2.0, metavar="X")
     parser.add_argument("--compare", choices=("bitwise", "close"), default="bitwise")
-    parser.add_argument("--fail-on", choices=("unsafe", "no-gain", "never"), default="unsafe")
+    parser.add_argument(
+        "--fail-on",
+        choices=tuple(causes.FAIL_ON),
+        default="unsafe",
+        help="exit 1 on: unsafe (default); error (unsafe or error); no-gain (unsafe, error or "
+        "no-gain); never",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per phase")
     parser.add_argument("--jobs", type=int, metavar="N", help="parallel combinations")
     parser.add_argument(
@@ -63,7 +78,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--report-id",
         default="fxcache",
-        type=report_id,
+        type=names.report_id_type,
         help="id of this report (default: fxcache); report, comment and merge keep one sticky "
         "comment per id",
     )
@@ -81,15 +96,6 @@ def add_matrix_options(parser: argparse.ArgumentParser, title: str) -> None:
     axes.add_argument("--training", help="true, false")
     axes.add_argument("--workloads", help="built-in names or package.module:factory")
     axes.add_argument("--matrix-file", metavar="F", help="YAML matrix file (docs/matrix-file.md)")
-
-
-def report_id(value: str) -> str:
-    """argparse type for a report id: 1-64 letters, digits, '.', '_' or '-'."""
-    if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", value):
-        raise argparse.ArgumentTypeError(
-            f"invalid report id {value!r}: use 1-64 letters, digits, '.', '_' or '-'"
-        )
-    return value
 
 
 def _progress(total: int) -> Any:
@@ -129,12 +135,8 @@ def line(combo: dict[str, Any]) -> str:
 def _cache_state(path: str | None) -> Any:
     if not path:
         return None
-    try:
-        return json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise UsageError(f"--cache-state {path}: cannot read it ({exc.strerror})") from exc
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"--cache-state {path}: not JSON ({exc})") from exc
+    label = f"--cache-state {path}"
+    return userfiles.parse_json(userfiles.read_text(path, label), label)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -150,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
     fp = fingerprint.collect(python, args.salt)
     temporary = args.cache_dir is None
     cache_dir = Path(args.cache_dir or tempfile.mkdtemp(prefix="fxcache-verify-")).absolute()
+    userfiles.output_dir(cache_dir, "--cache-dir")
     cache_dir.mkdir(parents=True, exist_ok=True)
     settings = matrixrun.Settings(
         phase=args.phase,
@@ -198,20 +201,11 @@ def _table(doc: dict[str, Any]) -> None:
 
 
 def _exit_status(doc: dict[str, Any], fail_on: str) -> int:
-    summary = doc["summary"]
-    bad = {
-        "never": 0,
-        "unsafe": summary["unsafe"],
-        "no-gain": summary["unsafe"] + summary["no-gain"],
-    }[fail_on]
+    bad = causes.failing(doc["combos"], fail_on)
     if bad:
         cli.report_failure(
-            f"{bad} combination(s) failed the --fail-on {fail_on} policy: "
-            + ", ".join(
-                c["id"]
-                for c in doc["combos"]
-                if c["verdict"] == "unsafe" or (fail_on == "no-gain" and c["verdict"] == "no-gain")
-            )
+            f"{len(bad)} combination(s) failed the --fail-on {fail_on} policy: "
+            + ", ".join(c["id"] for c in bad)
         )
         return EXIT_CHECK_FAILED
     return EXIT_OK

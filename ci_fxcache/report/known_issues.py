@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from ci_fxcache.env.torch_support import release
 from ci_fxcache.errors import UsageError
 
+# Appended to the title of an entry whose torch range could not be checked upstream.
+UNVERIFIED = " (torch range unverified)"
 _COMPARATOR = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*([0-9]+(?:\.[0-9]+)*)\s*$")
 
 
@@ -26,33 +30,28 @@ class KnownIssue:
 
     def applies(self, combo: dict[str, Any], torch_version: str) -> bool:
         """True when this issue concerns `combo` run on `torch_version`."""
-        if self.torch and not version_in_range(torch_version, self.torch):
-            return False
+        return self.concerns_torch(torch_version) and self.matches(combo)
+
+    def concerns_torch(self, torch_version: str) -> bool:
+        """True when `torch_version` is inside this issue's range (or it has none)."""
+        return not self.torch or version_in_range(torch_version, self.torch)
+
+    def matches(self, combo: dict[str, Any]) -> bool:
+        """True when `combo`'s fields and verdict match, whatever the torch version."""
         if self.verdicts and combo.get("verdict") not in self.verdicts:
             return False
-        for name, patterns in self.match.items():
-            value = _as_text(combo.get(name))
-            if not any(fnmatch.fnmatchcase(value, p) for p in patterns):
-                return False
-        return True
+        return all(_any_match(_as_text(combo.get(k)), ps) for k, ps in self.match.items())
+
+
+@functools.lru_cache(maxsize=4096)  # few distinct values, checked once per row otherwise
+def _any_match(value: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(value, p) for p in patterns)
 
 
 def _as_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return "" if value is None else str(value)
-
-
-def release_tuple(version: str) -> tuple[int, ...]:
-    """`2.13.0+cu128` -> (2, 13, 0); pre-release suffixes are dropped."""
-    head = version.split("+", 1)[0]
-    parts: list[int] = []
-    for piece in head.split("."):
-        digits = re.match(r"\d+", piece)
-        if digits is None:
-            break
-        parts.append(int(digits.group()))
-    return tuple(parts)
 
 
 def _cmp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
@@ -63,14 +62,14 @@ def _cmp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
 
 def version_in_range(version: str, spec: str) -> bool:
     """Whether `version` satisfies every comparator in `spec` (">=2.8,<2.14")."""
-    have = release_tuple(version)
+    have = release(version)
     if not have:
         return False
     for clause in spec.split(","):
         m = _COMPARATOR.match(clause)
         if m is None:
             raise UsageError(f"known issues: bad torch range {spec!r}")
-        op, want = m.group(1), release_tuple(m.group(2))
+        op, want = m.group(1), release(m.group(2))
         c = _cmp(have, want)
         ok = {
             ">=": c >= 0,
@@ -99,7 +98,8 @@ def parse(data: Any) -> list[KnownIssue]:
         out.append(
             KnownIssue(
                 id=str(entry["id"]),
-                title=" ".join(str(entry["title"]).split()),
+                title=" ".join(str(entry["title"]).split())
+                + ("" if entry.get("verified", True) else UNVERIFIED),
                 url=str(entry["url"]),
                 torch=str(entry.get("torch") or ""),
                 match=match,

@@ -1,87 +1,108 @@
-"""The report's view model: rows, plain-words top line, recommendations, fleet summary.
+"""The report's view model: rows, the three top lines, recommendations, the fleet matrix.
 
 Built once from `Results`; the markdown, text, JUnit and comment renderers only format it.
-Recommendations are chosen only among combinations that the same run verified as safe, on the
-same environment (group), for the same workload, device and training mode.
+Everything here is plain text taken from the results as it is: the renderers escape it.
+Rows switch on the structured `cause` (schema v2), never on the wording of `reason`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ci_fxcache import resultsdoc
+from ci_fxcache.report import labels, recommendations
 from ci_fxcache.report.known_issues import KnownIssue
 from ci_fxcache.resultsdoc import VERDICT_ORDER, Group, Results
 
-NO_ALTERNATIVE = "was verified safe in this run, so no alternative can be recommended"
-EMOJI = {"safe": "✅", "no-gain": "🟡", "unsafe": "❌", "error": "💥", "skipped": "⏭️"}
-_DTYPE_SHORT = (("bfloat16", "bf16"), ("float16", "fp16"), ("float32", "fp32"), ("float64", "fp64"))
-_DYNAMIC_WORD = {"false": "static", "true": "dynamic", "mark": "mark_dynamic"}
+TOP_ENTRIES = 8  # entries a top line names before "and N more in the table"
+# The three top lines, in this order: (emoji, heading, verdicts it lists).
+TOP_LINES = (
+    ("✅", "Cache", ("safe",)),
+    ("❌", "Do not cache", ("unsafe",)),
+    ("🟡", "Check", ("no-gain", "error")),
+)
 
 
-def short_dtype(dtype: str) -> str:
-    """`bfloat16` -> `bf16` (also inside compound names such as `float32-autocast-bfloat16`)."""
-    for long, short in _DTYPE_SHORT:
-        dtype = dtype.replace(long, short)
-    return dtype
+def cause_of(combo: dict[str, Any]) -> str:
+    """The combination's cause: the document's `cause`, derived only where it has none."""
+    cause = combo.get("cause")
+    return str(cause) if cause else resultsdoc.v1_cause(combo)
 
 
-def dynamic_word(value: Any) -> str:
-    """`"false"` -> `static`, `"true"` -> `dynamic`, `"mark"` -> `mark_dynamic`."""
-    text = str(value).lower()  # also turns a JSON boolean into "true"/"false"
-    return _DYNAMIC_WORD.get(text, text)
-
-
-def fmt_seconds(value: Any) -> str:
-    return "–" if value is None else f"{float(value):.2f}"
-
-
-def fmt_speedup(value: Any) -> str:
-    return "–" if value is None else f"{float(value):.1f}x"
-
-
-def fmt_err(value: Any) -> str:
-    if value is None:
-        return "–"
-    v = float(value)
-    return "0" if v == 0 else f"{v:.1e}"
+def why_text(combo: dict[str, Any], cause: str) -> str:
+    """The cause in a few words, with the one figure that supports it."""
+    hot = combo.get("hot") or {}
+    words = labels.CAUSE_WORDS.get(cause, cause)
+    if combo.get("verdict") == "skipped":
+        return str(combo.get("reason") or words)
+    if cause == "hit":
+        return ""  # the verdict says it all
+    if cause == "crash" and hot.get("signal"):
+        return f"{words}, {hot['signal']}"
+    built = int(hot.get("kernels_built") or 0) + int(hot.get("triton_kernels_built") or 0)
+    if cause == "rebuilt" and built:
+        return f"hit, but {built} kernel file{'s' if built != 1 else ''} rebuilt"
+    if cause == "slow" and combo.get("speedup") is not None:
+        return f"{words}: {labels.fmt_speedup(combo['speedup'])}"
+    differs = (combo.get("explain") or {}).get("differs") or []
+    if cause in ("miss", "rebuilt") and differs:
+        names = ", ".join(str(d.get("component")) for d in differs if isinstance(d, dict))
+        return f"{words}: {names} {'differ' if len(differs) > 1 else 'differs'}"
+    return words
 
 
 @dataclass
 class Row:
-    """One combination as run on one runner."""
+    """One combination as run on one runner (or, in `Section.rows`, its worst runner)."""
 
     combo: dict[str, Any]
     runner: str
     label: str
-    problem: str = ""
-    recommendation: str = ""
     issues: list[KnownIssue] = field(default_factory=list)
     disagreement: str = ""
     order: int = 0  # position in the results document (verify's plan order)
+    advice: str = ""
+    verdict: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.verdict = str(self.combo["verdict"])
 
     @property
-    def verdict(self) -> str:
-        return str(self.combo["verdict"])
+    def cause(self) -> str:
+        return cause_of(self.combo)
 
     @property
     def emoji(self) -> str:
-        return EMOJI.get(self.verdict, "")
+        return labels.EMOJI.get(self.verdict, "")
+
+    @property
+    def why(self) -> str:
+        return why_text(self.combo, self.cause)
+
+    @property
+    def notes(self) -> list[dict[str, Any]]:
+        return [n for n in self.combo.get("notes") or [] if isinstance(n, dict)]
 
     def phase(self, name: str) -> dict[str, Any]:
         return dict(self.combo.get(name) or {})
 
     @property
     def cold_s(self) -> str:
-        return fmt_seconds(self.phase("cold").get("compile_s"))
+        return labels.fmt_seconds(self.phase("cold").get("compile_s"))
 
     @property
     def hot_s(self) -> str:
-        return fmt_seconds(self.phase("hot").get("compile_s"))
+        return labels.fmt_seconds(self.phase("hot").get("compile_s"))
+
+    @property
+    def shows_speedup(self) -> bool:
+        """Unsafe rows never show a speedup: a fast wrong answer is no win."""
+        return self.verdict in ("safe", "no-gain") and self.combo.get("speedup") is not None
 
     @property
     def speedup(self) -> str:
-        return fmt_speedup(self.combo.get("speedup"))
+        return labels.fmt_speedup(self.combo.get("speedup")) if self.shows_speedup else "–"
 
     @property
     def hits_misses(self) -> str:
@@ -92,19 +113,11 @@ class Row:
 
     @property
     def err_hot(self) -> str:
-        return fmt_err((self.combo.get("max_abs_err") or {}).get("hot_vs_cold"))
+        return labels.fmt_err((self.combo.get("max_abs_err") or {}).get("hot_vs_cold"))
 
     @property
     def err_eager(self) -> str:
-        return fmt_err((self.combo.get("max_abs_err") or {}).get("cold_vs_eager"))
-
-    @property
-    def training(self) -> str:
-        return "train" if self.combo.get("training") else "inference"
-
-    @property
-    def dynamic(self) -> str:
-        return dynamic_word(self.combo.get("dynamic"))
+        return labels.fmt_err((self.combo.get("max_abs_err") or {}).get("cold_vs_eager"))
 
     @property
     def reason(self) -> str:
@@ -122,39 +135,30 @@ class Row:
 
 
 @dataclass
+class TopLine:
+    """One of the three lines at the top: '❌ Do not cache: a (why), b (why)'."""
+
+    emoji: str
+    heading: str
+    entries: list[str]
+
+
+@dataclass
 class Section:
-    """One environment (fingerprint) with all its rows."""
+    """One environment (fingerprint): one row per combination, worst runner first."""
 
     title: str
     arch: str
+    heading: str  # the fields every row shares: 'sin_matmul · cuda · train'
     env: list[tuple[str, str]]
     runners: list[str]
-    rows: list[Row]
+    rows: list[Row]  # one per combination (worst across the runners), problems first
     skipped: list[Row]
-    top_line: str
+    runner_rows: list[Row]  # every runner's own row, for JUnit and annotations
+    top: list[TopLine]
+    advice: list[str]
     counts: dict[str, int]
-
-    @property
-    def recommendations(self) -> list[Row]:
-        return [r for r in self.rows if r.recommendation]
-
-    @property
-    def recommendation_lines(self) -> list[str]:
-        """One line per recommendation; combinations without any verified alternative share one."""
-        lines: list[str] = []
-        stranded: dict[tuple[str, ...], list[Row]] = {}
-        for row in self.recommendations:
-            if NO_ALTERNATIVE in row.recommendation:
-                stranded.setdefault(_base(row.combo), []).append(row)
-            else:
-                lines.append(row.recommendation)
-        for (workload, device, _), rows in stranded.items():
-            names = ", ".join(f"{r.label} ({r.verdict})" for r in rows)
-            lines.append(
-                f"{names}: nothing for {workload} on {device} {NO_ALTERNATIVE}: "
-                "disable the cache for this model"
-            )
-        return lines
+    varying: tuple[str, ...] = ()
 
     @property
     def issues(self) -> list[KnownIssue]:
@@ -166,12 +170,26 @@ class Section:
 
     @property
     def chart_rows(self) -> list[Row]:
-        return [
-            r
-            for r in self.rows
-            if r.phase("cold").get("compile_s") is not None
-            and r.phase("hot").get("compile_s") is not None
-        ]
+        """Safe rows with a measured speedup: the only rows the chart shows."""
+        return [r for r in self.rows if r.verdict == "safe" and r.shows_speedup]
+
+    @property
+    def log_rows(self) -> list[Row]:
+        """Rows whose logs say something: every row that is not safe."""
+        return [r for r in self.rows + self.skipped if r.verdict != "safe" and r.log]
+
+    @property
+    def top_line(self) -> str:
+        """The top lines as one plain string (JSON summary, last-resort markdown)."""
+        return " ".join(f"{t.heading}: {', '.join(t.entries)}." for t in self.top)
+
+
+@dataclass
+class FleetMatrix:
+    """Rows = combination label, columns = environment; cells are verdicts (+ known issue)."""
+
+    columns: list[str]
+    rows: list[tuple[str, list[tuple[str, bool]]]]  # label, [(verdict or "", has_issue)]
 
 
 @dataclass
@@ -181,7 +199,9 @@ class Report:
     report_id: str
     fleet: bool
     sections: list[Section]
-    fleet_lines: list[str]
+    matrix: FleetMatrix | None
+    top: list[TopLine]
+    key_diffs: list[str]
     counts: dict[str, int]
     created_at: str
 
@@ -191,7 +211,11 @@ class Report:
 
     @property
     def all_rows(self) -> list[Row]:
-        return [r for s in self.sections for r in s.rows + s.skipped]
+        return [r for s in self.sections for r in s.runner_rows]
+
+    @property
+    def runner_count(self) -> int:
+        return sum(len(s.runners) for s in self.sections)
 
 
 def _gpu_summary(fp: dict[str, Any]) -> tuple[str, str]:
@@ -238,7 +262,8 @@ def _environment_rows(group: Group) -> list[tuple[str, str]]:
         ("GPUs", gpu_text),
         ("driver", str(fp.get("driver_version") or "–")),
         ("CPU ISA", str(fp.get("cpu_isa") or "–")),
-        ("scope key", f"`{group.scope_key}`" if group.scope_key else "–"),
+        ("scope key", group.scope_key or "–"),
+        ("runners", ", ".join(s.runner_name for s in group.shards)),
     ]
     for shard in group.shards:
         prefix = f"cache ({shard.runner_name})" if len(group.shards) > 1 else "cache"
@@ -258,7 +283,7 @@ def describe_cache(state: Any) -> str:
         parts.append("restored (hit)" if hit else "not found (miss): cold start")
     key = state.get("scope_key") or state.get("cache_key")
     if key:
-        parts.append(f"key `{key}`")
+        parts.append(f"key {key}")
     if state.get("read_only"):
         why = state.get("read_only_reason")
         parts.append(f"read-only ({why})" if why else "read-only")
@@ -283,291 +308,198 @@ def describe_cache(state: Any) -> str:
     return "; ".join(parts) or "restored"
 
 
-def combo_labels(combos: list[dict[str, Any]]) -> dict[str, str]:
-    """Short distinguishing labels: 'bf16 dynamic', with the mechanism / workload when needed."""
-    if not combos:
-        return {}
-
-    def distinct(name: str) -> bool:
-        return len({str(c.get(name)) for c in combos}) > 1
-
-    labels = {}
-    for c in combos:
-        bits = []
-        if distinct("workload"):
-            bits.append(str(c["workload"]))
-        if distinct("device"):
-            bits.append(str(c["device"]))
-        bits.append(f"{short_dtype(str(c['dtype']))} {dynamic_word(c['dynamic'])}")
-        if distinct("training"):
-            bits.append("train" if c.get("training") else "inference")
-        label = " ".join(bits)
-        if distinct("mechanism"):
-            label += f" ({c['mechanism']})"
-        labels[str(c["id"])] = label
-    return labels
-
-
-def _base(c: dict[str, Any]) -> tuple[str, ...]:
-    return (str(c["workload"]), str(c["device"]), str(c.get("training")))
-
-
-def problem_text(combo: dict[str, Any]) -> str:
-    """What went wrong, in a few words, for the top line."""
-    verdict = combo["verdict"]
-    reason = str(combo.get("reason") or "")
-    low = reason.lower()
-    cold = combo.get("cold") or {}
-    hot = combo.get("hot") or {}
-    if verdict == "skipped":
-        return reason or "skipped"
-    if verdict == "error":
-        if cold.get("status") not in (None, "ok"):
-            return "the cold compile itself failed (not a cache problem)"
-        return "the hot phase did not run"
-    if verdict == "no-gain":
-        if hot.get("kernels_built"):
-            built = hot["kernels_built"]
-            return f"counted as a hit, but {built} kernel file(s) were rebuilt"
-        if combo.get("hits") == 0 or combo.get("misses") or "missed" in low:
-            return "the cache missed on hot load"
-        speed = combo.get("speedup")
-        return f"no real speedup ({fmt_speedup(speed)})" if speed is not None else reason
-    status = hot.get("status")
-    if status == "crash":
-        sig = hot.get("signal")
-        return f"crashed on hot load{f' ({sig})' if sig else ''}"
-    if status == "timeout":
-        return "hung on hot load (timeout)"
-    if "from eager" in low:
-        return "the cold compile already differs from eager"
-    if any(w in low for w in ("wrong", "differ", "mismatch", "not equal", "nan")):
-        return "wrong values on hot load"
-    if hot.get("recompiles") or "recompile" in low:
-        return "recompiled on hot load"
-    if status == "error":
-        return "failed on hot load"
-    return reason or "unsafe"
-
-
-def _prefer(bad: dict[str, Any], good: dict[str, Any]) -> int:
-    """Rank a safe alternative for a non-safe combination (lower is the smaller change)."""
-    same_dtype = good["dtype"] == bad["dtype"]
-    same_dyn = str(good["dynamic"]) == str(bad["dynamic"])
-    same_mech = good["mechanism"] == bad["mechanism"]
-    if same_dtype and same_mech:
-        return 0  # only the dynamic mode changes
-    if same_dtype and same_dyn:
-        return 1  # only the cache mechanism changes
-    if "autocast" in str(good["dtype"]) and same_dyn:
-        return 2  # keeps the shapes dynamic and bf16 speed, through autocast over an fp32 model
-    if same_dtype:
-        return 3
-    if same_dyn and same_mech:
-        return 4
-    return 5
-
-
-def _alternative_text(good: dict[str, Any], label: str) -> str:
-    speed = fmt_speedup(good.get("speedup"))
-    dtype = str(good["dtype"])
-    if "autocast" in dtype:
-        # verify's `bfloat16-autocast`: an fp32 model run under torch.autocast(bfloat16).
-        return f"compile in fp32 and run under autocast ({label}: safe, {speed})"
-    return f"{label} is safe here ({speed})"
-
-
-def recommend(
-    bad: dict[str, Any], safe: list[dict[str, Any]], labels: dict[str, str], limit: int = 3
-) -> str:
-    """A recommendation built only from `safe`: combinations this run verified as safe."""
-    label = labels[str(bad["id"])]
-    head = {
-        "unsafe": f"{label} is unsafe",
-        "no-gain": f"{label} gains nothing from the cache",
-        "error": f"{label} did not compile at all (fix that first, the cache is not the cause)",
-    }[bad["verdict"]]
-    candidates = sorted(
-        (g for g in safe if _base(g) == _base(bad)),
-        key=lambda g: (_prefer(bad, g), -float(g.get("speedup") or 0), str(g["id"])),
-    )[:limit]
-    if not candidates:
-        scope = f"{bad['workload']} on {bad['device']}"
-        return f"{head}; nothing for {scope} {NO_ALTERNATIVE}: disable the cache for this model"
-    alts = [_alternative_text(g, labels[str(g["id"])]) for g in candidates]
-    return "; or ".join([f"{head}; {alts[0]}", *alts[1:], "disable the cache for this model"])
-
-
-def _merge_same_combo(group: Group) -> dict[str, tuple[dict[str, Any], str]]:
-    """Per combination id the worst verdict across the group's runners, plus a disagreement."""
+def _worst_per_combo(group: Group) -> dict[str, tuple[dict[str, Any], str, str]]:
+    """Per combination id: the worst verdict across the runners, its runner, a disagreement."""
     by_id: dict[str, list[tuple[dict[str, Any], str]]] = {}
     for shard in group.shards:
         for c in shard.combos:
             by_id.setdefault(str(c["id"]), []).append((c, shard.runner_name))
     out = {}
     for cid, seen in by_id.items():
-        worst = min(seen, key=lambda cr: VERDICT_ORDER[cr[0]["verdict"]])
+        worst, runner = min(seen, key=lambda cr: VERDICT_ORDER[cr[0]["verdict"]])
         verdicts = {c["verdict"] for c, _ in seen}
         note = ""
         if len(verdicts) > 1:
             note = "runners disagree: " + ", ".join(f"{c['verdict']} on {r}" for c, r in seen)
-        out[cid] = (worst[0], note)
+        out[cid] = (worst, runner, note)
     return out
 
 
-def _join(items: list[str]) -> str:
-    return ", ".join(items)
+def _short(entries: list[str]) -> list[str]:
+    """A top line stays short: the first entries, then how many more the table holds."""
+    if len(entries) <= TOP_ENTRIES:
+        return entries
+    return [*entries[:TOP_ENTRIES], f"and {len(entries) - TOP_ENTRIES} more in the table"]
 
 
-def _join_labels(labels: list[str]) -> str:
-    """'a (m), b (m)' -> 'a and b, all with m'; anything else joined by commas."""
-    mechs = {x.rsplit(" (", 1)[1][:-1] for x in labels if x.endswith(")") and " (" in x}
-    if len(labels) > 1 and len(mechs) == 1 and all(x.endswith(")") for x in labels):
-        bare = [x.rsplit(" (", 1)[0] for x in labels]
-        every = "both" if len(bare) == 2 else "all"
-        return f"{', '.join(bare[:-1])} and {bare[-1]}, {every} with {mechs.pop()}"
-    return _join(labels)
+def top_lines(rows: list[Row]) -> list[TopLine]:
+    """At most three lines: what to cache, what not to cache and why, what to check and why."""
+    out = []
+    for emoji, heading, verdicts in TOP_LINES:
+        picked = [r for r in rows if r.verdict in verdicts]
+        if heading == "Cache":
+            entries = [r.label for r in picked] or ["nothing passed verification"]
+        else:
+            entries = [f"{r.label} ({r.why})" for r in picked]
+        if entries:
+            out.append(TopLine(emoji, heading, _short(entries)))
+    return out
 
 
-def top_line(title: str, rows: list[Row], fleet: bool) -> str:
-    """'Safe to cache on this runner (H200, sm90, torch ...): fp32 static, ... Not safe: ...'."""
-    where = f"on {title}" if fleet else f"on this runner ({title})"
-    by_verdict: dict[str, list[Row]] = {}
-    for row in rows:
-        by_verdict.setdefault(row.verdict, []).append(row)
-    # Collapse mechanisms when every mechanism of a dtype/dynamic pair agrees.
-    pair_verdicts: dict[tuple[str, ...], set[str]] = {}
-    for row in rows:
-        c = row.combo
-        pair = (*_base(c), str(c["dtype"]), str(c["dynamic"]))
-        pair_verdicts.setdefault(pair, set()).add(row.verdict)
-
-    def names(verdict: str) -> list[str]:
-        out: list[str] = []
-        for row in sorted(by_verdict.get(verdict, []), key=lambda r: r.order):
-            c = row.combo
-            pair = (*_base(c), str(c["dtype"]), str(c["dynamic"]))
-            label = row.label
-            if len(pair_verdicts[pair]) == 1 and label.endswith(")"):
-                label = label.rsplit(" (", 1)[0]
-            if label not in out:
-                out.append(label)
-        return out
-
-    def detailed(verdict: str) -> str:
-        """'a, b (precompile) — problem; c — other problem': one entry per distinct problem."""
-        by_problem: dict[str, list[str]] = {}
-        for row in sorted(by_verdict.get(verdict, []), key=lambda r: r.order):
-            labels_ = by_problem.setdefault(row.problem, [])
-            if row.label not in labels_:
-                labels_.append(row.label)
-        parts = []
-        for problem, labels_ in by_problem.items():
-            parts.append(f"{_join_labels(labels_)} — {problem}")
-        return "; ".join(parts)
-
-    safe = names("safe")
-    text = (
-        f"Safe to cache {where}: {_join_labels(safe)}."
-        if safe
-        else f"Nothing is safe to cache {where}: no combination passed verification."
-    )
-    if by_verdict.get("unsafe"):
-        text += f" Not safe: {detailed('unsafe')}."
-    if by_verdict.get("no-gain"):
-        text += f" No gain: {detailed('no-gain')}."
-    if by_verdict.get("error"):
-        text += f" Compile errors: {_join(names('error'))}."
-    skipped = by_verdict.get("skipped", [])
-    if skipped:
-        reasons = sorted({r.reason or "no reason given" for r in skipped})
-        text += f" Skipped: {len(skipped)} ({'; '.join(reasons)})."
-    return text
+def _advice_lines(rows: list[Row]) -> list[str]:
+    lines = [f"{r.label} ({r.verdict}): {r.advice}" for r in rows if r.advice]
+    if any(r.advice and r.cause not in labels.COMPILER_CAUSES for r in rows):
+        lines.append(recommendations.DISABLE_LINE)
+    return lines
 
 
 def build_section(
-    group: Group, issues: list[KnownIssue], fleet: bool, labels: dict[str, str] | None = None
+    group: Group, issues: list[KnownIssue], varying: tuple[str, ...] | None = None
 ) -> Section:
-    """Rows, top line and recommendations for one environment."""
+    """Rows, top lines and recommendations for one environment."""
     title, arch = environment_title(group.fingerprint)
     torch_version = str(group.fingerprint.get("torch_version") or "")
-    merged = _merge_same_combo(group)
-    combos = [c for c, _ in merged.values()]
-    if labels is None:
+    worst = _worst_per_combo(group)
+    combos = [c for c, _, _ in worst.values()]
+    ran = [c for c in combos if c["verdict"] != "skipped"]
+    if varying is None:
         # Skipped combinations (e.g. cuda on a CPU runner) need not lengthen every other label.
-        labels = combo_labels(combos)
-        labels.update(combo_labels([c for c in combos if c["verdict"] != "skipped"]))
-    safe = [c for c in combos if c["verdict"] == "safe"]
-    several = len(group.shards) > 1
-    rows: list[Row] = []
-    for shard in group.shards:
-        for position, c in enumerate(shard.combos):
-            worst, note = merged[str(c["id"])]
-            row = Row(c, shard.runner_name, labels[str(c["id"])], disagreement=note, order=position)
-            row.problem = problem_text(c)
-            row.issues = [
-                i
-                for i in issues
-                if i.applies(c, torch_version) and (c["verdict"] != "skipped" or i.verdicts)
-            ]
-            if c["verdict"] in ("unsafe", "no-gain", "error") and (not several or c is worst):
-                row.recommendation = recommend(c, safe, labels)
-            rows.append(row)
-    rows.sort(key=lambda r: (VERDICT_ORDER[r.verdict], r.label, r.runner))
-    # The top line speaks for the environment: one entry per combination, worst verdict.
-    summary_rows = [r for r in rows if r.combo is merged[str(r.combo["id"])][0]]
+        varying = labels.varying_fields(ran)
+    safe_by_model = recommendations.group_safe(combos)
+
+    torch_issues = [i for i in issues if i.concerns_torch(torch_version)]
+
+    def make_row(c: dict[str, Any], runner: str, order: int) -> Row:
+        row = Row(c, runner, labels.combo_label(c, varying), order=order)
+        row.issues = [
+            i for i in torch_issues if i.matches(c) and (c["verdict"] != "skipped" or i.verdicts)
+        ]
+        return row
+
+    runner_rows = [
+        make_row(c, shard.runner_name, position)
+        for shard in group.shards
+        for position, c in enumerate(shard.combos)
+    ]
+    own_row = {id(r.combo): r for r in runner_rows}  # the worst runner's row, reused
+    rows = [
+        replace(own_row[id(c)], disagreement=note, order=position)
+        for position, (c, _, note) in enumerate(worst.values())
+    ]
+    for row in rows:
+        if row.verdict in ("unsafe", "no-gain", "error"):
+            alt = recommendations.best_alternative(row.combo, safe_by_model)
+            alt_label = labels.combo_label(alt, varying) if alt else ""
+            row.advice = recommendations.advice(row.combo, row.cause, alt, alt_label)
+    rows.sort(key=lambda r: (VERDICT_ORDER[r.verdict], r.order))
     counts = {v: 0 for v in VERDICT_ORDER}
-    for r in summary_rows:
+    for r in rows:
         counts[r.verdict] += 1
+    shown = [r for r in rows if r.verdict != "skipped"]
     return Section(
         title=title,
         arch=arch,
+        heading=labels.constant_heading(next(iter(ran or combos), None), varying),
         env=_environment_rows(group),
         runners=[s.runner_name for s in group.shards],
-        rows=[r for r in rows if r.verdict != "skipped"],
+        rows=shown,
         skipped=[r for r in rows if r.verdict == "skipped"],
-        top_line=top_line(title, summary_rows, fleet),
+        runner_rows=runner_rows,
+        top=top_lines(shown),
+        advice=_advice_lines(shown),
         counts=counts,
+        varying=varying,
     )
 
 
-def fleet_lines(sections: list[Section]) -> list[str]:
-    """Per combination across environments: 'bf16 dynamic: safe on sm90, unsafe on sm80, ...'."""
+def column_names(sections: list[Section]) -> list[str]:
+    """One column per environment: its architecture, or its title where architectures repeat."""
     names = [s.arch for s in sections]
     if len(set(names)) < len(names):
         names = [s.title for s in sections]
-    per_label: dict[str, list[str]] = {}
-    skip_reasons: dict[str, set[str]] = {}
-    for name, section in zip(names, sections, strict=True):
-        seen: set[str] = set()
+    return [
+        f"{n} ×{len(s.runners)}" if len(s.runners) > 1 else n
+        for n, s in zip(names, sections, strict=True)
+    ]
+
+
+def fleet_matrix(sections: list[Section]) -> FleetMatrix:
+    """Rows = combination, columns = environment (identical runners already share a column)."""
+    cells: dict[str, dict[int, tuple[str, bool]]] = {}
+    for index, section in enumerate(sections):
         for row in section.rows + section.skipped:
-            if row.label in seen:  # rows come worst first
-                continue
-            seen.add(row.label)
-            per_label.setdefault(row.label, []).append(f"{row.verdict} on {name}")
-            if row.verdict == "skipped" and row.reason:
-                skip_reasons.setdefault(row.label, set()).add(row.reason)
+            cells.setdefault(row.label, {})[index] = (row.verdict, bool(row.issues))
+    return FleetMatrix(
+        columns=column_names(sections),
+        rows=[
+            (label, [by_col.get(i, ("", False)) for i in range(len(sections))])
+            for label, by_col in cells.items()
+        ],
+    )
+
+
+def fleet_top(sections: list[Section], columns: list[str]) -> list[TopLine]:
+    """The three top lines for a fleet: safe everywhere; unsafe where; to check where."""
+    per_label: dict[str, list[tuple[str, Row]]] = {}
+    for name, section in zip(columns, sections, strict=True):
+        for row in section.rows:
+            per_label.setdefault(row.label, []).append((name, row))
+    safe = [lab for lab, seen in per_label.items() if all(r.verdict == "safe" for _, r in seen)]
+    out = [
+        TopLine("✅", "Cache everywhere it ran", _short(safe) or ["nothing passed on every runner"])
+    ]
+    for emoji, heading, verdicts in TOP_LINES[1:]:
+        entries = [
+            f"{lab} on {name} ({row.why})"
+            for lab, seen in per_label.items()
+            for name, row in seen
+            if row.verdict in verdicts
+        ]
+        if entries:
+            out.append(TopLine(emoji, heading, _short(entries)))
+    return out
+
+
+def key_diff_lines(doc: dict[str, Any]) -> list[str]:
+    """One line per pair of environments whose cache keys differ (a merged document's
+    `key_diffs`): 'sm80 vs sm90: gpu_name, arch'. Reads `a`/`b` (or a two-item `pair`,
+    `groups` or `runners`) and `differs` (or `keyed`): component names or objects naming one."""
     lines = []
-    for label, parts in per_label.items():
-        line = f"{label}: {', '.join(parts)}"
-        if label in skip_reasons:
-            line += f" — {'; '.join(sorted(skip_reasons[label]))}"
-        lines.append(line)
+    for entry in doc.get("key_diffs") or []:
+        if not isinstance(entry, dict):
+            continue
+        names = next(
+            (entry[k] for k in ("pair", "groups", "runners") if isinstance(entry.get(k), list)),
+            [entry.get("a", entry.get("left")), entry.get("b", entry.get("right"))],
+        )
+        a, b = (str(n) if n is not None else "?" for n in [*names, None, None][:2])
+        parts = [
+            str(d.get("component") or d.get("field") or d.get("name"))
+            if isinstance(d, dict)
+            else str(d)
+            for d in entry.get("differs") or entry.get("keyed") or []
+        ]
+        lines.append(f"{a} vs {b}: {', '.join(parts) or 'no keyed difference'}")
     return lines
 
 
 def build(results: Results, issues: list[KnownIssue]) -> Report:
     """The report for a document of either schema."""
-    labels = None
-    if results.is_fleet:  # one vocabulary across environments, so lines can be compared
-        labels = combo_labels([c for g in results.groups for s in g.shards for c in s.combos])
-    sections = [build_section(g, issues, results.is_fleet, labels) for g in results.groups]
+    varying = None
+    if results.is_fleet:  # one vocabulary across environments, so rows line up in the matrix
+        varying = labels.varying_fields(
+            [c for g in results.groups for s in g.shards for c in s.combos]
+        )
+    sections = [build_section(g, issues, varying) for g in results.groups]
     counts = {v: sum(s.counts[v] for s in sections) for v in VERDICT_ORDER}
+    matrix = fleet_matrix(sections) if results.is_fleet else None
     return Report(
         report_id=results.report_id,
         fleet=results.is_fleet,
         sections=sections,
-        fleet_lines=fleet_lines(sections) if results.is_fleet else [],
+        matrix=matrix,
+        top=fleet_top(sections, matrix.columns) if matrix else sections[0].top,
+        key_diffs=key_diff_lines(results.doc) if results.is_fleet else [],
         counts=counts,
         created_at=str(results.doc.get("created_at") or ""),
     )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import html
+import math
 import os
 import re
 import sys
@@ -10,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from ci_fxcache.errors import UsageError
+from ci_fxcache.report import labels
 from ci_fxcache.report.model import Report, Row
 
+_MIN_ROW_CHARS = 40  # no table row renders shorter than this
 # GitHub rejects issue comments longer than 65,536 characters; leave room for the marker.
 COMMENT_LIMIT = 65_536
 DEFAULT_MAX_CHARS = 65_000
@@ -32,13 +37,58 @@ class Detail:
     note: str = ""
 
 
-def _cell(value: Any) -> str:
-    text = "" if value is None else str(value)
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+_ZWSP = "\u200b"  # breaks mentions, issue references and autolinks without a visible change
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+_MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")
+_LIST_MARKER = re.compile(r"^([-+]|\d{1,9}[.)])(?=\s|$)")
+_AUTOLINK = re.compile(r"(://|(?i:www)\.)")
+
+
+def plain(value: Any) -> str:
+    """Free text on one line: control characters (newlines, ANSI escapes) become spaces."""
+    return _CONTROL.sub(" ", _ANSI.sub("", "" if value is None else str(value))).strip()
+
+
+def _neutralise(text: str) -> str:
+    """No mention (`@x`), issue reference (`#1`) or bare URL survives GitHub's linkers."""
+    text = text.replace("@", "@" + _ZWSP).replace("#", "#" + _ZWSP)
+    return _AUTOLINK.sub(lambda m: m.group(1)[:-1] + _ZWSP + m.group(1)[-1], text)
+
+
+def md_text(value: Any) -> str:
+    """Free text from results, safe anywhere inline in markdown (table cells included):
+    no HTML, link, image, emphasis, code span, mention or list marker survives."""
+    return _md_text("" if value is None else str(value))
+
+
+@functools.lru_cache(maxsize=65_536)  # reports repeat the same labels and words many times
+def _md_text(value: str) -> str:
+    text = _neutralise(plain(value))
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = _MD_PUNCT.sub(r"\\\1", text)
+    # A list marker at the start would nest a list inside a list item.
+    return _LIST_MARKER.sub(lambda m: m.group(1)[:-1] + "\\" + m.group(1)[-1], text)
+
+
+def html_text(value: Any) -> str:
+    """Free text inside raw HTML (`<summary>`), where markdown escapes do not apply."""
+    return html.escape(_neutralise(plain(value)), quote=True)
+
+
+def _nowrap(word: str) -> str:
+    """A verdict word that a narrow table cell does not break at its hyphen (`no-gain`)."""
+    return word.replace("-", "\u2011")
+
+
+def chart_top(value: Any) -> float:
+    """The y axis' end: the largest value rounded up to 1, 2 or 5 times a power of ten."""
+    v = max(float(value or 0), 1.0)
+    scale = 10 ** math.floor(math.log10(v))
+    return next(m * scale for m in (1, 2, 5, 10) if m * scale >= v)
 
 
 def _mermaid(value: Any) -> str:
-    return re.sub(r'["\[\]\n\r]', "'", str(value))
+    return re.sub(r'["\[\]<>&#;`]', "'", plain(value))
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -73,12 +123,24 @@ def _environment(template: str | None) -> tuple[Any, str]:
         name = "report.md.j2"
     env = jinja2.Environment(
         loader=loader,
-        autoescape=False,  # markdown, not HTML: cells are escaped by the `cell` filter
+        autoescape=False,  # markdown, not HTML: free text goes through the `md` filter
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=False,
     )
-    env.filters.update(cell=_cell, mermaid=_mermaid, tail=_tail, fence=_fence)
+    env.filters.update(
+        md=md_text,
+        html=html_text,
+        mermaid=_mermaid,
+        tail=_tail,
+        fence=_fence,
+        field=labels.field_word,
+        short_dtype=labels.short_dtype,
+        dynamic_word=labels.dynamic_word,
+        chart_top=chart_top,
+        nowrap=_nowrap,
+    )
+    env.globals["emoji"] = labels.EMOJI
     return env, name
 
 
@@ -91,6 +153,8 @@ def _levels(report: Report) -> list[Detail]:
         Detail(logs=False, chart=False),
         Detail(logs=False, chart=False, environment=False),
     ]
+    if not _has_chart(report):
+        out.remove(Detail(logs=False, chart=False))  # the same text as the level before
     lean = Detail(logs=False, chart=False, environment=False)
     out.append(replace(lean, problems_only=True))
     out.append(replace(lean, problems_only=True, recommendations=False))
@@ -103,16 +167,21 @@ def _levels(report: Report) -> list[Detail]:
     return out
 
 
-def _dropped(level: Detail) -> str:
+def _has_chart(report: Report) -> bool:
+    """Fleet reports have no chart: the matrix is their summary."""
+    return not report.fleet
+
+
+def _dropped(level: Detail, report: Report) -> str:
     parts = []
     if not level.logs:
         parts.append("log tails")
     elif level.log_chars < Detail().log_chars:
         parts.append("most of each log tail")
-    if not level.chart:
+    if not level.chart and _has_chart(report):
         parts.append("the chart")
     if not level.environment:
-        parts.append("the environment tables")
+        parts.append("the evidence and environment tables")
     if level.problems_only:
         parts.append("the safe rows (the top line names them)")
     if not level.recommendations:
@@ -134,27 +203,47 @@ def markdown(
     except jinja2.TemplateError as exc:
         raise UsageError(f"template {name}: {exc}") from None
 
+    # No more rows than could fit: every rendering stays bounded, so a huge document costs
+    # one pass to build and a few bounded renderings, not one full rendering per level.
+    fit = max(10, max_chars // _MIN_ROW_CHARS)
+
     def render(level: Detail) -> str:
+        level = replace(level, max_rows=min(level.max_rows, fit))
         try:
-            return str(tpl.render(report=report, opts=asdict(level)))
+            opts = {**asdict(level), "chart": level.chart and _has_chart(report)}
+            return str(tpl.render(report=report, opts=opts))
         except jinja2.TemplateError as exc:
             raise UsageError(f"template {name}: {exc}") from None
 
-    text = ""
-    for level in _levels(report):
-        if level != Detail():
-            note = (
-                f"Shortened to fit {max_chars:,} characters (GitHub comments allow "
-                f"{COMMENT_LIMIT:,}): left out {_dropped(level)}. The JSON results have "
-                "everything."
-            )
-            level = replace(level, note=note)
-        text = _squeeze(render(level))
-        if len(text) <= max_chars:
-            return text
+    levels = _levels(report)
+    rendered: dict[int, str] = {}
+
+    def attempt(index: int) -> str:
+        if index not in rendered:
+            level = levels[index]
+            if level != Detail():
+                note = (
+                    f"Shortened to fit {max_chars:,} characters (GitHub comments allow "
+                    f"{COMMENT_LIMIT:,}): left out {_dropped(level, report)}. The JSON results "
+                    "have everything."
+                )
+                level = replace(level, note=note)
+            rendered[index] = _squeeze(render(level))
+        return rendered[index]
+
+    # Levels only ever leave more out, so the first that fits is found by bisection.
+    low, high = 0, len(levels)
+    while low < high:
+        mid = (low + high) // 2
+        if len(attempt(mid)) <= max_chars:
+            high = mid
+        else:
+            low = mid + 1
+    if low < len(levels) and len(attempt(low)) <= max_chars:
+        return attempt(low)
     # Last resort: the answer alone (one top line per environment), then a hard cut.
     lines = [f"## fxcache: {'fleet report' if report.fleet else 'cache verification'}", ""]
-    lines += [f"- {s.top_line}" for s in report.sections]
+    lines += [f"- {md_text(t.heading)}: {md_text(', '.join(t.entries))}" for t in report.top]
     note = (
         f"\n> [!NOTE]\n> Only the summary fits in {max_chars:,} characters; the table, "
         "recommendations and logs are in the job summary and the JSON results.\n"
@@ -181,84 +270,111 @@ def use_colour(stream: Any = None) -> bool:
     return bool(getattr(stream, "isatty", lambda: False)()) and "NO_COLOR" not in os.environ
 
 
+TEXT_WIDTH = 100
+_TEXT_HEADERS = ("verdict", "combination", "cold s", "hot s", "speedup", "why")
+_TEXT_RIGHT = {"cold s", "hot s", "speedup"}
+_MATRIX_WORD = {"safe": "safe", "no-gain": "no-gain", "unsafe": "UNSAFE", "error": "error"}
+
+
+def _wrapped(text_: str, indent: str = "  ") -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(
+        plain(text_), TEXT_WIDTH, subsequent_indent=indent, break_on_hyphens=False
+    ) or [""]
+
+
+def _clip(text_: str, width: int) -> str:
+    return text_ if len(text_) <= width else text_[: max(0, width - 1)] + "…"
+
+
+def _text_table(rows: list[Row], colour: bool) -> list[str]:
+    table = [
+        (
+            r.verdict,
+            plain(r.label),
+            r.cold_s,
+            r.hot_s,
+            r.speedup,
+            (plain(r.why) + _issue_flag(r)).strip(),
+        )
+        for r in rows
+    ]
+    widths = [max([len(h)] + [len(t[i]) for t in table]) for i, h in enumerate(_TEXT_HEADERS)]
+    # The last column takes what is left of the line and is clipped to it.
+    widths[-1] = max(8, TEXT_WIDTH - sum(widths[:-1]) - 2 * (len(widths) - 1))
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "  ".join(
+            c.rjust(w) if h in _TEXT_RIGHT else _clip(c, w).ljust(w)
+            for c, w, h in zip(cells, widths, _TEXT_HEADERS, strict=True)
+        ).rstrip()
+
+    out = [line(_TEXT_HEADERS), line(tuple("-" * w for w in widths))]
+    for r, cells in zip(rows, table, strict=True):
+        rendered = line(cells)
+        if colour:
+            code = _COLOURS.get(r.verdict, "0")
+            rendered = f"\033[{code}m{cells[0]}\033[0m" + rendered[len(cells[0]) :]
+        out.append(rendered)
+    return out
+
+
+def _issue_flag(row: Row) -> str:
+    return " [issue]" if row.issues else ""
+
+
 def text(report: Report, colour: bool = False) -> str:
-    """An aligned plain-text table per environment, problems first."""
-    headers = (
-        "verdict",
-        "workload",
-        "device",
-        "dtype",
-        "dynamic",
-        "mechanism",
-        "training",
-        "runner",
-        "cold s",
-        "hot s",
-        "speedup",
-        "hits/misses",
-        "err hot",
-        "err eager",
-    )
-    right = {"cold s", "hot s", "speedup", "hits/misses", "err hot", "err eager"}
-    out: list[str] = []
-    for section in report.sections:
-        out.append(section.top_line)
+    """Plain text within 100 columns: the top lines, a table per environment, what to do."""
+    title = "fleet report" if report.fleet else "cache verification"
+    out = [
+        f"fxcache: {title}"
+        + (f" ({plain(report.report_id)})" if report.report_id != "fxcache" else "")
+    ]
+    top = report.top if report.fleet else []
+    for t in top:
+        out.extend(_wrapped(f"{t.heading}: {', '.join(t.entries)}."))
+    if report.matrix is not None:
+        label_w = min(40, max((len(plain(lab)) for lab, _ in report.matrix.rows), default=11))
+        cols = [plain(c) for c in report.matrix.columns]
+        col_w = [max(len(c), 9) for c in cols]
         out.append("")
-        rows: list[Row] = section.rows + section.skipped
-        table = [
-            (
-                r.verdict,
-                str(r.combo["workload"]),
-                str(r.combo["device"]),
-                str(r.combo["dtype"]),
-                r.dynamic,
-                str(r.combo["mechanism"]),
-                r.training,
-                r.runner,
-                r.cold_s,
-                r.hot_s,
-                r.speedup,
-                r.hits_misses,
-                r.err_hot,
-                r.err_eager,
-            )
-            for r in rows
-        ]
-        widths = [max([len(h)] + [len(t[i]) for t in table]) for i, h in enumerate(headers)]
-
-        def line(cells: tuple[str, ...], widths: list[int] = widths) -> str:
-            return "  ".join(
-                c.rjust(w) if h in right else c.ljust(w)
-                for c, w, h in zip(cells, widths, headers, strict=True)
+        out.append(
+            "  ".join(
+                [
+                    "combination".ljust(label_w),
+                    *(c.ljust(w) for c, w in zip(cols, col_w, strict=True)),
+                ]
             ).rstrip()
-
-        out.append(line(headers))
-        out.append(line(tuple("-" * w for w in widths)))
-        for r, cells in zip(rows, table, strict=True):
-            rendered = line(cells)
-            if colour:
-                code = _COLOURS.get(r.verdict, "0")
-                v = cells[0]
-                rendered = f"\033[{code}m{v}\033[0m" + rendered[len(v) :]
-            out.append(rendered)
-        notes = [f"  {r.combo['id']}: {r.reason}" for r in section.skipped if r.reason]
-        if notes:
+        )
+        for lab, cells in report.matrix.rows:
+            words = [
+                (_MATRIX_WORD.get(v, "skipped" if v else "–") + ("*" if issue else "")).ljust(w)
+                for (v, issue), w in zip(cells, col_w, strict=True)
+            ]
+            out.append("  ".join([_clip(plain(lab), label_w).ljust(label_w), *words]).rstrip())
+        out.append("(* a known upstream issue concerns this combination)")
+        for line_ in report.key_diffs:
+            out.extend(_wrapped(f"keys differ: {line_}"))
+    for section in report.sections:
+        out.append("")
+        heading = f"{section.title} · {section.heading}" if section.heading else section.title
+        out.extend(_wrapped(("== " if report.fleet else "") + heading))
+        if not report.fleet:
+            for t in section.top:
+                out.extend(_wrapped(f"{t.heading}: {', '.join(t.entries)}."))
+        out.append("")
+        out.extend(_text_table(section.rows + section.skipped, colour))
+        if section.advice:
             out.append("")
-            out.append("skipped:")
-            out.extend(notes)
-        if section.recommendation_lines:
-            out.append("")
-            out.append("recommendations (only from what this run verified):")
-            out.extend(f"  - {line}." for line in section.recommendation_lines)
+            out.append("what to do (only alternatives this run verified):")
+            for line_ in section.advice:
+                out.extend(_wrapped(f"  - {line_}", "    "))
         if section.issues:
             out.append("")
-            out.append("known upstream issues:")
-            out.extend(f"  - {i.title}: {i.url}" for i in section.issues)
-        out.append("")
-    if report.fleet_lines:
-        out.append("per combination across environments:")
-        out.extend(f"  {line_}" for line_ in report.fleet_lines)
-        out.append("")
+            out.append("known upstream issues (links: fxcache report --format json):")
+            for i in section.issues:
+                out.extend(_wrapped(f"  - {i.id}: {i.title}", "    "))
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -273,7 +389,7 @@ def junit(report: Report) -> str:
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for section in report.sections:
         for runner in section.runners:
-            rows = [r for r in section.rows + section.skipped if r.runner == runner]
+            rows = [r for r in section.runner_rows if r.runner == runner]
             counts = {
                 "tests": len(rows),
                 "failures": sum(r.verdict == "unsafe" for r in rows),
@@ -294,7 +410,7 @@ def junit(report: Report) -> str:
                     classname=f"fxcache.{section.arch}.{r.combo['workload']}",
                     time=f"{_seconds(r):.3f}",
                 )
-                message = f"{r.problem}: {r.reason}" if r.reason else r.problem
+                message = f"{r.why}: {r.reason}" if r.reason else r.why
                 if r.verdict == "unsafe":
                     el = ET.SubElement(case, "failure", message=_xml(message), type="unsafe")
                     el.text = _xml(r.log or r.reason)

@@ -1,8 +1,9 @@
-"""Is this Actions run allowed to write the shared store?
+"""Is this Actions run allowed to write the shared store? The one place that decides.
 
-Untrusted (read-only automatically): `pull_request*` events whose head repository is a fork,
-and `pull_request_target` / `issue_comment` / `workflow_run` events, which run with a read-only
-cache token on GitHub and may be driven by code or text from outside the repository.
+Untrusted (read-only automatically): `pull_request*` events whose head repository is not the
+base repository (a fork), and `pull_request_target` / `issue_comment` / `workflow_run` events,
+which run with a read-only cache token on GitHub and may be driven by code or text from
+outside the repository.
 """
 
 from __future__ import annotations
@@ -10,10 +11,43 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from ci_fxcache import gha
 
 UNTRUSTED_EVENTS = frozenset({"pull_request_target", "issue_comment", "workflow_run"})
+
+
+def event_payload() -> dict[str, Any] | None:
+    """The current event's payload ($GITHUB_EVENT_PATH), or None when absent or unreadable."""
+    path = os.environ.get("GITHUB_EVENT_PATH", "")
+    try:
+        payload = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def fork_reason(payload: dict[str, Any] | None) -> str | None:
+    """Why this pull request payload comes from a fork, or None when head and base are one
+    repository. Repository ids decide (names change on renames and transfers); the head
+    repository's own `fork` flag does not: a repository that is itself a fork (acme/vllm)
+    opens pull requests from its own branches."""
+    try:
+        pr = (payload or {})["pull_request"]
+        head, base = pr["head"]["repo"], pr["base"]["repo"]
+    except (KeyError, TypeError):
+        return "pull request whose payload cannot be read (GITHUB_EVENT_PATH)"
+    if not isinstance(head, dict):  # the fork was deleted
+        return "pull request from a deleted fork"
+    if not isinstance(base, dict):
+        return "pull request whose base repository cannot be read"
+    head_id, base_id = head.get("id"), base.get("id")
+    if isinstance(head_id, int) and isinstance(base_id, int):
+        same = head_id == base_id
+    else:
+        same = bool(head.get("full_name")) and head.get("full_name") == base.get("full_name")
+    return None if same else f"pull request from fork {head.get('full_name')}"
 
 
 def untrusted_reason() -> str | None:
@@ -25,15 +59,4 @@ def untrusted_reason() -> str | None:
         return f"{event} event"
     if not event.startswith("pull_request"):
         return None
-    path = os.environ.get("GITHUB_EVENT_PATH", "")
-    try:
-        payload = json.loads(Path(path).read_text(encoding="utf-8"))
-        pr = payload["pull_request"]
-        head, base = pr["head"]["repo"], pr["base"]["repo"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return f"{event} event whose payload cannot be read (GITHUB_EVENT_PATH)"
-    if head is None:  # the fork was deleted
-        return "pull request from a deleted fork"
-    if head.get("fork") or head.get("full_name") != base.get("full_name"):
-        return f"pull request from fork {head.get('full_name')}"
-    return None
+    return fork_reason(event_payload())

@@ -1,21 +1,30 @@
 """One verification phase (cold or hot) of one combination, in a process of its own.
 
 The phase spec and the result are JSON files; tensors travel in `reference.pt` beside the cache.
+A phase is four steps: prepare (the workload, its state and a warm-up), the timed compile (the
+first call), the second input shape, and record (cold) or compare (hot). Both phases reach the
+timer from the same warm state, and every call of the model starts from the recorded state and
+a fixed seed, so cold and hot see the same random numbers (docs/verify.md).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
+import re
 import time
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from . import tolerances, workloads
+from . import keyinfo, tolerances, triton_builds, workloads
+from .accuracy import bitwise_equal, compare, fp64_judgement
 from .tensors import flatten
+from .torch_options import MissingOption, note, require, set_option
 
 DTYPES = {
     "float32": torch.float32,
@@ -35,53 +44,29 @@ def _configure(spec: dict[str, Any]) -> None:
     import torch._dynamo.config as dynamo_config
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
-    import torch.compiler.config as compiler_config
 
     mechanism = spec["combo"]["mechanism"]
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = spec["inductor_dir"]
     os.environ["TRITON_CACHE_DIR"] = spec["triton_dir"]
-    inductor_config.force_disable_caches = False
-    inductor_config.fx_graph_cache = True
-    functorch_config.enable_autograd_cache = True
+    set_option(inductor_config, "force_disable_caches", False)
+    set_option(inductor_config, "fx_graph_cache", True)
+    set_option(functorch_config, "enable_autograd_cache", True)
     remote = mechanism == "remote"
-    inductor_config.fx_graph_remote_cache = remote
-    inductor_config.autotune_remote_cache = remote
-    functorch_config.enable_remote_autograd_cache = remote
+    set_option(inductor_config, "fx_graph_remote_cache", remote)
+    set_option(inductor_config, "autotune_remote_cache", remote)
+    set_option(functorch_config, "enable_remote_autograd_cache", remote)
     if remote:
         os.environ["TORCHINDUCTOR_REDIS_URL"] = spec["redis_url"]
-    dynamo_config.caching_precompile = mechanism == "precompile"
-    compiler_config.cache_key_tag = spec.get("cache_tag") or ""
-
-
-def _run(model: Any, inputs: tuple[Any, ...], spec: dict[str, Any]) -> list[torch.Tensor]:
-    """Outputs (and, when training, input and parameter gradients), detached."""
-    combo = spec["combo"]
-    device = combo["device"]
-    autocast = (
-        torch.autocast(device_type=device, dtype=torch.bfloat16)
-        if combo["dtype"] == "bfloat16-autocast"
-        else contextlib.nullcontext()
-    )
-    if not combo["training"]:
-        with torch.no_grad(), autocast:
-            return [t.detach().clone() for t in flatten(model(*inputs))]
-    leaves = tuple(
-        t.detach().clone().requires_grad_(True)
-        if isinstance(t, torch.Tensor) and t.is_floating_point()
-        else t
-        for t in inputs
-    )
-    params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
-    for p in params:
-        p.grad = None
-    with autocast:
-        outs = flatten(model(*leaves))
-    loss = sum(o.float().sum() for o in outs if o.requires_grad)
-    if isinstance(loss, torch.Tensor):
-        loss.backward()
-    grads = [t.grad for t in leaves if isinstance(t, torch.Tensor) and t.requires_grad]
-    grads += [p.grad for p in params if p.requires_grad]
-    return [t.detach().clone() for t in outs] + [g.detach().clone() for g in grads if g is not None]
+    set_option(dynamo_config, "caching_precompile", mechanism == "precompile")
+    # The remote mechanism's own tag isolates its entries; otherwise the user's tag stays.
+    tag = spec.get("cache_tag") or os.environ.get("TORCH_COMPILE_CACHE_KEY_TAG", "")
+    try:
+        import torch.compiler.config as compiler_config
+    except ImportError:  # torch < 2.6
+        if tag:
+            raise MissingOption("this torch has no torch.compiler.config.cache_key_tag") from None
+    else:
+        set_option(compiler_config, "cache_key_tag", tag)
 
 
 def _counters() -> dict[str, int]:
@@ -95,94 +80,154 @@ def _counters() -> dict[str, int]:
     return out
 
 
-_BUILDS: list[str] = []
-_T0 = [0.0]
+class KernelBuilds:
+    """C++ compiler runs (CppBuilder.build) in this process, timed from `start()`: a hot load
+    that still runs the compiler rebuilt kernels, whatever the cache counters say. Files
+    appearing in the cache dir prove nothing: artifact loads write compiled kernels there too."""
+
+    entries: ClassVar[list[str]] = []
+    t0: ClassVar[float] = 0.0
+    counting: ClassVar[bool] = False
+
+    @classmethod
+    def start(cls) -> bool:
+        """Start counting; False when this torch has no C++ builder hook to count with."""
+        cls.counting = counting = cls.install()
+        cls.entries = []
+        cls.t0 = time.perf_counter()
+        return counting
+
+    @classmethod
+    def install(cls) -> bool:
+        try:
+            from torch._inductor import cpp_builder
+
+            original = cpp_builder.CppBuilder.build
+        except (ImportError, AttributeError):
+            return False
+        if getattr(original, "_fxcache_counted", False):
+            return True
+
+        def build(self: Any) -> None:
+            target = os.path.basename(str(self.get_target_file_path()))
+            started = time.perf_counter()
+            original(self)
+            if target.endswith((".so", ".pyd", ".dll", ".dylib")):  # not header preprocessing
+                took = time.perf_counter() - started
+                cls.entries.append(f"{target} at {started - cls.t0:.1f}s took {took:.1f}s")
+
+        build._fxcache_counted = True  # type: ignore[attr-defined]
+        cpp_builder.CppBuilder.build = build
+        return True
 
 
-def _count_kernel_builds() -> None:
-    """Count C++ compiler runs in this process (CppBuilder.build): a hot load that still runs
-    the compiler rebuilt kernels, whatever the cache counters say. Files appearing in the cache
-    dir prove nothing: artifact loads write compiled kernels there too."""
-    from torch._inductor import cpp_builder
-
-    original = cpp_builder.CppBuilder.build
-    if getattr(original, "_fxcache_counted", False):
-        return
-
-    def build(self: Any) -> None:
-        target = os.path.basename(str(self.get_target_file_path()))
-        started = time.perf_counter()
-        original(self)
-        if target.endswith((".so", ".pyd", ".dll", ".dylib")):  # not header preprocessing
-            at = started - _T0[0]
-            _BUILDS.append(f"{target} at {at:.1f}s took {time.perf_counter() - started:.1f}s")
-
-    build._fxcache_counted = True  # type: ignore[attr-defined]
-    cpp_builder.CppBuilder.build = build
+# Every call of the model is seeded: the first input shape with FIRST_SEED, the second with
+# SECOND_SEED; OTHER_SEED only tells whether the model draws random numbers at all.
+FIRST_SEED, SECOND_SEED, OTHER_SEED = 1234, 1235, 4321
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().cpu().reshape(-1).contiguous().view(torch.uint8)
+@dataclass
+class PhaseRun:
+    """One phase's workload, reference and clock, passed between its steps."""
+
+    spec: dict[str, Any]
+    work: workloads.Workload
+    second: tuple[Any, ...] | None
+    reference: dict[str, Any]
+    tol: dict[str, float]
+    marked: list[int] = field(default_factory=list)
+    t0: float = field(default_factory=time.perf_counter)
+    timeline: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def combo(self) -> dict[str, Any]:
+        return dict(self.spec["combo"])
+
+    @property
+    def cold(self) -> bool:
+        return bool(self.spec["phase"] == "cold")
+
+    @property
+    def path(self) -> Path:
+        return Path(self.spec["dir"])
+
+    def mark(self, event: str) -> None:
+        """Note the time of `event` (after the device finished the work queued before it)."""
+        self.sync()
+        self.timeline[event] = round(time.perf_counter() - self.t0, 3)
+
+    def sync(self) -> None:
+        """Wait for the device, so that a timer mark covers the work queued before it."""
+        if str(self.combo["device"]).startswith("cuda") and torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+    def call(self, model: Any, inputs: tuple[Any, ...], seed: int) -> list[torch.Tensor]:
+        """`model` on `inputs` from the recorded state and `seed` (outputs, then gradients)."""
+        if isinstance(self.work.model, torch.nn.Module) and self.reference.get("state"):
+            self.work.model.load_state_dict(self.reference["state"])
+        torch.manual_seed(seed)
+        combo = self.combo
+        autocast = combo["dtype"] == "bfloat16-autocast"
+        return run_model(model, inputs, combo["device"], combo["training"], autocast, self.marked)
 
 
-def compare(
-    got: list[torch.Tensor], want: list[torch.Tensor], tol: dict[str, float]
-) -> dict[str, Any]:
-    """Max absolute error, bitwise equality and closeness (dtype tolerance) of two results."""
-    if len(got) != len(want):
-        return {
-            "max_abs_err": None,
-            "bitwise": False,
-            "close": False,
-            "detail": f"{len(got)} tensors vs {len(want)}",
-        }
-    err, bitwise, close, detail = 0.0, True, True, ""
-    for i, (a, b) in enumerate(zip(got, want, strict=False)):
-        if a.shape != b.shape or a.dtype != b.dtype:
-            return {
-                "max_abs_err": None,
-                "bitwise": False,
-                "close": False,
-                "detail": f"tensor {i}: {a.dtype}{list(a.shape)} vs {b.dtype}{list(b.shape)}",
-            }
-        a64, b64 = a.detach().cpu().double(), b.detach().cpu().double()
-        if a.numel():
-            diff = (a64 - b64).abs().nan_to_num(nan=float("inf"))
-            both_nan = a64.isnan() & b64.isnan()
-            e = float(diff.masked_fill(both_nan, 0.0).max())
-            if e > err:
-                err = e
-        if not torch.equal(_bits(a), _bits(b)):
-            bitwise = False
-        if not torch.allclose(a64, b64, rtol=tol["rtol"], atol=tol["atol"], equal_nan=True):
-            if close:
-                detail = f"tensor {i} differs beyond rtol={tol['rtol']} atol={tol['atol']}"
-            close = False
-    if err == float("inf"):  # NaN or inf where the other side is finite: not valid JSON
-        return {
-            "max_abs_err": None,
-            "bitwise": False,
-            "close": False,
-            "detail": detail or "non-finite values differ",
-        }
-    return {"max_abs_err": err, "bitwise": bitwise, "close": close, "detail": detail}
+def run_model(
+    model: Any,
+    inputs: tuple[Any, ...],
+    device: str,
+    training: bool,
+    autocast: bool,
+    marked: list[int],
+) -> list[torch.Tensor]:
+    """Outputs (and, when training, input and parameter gradients), detached.
+
+    `marked`: indices of the inputs whose dim 0 is `mark_dynamic` (training clones the inputs
+    into fresh leaves, which would lose the mark)."""
+    context = (
+        torch.autocast(device_type=device, dtype=torch.bfloat16)
+        if autocast
+        else contextlib.nullcontext()
+    )
+    args = tuple(
+        t.detach().clone().requires_grad_(True)
+        if training and isinstance(t, torch.Tensor) and t.is_floating_point()
+        else t
+        for t in inputs
+    )
+    for i in marked:
+        torch._dynamo.mark_dynamic(args[i], 0)
+    if not training:
+        with torch.no_grad(), context:
+            return [t.detach().clone() for t in flatten(model(*args))]
+    params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
+    for p in params:
+        p.grad = None
+    with context:
+        outs = flatten(model(*args))
+    loss = sum(o.float().sum() for o in outs if o.requires_grad)
+    if isinstance(loss, torch.Tensor):
+        loss.backward()
+    grads = [t.grad for t in args if isinstance(t, torch.Tensor) and t.requires_grad]
+    grads += [p.grad for p in params if p.requires_grad]
+    return [t.detach().clone() for t in outs] + [g.detach().clone() for g in grads if g is not None]
+
+
+def _marked(inputs: tuple[Any, ...], second: tuple[Any, ...] | None) -> list[int]:
+    """Indices of the inputs whose batch size (dim 0) differs in the second input set."""
+    return [
+        i
+        for i, t in enumerate(inputs)
+        if isinstance(t, torch.Tensor)
+        and t.dim()
+        and second is not None
+        and i < len(second)
+        and isinstance(second[i], torch.Tensor)
+        and second[i].shape[0] != t.shape[0]
+    ]
 
 
 def _compile(model: Any, dynamic: str) -> Any:
     return torch.compile(model, dynamic={"true": True, "false": False}.get(dynamic))
-
-
-def _mark(inputs: tuple[Any, ...], second: tuple[Any, ...] | None) -> None:
-    """mark_dynamic dim 0 of every input whose batch size differs in the second input set."""
-    for i, t in enumerate(inputs):
-        other = second[i] if second is not None and i < len(second) else None
-        if (
-            isinstance(t, torch.Tensor)
-            and t.dim()
-            and isinstance(other, torch.Tensor)
-            and other.shape[0] != t.shape[0]
-        ):
-            torch._dynamo.mark_dynamic(t, 0)
 
 
 def _timed(fn: Any) -> tuple[Any, float]:
@@ -194,6 +239,8 @@ def _timed(fn: Any) -> tuple[Any, float]:
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     """Run the phase described by `spec`; return the evidence (never raises)."""
     result: dict[str, Any] = {"status": "ok", "torch_version": torch.__version__}
+    keyinfo.install()
+    triton_builds.install(in_process=spec["phase"] == "hot" and spec["combo"]["device"] == "cuda")
     try:
         _phase(spec, result)
     except Exception as exc:
@@ -201,16 +248,47 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         result["status"] = "error"
         result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
     result["counters"] = _counters()
+    result["keyinfo"] = keyinfo.collect(spec["combo"]["device"])
+    result.update(triton_builds.evidence())
     return result
 
 
 def _phase(spec: dict[str, Any], result: dict[str, Any]) -> None:
+    run = prepare(spec, result)
+    compiled, outs = timed_compile(run, result)
+    outs2 = second_shape(run, compiled, result)
+    if KernelBuilds.counting:
+        result["kernels_built"] = len(KernelBuilds.entries)
+        result["kernel_builds"] = KernelBuilds.entries[:20]
+    if run.cold:
+        record(run, outs, outs2, result)
+    else:
+        compare_with_cold(run, compiled, outs, outs2, result)
+
+
+def load_reference(path: Path) -> dict[str, Any]:
+    """The cold phase's `reference.pt`, read without running code: a file in the cache dir is
+    data (tensors, lists, dicts), never a pickle that may import and call arbitrary objects."""
+    try:
+        loaded = torch.load(path, weights_only=True)
+    except Exception as exc:
+        raise RuntimeError(
+            f"{path.name} is not a plain tensor file ({type(exc).__name__}); the cache dir may "
+            "have been tampered with: run the cold phase again"
+        ) from None
+    if not isinstance(loaded, dict) or "outputs" not in loaded:
+        raise RuntimeError(f"{path.name} does not hold a cold phase's reference")
+    return loaded
+
+
+def prepare(spec: dict[str, Any], result: dict[str, Any]) -> PhaseRun:
+    """Configure Inductor, build the workload (hot: with the cold phase's inputs and state),
+    and warm up with one eager call, the same in both phases, before the timer starts."""
     from torch._dynamo.utils import counters
 
     counters.clear()
     _configure(spec)
     combo = spec["combo"]
-    combo_dir = Path(spec["dir"])
     tol = tolerances.tolerance(combo["dtype"])
     result["tolerance"] = tol
     torch.manual_seed(0)
@@ -221,112 +299,220 @@ def _phase(spec: dict[str, Any], result: dict[str, Any]) -> None:
         raise workloads.WorkloadError(
             f"workload {combo['workload']}: dynamic combinations need 'dynamic_inputs'"
         )
-    reference_path = combo_dir / "reference.pt"
-    mega_path = combo_dir / "mega.bin"
-    _count_kernel_builds()
-    del _BUILDS[:]
-    _T0[0] = time.perf_counter()
-    timeline: dict[str, float] = {}
-    result["timeline"] = timeline
-
-    def mark(event: str) -> None:
-        timeline[event] = round(time.perf_counter() - _T0[0], 3)
-
     if spec["phase"] == "cold":
         reference: dict[str, Any] = {"inputs": work.inputs, "dynamic_inputs": second}
         if isinstance(work.model, torch.nn.Module):
             reference["state"] = {k: v.detach().clone() for k, v in work.model.state_dict().items()}
-        eager = _run(work.model, work.inputs, spec) if spec.get("eager", True) else None
-        eager2 = _run(work.model, second, spec) if second and spec.get("eager", True) else None
     else:
-        reference = torch.load(reference_path, weights_only=False)
-        work.inputs = reference["inputs"]
+        reference = load_reference(Path(spec["dir"]) / "reference.pt")
+        work.inputs = tuple(reference["inputs"])
         second = reference["dynamic_inputs"]
-        if reference.get("state") is not None:
-            work.model.load_state_dict(reference["state"])
-    mark("inputs ready")
-    # The compile time runs from loading artifacts through the end of the first call: with
-    # caching_precompile, torch.compile() itself loads the package (and builds its kernels).
-    started = time.perf_counter()
-    loaded, load_s = None, 0.0
-    if spec["phase"] == "hot" and combo["mechanism"] in ("mega", "precompile"):
-        loaded, load_s = _timed(lambda: torch.compiler.load_cache_artifacts(mega_path.read_bytes()))
-        result["artifacts_loaded"] = loaded is not None
+    run = PhaseRun(spec, work, second, reference, tol)
+    # The warm-up: library loads and first-call costs happen here in both phases, outside the
+    # timer. The cold phase keeps it as its eager reference.
+    warm = run.call(work.model, work.inputs, FIRST_SEED)
+    if run.cold and spec.get("eager", True):
+        reference["eager"] = warm
     if dynamic == "mark":
-        _mark(work.inputs, second)
-    compiled = _compile(work.model, dynamic)
-    mark("torch.compile returned")
-    outs = _run(compiled, work.inputs, spec)
-    mark("first call done")
+        run.marked = _marked(work.inputs, second)
+    run.sync()
+    if not KernelBuilds.start():
+        note(
+            result,
+            "kernel builds not counted: this torch has no "
+            "torch._inductor.cpp_builder.CppBuilder.build to hook",
+        )
+    run.t0 = KernelBuilds.t0
+    result["timeline"] = run.timeline
+    run.mark("inputs ready")
+    return run
+
+
+def timed_compile(run: PhaseRun, result: dict[str, Any]) -> tuple[Any, list[torch.Tensor]]:
+    """Compile and call once. The compile time runs from loading artifacts through the end of
+    the first call (forward and backward): with caching_precompile, torch.compile() itself
+    loads the package (and builds its kernels)."""
+    combo = run.combo
+    run.sync()
+    started = time.perf_counter()
+    load_s = 0.0
+    if not run.cold and combo["mechanism"] in ("mega", "precompile"):
+        mega = (run.path / "mega.bin").read_bytes()
+        load = require(torch.compiler, "load_cache_artifacts")
+        loaded, load_s = _timed(lambda: load(mega))
+        result["artifacts_loaded"] = loaded is not None
+    compiled = _compile(run.work.model, combo["dynamic"])
+    run.mark("torch.compile returned")
+    outs = run.call(compiled, run.work.inputs, FIRST_SEED)
+    run.mark("first call done")
     result["compile_s"] = round(time.perf_counter() - started, 4)
     result["load_s"] = round(load_s, 4)
-    outs2 = None
-    if second is not None:
+    return compiled, outs
+
+
+def second_shape(run: PhaseRun, compiled: Any, result: dict[str, Any]) -> list[torch.Tensor] | None:
+    """Call with the second input shape under `fail_on_recompile`; on a recompile record
+    torch's guard failure and call again, letting it recompile, so both phases have outputs."""
+    if run.second is None:
+        return None
+    stance = getattr(torch.compiler, "set_stance", None)
+    if stance is None:
+        note(
+            result,
+            "recompiles counted from Dynamo's graph count: this torch has no "
+            "torch.compiler.set_stance('fail_on_recompile')",
+        )
+        from torch._dynamo.utils import counters
+
         graphs = counters["stats"]["unique_graphs"]
-        if spec["phase"] == "hot":
-            try:
-                with torch.compiler.set_stance("fail_on_recompile"):
-                    outs2 = _run(compiled, second, spec)
-                result["recompiles"] = 0
-            except Exception as exc:
-                result["recompiles"] = 1
-                result["recompile_error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-        else:
-            outs2 = _run(compiled, second, spec)
-            result["recompiles"] = counters["stats"]["unique_graphs"] - graphs
-    mark("second shape done")
-    result["kernels_built"] = len(_BUILDS)
-    result["kernel_builds"] = _BUILDS[:20]
-    if spec["phase"] == "cold":
-        if eager is not None:
-            vs_eager = _vs_eager(outs, eager, work.inputs, work.model, spec, tol, result)
-            if outs2 is not None and eager2 is not None and second is not None:
-                vs2 = _vs_eager(outs2, eager2, second, work.model, spec, tol, result)
-                vs_eager = _worst(vs_eager, vs2)
-            result["vs_eager"] = vs_eager
-        reference["outputs"] = outs
-        reference["dynamic_outputs"] = outs2
-        torch.save(reference, reference_path)
-        if combo["mechanism"] in ("mega", "precompile"):
-            saved = torch.compiler.save_cache_artifacts()
-            if saved is None:
-                raise RuntimeError("torch.compiler.save_cache_artifacts() returned nothing")
-            mega_path.write_bytes(saved[0])
-    else:
-        vs_cold = compare(outs, reference["outputs"], tol)
-        if outs2 is not None and reference.get("dynamic_outputs") is not None:
-            vs_cold = _worst(vs_cold, compare(outs2, reference["dynamic_outputs"], tol))
-        result["vs_cold"] = vs_cold
+        outs2 = run.call(compiled, run.second, SECOND_SEED)
+        result["recompiles"] = counters["stats"]["unique_graphs"] - graphs
+        run.mark("second shape done")
+        return outs2
+    try:
+        with stance("fail_on_recompile"):
+            outs2 = run.call(compiled, run.second, SECOND_SEED)
+        result["recompiles"] = 0
+    except Exception as exc:
+        message = f"{type(exc).__name__}: {exc}"
+        result["recompiles"] = 1
+        result["recompile_error"] = message.splitlines()[0][:300]
+        result["recompile_guard"] = guard_failure(message)
+        outs2 = run.call(compiled, run.second, SECOND_SEED)
+    run.mark("second shape done")
+    return outs2
+
+
+def guard_failure(message: str) -> str:
+    """The failed guards of torch's recompile error (its `- 0/0: tensor 'x' size mismatch ...`
+    lines, without the user stack trace), joined; the first line of the message if none."""
+    lines = message.splitlines()
+    found = [
+        " ".join(line.strip()[1:].split())
+        for line in lines
+        if re.match(r"-\s*\d+/\d+: ", line.strip())
+    ]
+    if found:
+        return "; ".join(found)[:500]
+    return lines[0][:300] if lines else ""
+
+
+def record(
+    run: PhaseRun,
+    outs: list[torch.Tensor],
+    outs2: list[torch.Tensor] | None,
+    result: dict[str, Any],
+) -> None:
+    """Cold: judge compiled vs eager, save the reference (and the mega-cache artifacts)."""
+    reference = run.reference
+    eager = reference.pop("eager", None)
+    if eager is not None:
+        vs_eager = _vs_eager(run, outs, eager, run.work.inputs, FIRST_SEED, result)
+        if outs2 is not None and run.second is not None:
+            eager2 = run.call(run.work.model, run.second, SECOND_SEED)
+            vs2 = _vs_eager(run, outs2, eager2, run.second, SECOND_SEED, result)
+            vs_eager = _worst(vs_eager, vs2)
+        result["vs_eager"] = vs_eager
+    reference["outputs"] = outs
+    reference["dynamic_outputs"] = outs2
+    torch.save(reference, run.path / "reference.pt")
+    if run.combo["mechanism"] in ("mega", "precompile"):
+        saved = require(torch.compiler, "save_cache_artifacts")()
+        if saved is None:
+            raise RuntimeError("torch.compiler.save_cache_artifacts() returned nothing")
+        (run.path / "mega.bin").write_bytes(saved[0])
+
+
+def compare_with_cold(
+    run: PhaseRun,
+    compiled: Any,
+    outs: list[torch.Tensor],
+    outs2: list[torch.Tensor] | None,
+    result: dict[str, Any],
+) -> None:
+    """Hot: compare with the cold outputs; when they are not bitwise equal, check whether the
+    compiled model is bitwise stable against itself (atomics, nondeterministic algorithms)."""
+    reference = run.reference
+    vs_cold = compare(outs, reference["outputs"], run.tol)
+    if outs2 is not None and reference.get("dynamic_outputs") is not None:
+        vs_cold = _worst(vs_cold, compare(outs2, reference["dynamic_outputs"], run.tol))
+    result["vs_cold"] = vs_cold
+    if not vs_cold["bitwise"]:
+        again = run.call(compiled, run.work.inputs, FIRST_SEED)
+        result["self_stable"] = bitwise_equal(again, outs)
+        if not result["self_stable"]:
+            err = compare(again, outs, run.tol)["max_abs_err"]
+            result["self_stable_detail"] = f"two calls from one seed differ by up to {err}"
 
 
 def _vs_eager(
+    run: PhaseRun,
     outs: list[torch.Tensor],
     eager: list[torch.Tensor],
     inputs: tuple[Any, ...],
-    model: Any,
-    spec: dict[str, Any],
-    tol: dict[str, float],
+    seed: int,
     result: dict[str, Any],
 ) -> dict[str, Any]:
-    """Compiled vs eager; on a mismatch, check that eager itself is reproducible first.
+    """Compiled vs eager. Within the dtype tolerance passes; otherwise, in this order: an eager
+    reference that changes between two runs from one seed is replaced by the second run; a
+    model whose eager output changes with the seed draws random numbers, which Inductor
+    generates differently from eager (unless `fallback_random`, part of the cache key), so it
+    is not compared element by element; what remains is judged against a float64 run.
 
     On this project's AMX CI machine the first eager call of a process has, under load, come
     out ~1e-4 (relative) away from both float64 and a second eager call, while the compiled
-    output was right. A mismatch is therefore confirmed against a fresh eager run; an eager
-    reference that changes between runs is recorded as evidence, never silently trusted.
+    output was right: hence the eager recheck, recorded as evidence, never silently trusted.
     """
-    check = compare(outs, eager, tol)
+    check = compare(outs, eager, run.tol)
     if check["close"]:
         return check
-    again = _run(model, inputs, spec)
-    if compare(again, eager, tol)["bitwise"]:
-        return check  # eager is reproducible: the compiled output really differs
-    result["eager_reproducible"] = False
-    result.setdefault("eager_note", []).append(
-        "eager reference changed between two runs (max abs err "
-        f"{compare(again, eager, tol)['max_abs_err']}); compared with the second run"
+    model = run.work.model
+    again = run.call(model, inputs, seed)
+    if not bitwise_equal(again, eager):
+        result["eager_reproducible"] = False
+        result.setdefault("eager_note", []).append(
+            "eager reference changed between two runs (max abs err "
+            f"{compare(again, eager, run.tol)['max_abs_err']}); compared with the second run"
+        )
+        eager, check = again, compare(outs, again, run.tol)
+        if check["close"]:
+            return check
+    if not bitwise_equal(run.call(model, inputs, OTHER_SEED), eager):
+        result["random_ops"] = True
+        return {**check, "close": True, "detail": "not compared: the model draws random numbers"}
+    try:
+        fp64 = _fp64_outputs(run, inputs, seed)
+    except Exception as exc:
+        return {**check, "detail": f"{check['detail']}; no float64 reference ({exc})"[:300]}
+    combo = run.combo
+    low = combo["dtype"] != "float32"
+    passes, measured = fp64_judgement(outs, eager, fp64, run.tol, low)
+    if passes:
+        result["fp64_checked"] = (
+            f"compiled differs from eager beyond the {combo['dtype']} tolerance but is about "
+            f"as close to a float64 run ({measured})"
+        )
+        return {**check, "close": True}
+    return {**check, "detail": f"{check['detail']}; {measured}"}
+
+
+def _fp64_outputs(run: PhaseRun, inputs: tuple[Any, ...], seed: int) -> list[torch.Tensor]:
+    """The eager model in float64 (no autocast) from the recorded state and `seed`."""
+    model = run.work.model
+    if isinstance(model, torch.nn.Module):
+        model = copy.deepcopy(model).to(torch.float64)
+        if run.reference.get("state"):
+            state = {
+                k: v.double() if v.is_floating_point() else v
+                for k, v in run.reference["state"].items()
+            }
+            model.load_state_dict(state)
+    wide = tuple(
+        t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs
     )
-    return compare(outs, again, tol)
+    torch.manual_seed(seed)
+    combo = run.combo
+    return run_model(model, wide, combo["device"], combo["training"], False, [])
 
 
 def _worst(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

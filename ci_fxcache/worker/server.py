@@ -48,12 +48,15 @@ def _info() -> dict[str, Any]:
 
     import torch
 
-    caps = []
+    caps, names = [], []
     if torch.cuda.is_available():
-        caps = [list(torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count())]
+        for i in range(torch.cuda.device_count()):
+            caps.append(list(torch.cuda.get_device_capability(i)))
+            names.append(torch.cuda.get_device_name(i))
     return {
         "torch": torch.__version__,
         "cuda_capabilities": caps,
+        "cuda_names": names,
         "hip": bool(torch.version.hip),
         "redis_module": importlib.util.find_spec("redis") is not None,
         "python": sys.executable,
@@ -98,8 +101,14 @@ def child(request: dict[str, Any]) -> None:
 def execute(request: dict[str, Any]) -> int:
     """Run one request in this process and write its result file; the exit code."""
     started = time.perf_counter()
-    for name, value in (request.get("env") or {}).items():
+    env = request.get("env") or {}
+    for name, value in env.items():
         os.environ[name] = value
+    if "TORCHINDUCTOR_COMPILE_THREADS" in env:
+        # Inductor read the variable when the server imported its config: set it again
+        import torch._inductor.config as inductor_config
+
+        inductor_config.compile_threads = int(env["TORCHINDUCTOR_COMPILE_THREADS"])
     if request["kind"] == "check":
         result = check(request["spec"])
     else:
@@ -140,7 +149,9 @@ def serve() -> None:
     import torch._inductor.codecache
     import torch._inductor.compile_fx
     import torch._inductor.config
-    import torch._inductor.cpp_builder  # noqa: F401
+
+    with contextlib.suppress(ImportError):  # phases note its absence (torch_options)
+        import torch._inductor.cpp_builder  # noqa: F401
 
     _emit({"ready": True, "info": _info_in_child()})
     children: dict[int, Any] = {}

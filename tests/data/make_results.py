@@ -1,6 +1,7 @@
-"""Writes the results documents in tests/data/ (schema fxcache-results/1, docs/contracts.md).
+"""Writes the results documents in tests/data/ (schema fxcache-results/2, docs/contracts.md).
 
-They stand for real `fxcache verify --json` output of GPU and CPU runners: every verdict,
+They stand for real `fxcache verify --json` output of GPU and CPU runners: every verdict, the
+causes a report distinguishes (a compiler failure among them), notes and an explained miss,
 several dtypes, dynamic modes and mechanisms. Regenerate with
 `python tests/data/make_results.py` (deterministic: fixed times, no absolute paths).
 """
@@ -77,6 +78,9 @@ def combo(
     misses=None,
     workload="sin_matmul",
     training=True,
+    cause=None,
+    notes=(),
+    explain=None,
 ):
     cid = (
         f"{workload}-{device}-{dtype}-{DYN[dynamic]}-{mechanism}-{'train' if training else 'infer'}"
@@ -100,7 +104,19 @@ def combo(
         else {"atol": 1e-02, "rtol": 1.6e-02},
         "hits": hits or 0,
         "misses": misses or 0,
+        "cause": cause or DEFAULT_CAUSE[verdict],
+        "notes": [dict(n) for n in notes],
+        "explain": explain,
     }
+
+
+DEFAULT_CAUSE = {
+    "safe": "hit",
+    "no-gain": "slow",
+    "unsafe": "hot-mismatch",
+    "error": "cold-error",
+    "skipped": "unsupported",
+}
 
 
 def ok_pair(cold_s, hot_s, hot_counters, recompiles=0):
@@ -142,8 +158,10 @@ def safe(device, dtype, dynamic, mechanism, cold_s, hot_s, **kw):
     )
 
 
-def skipped(device, dtype, dynamic, mechanism, reason, **kw):
-    return combo(device, dtype, dynamic, mechanism, "skipped", reason, err=(None, None), **kw)
+def skipped(device, dtype, dynamic, mechanism, reason, cause, **kw):
+    return combo(
+        device, dtype, dynamic, mechanism, "skipped", reason, err=(None, None), cause=cause, **kw
+    )
 
 
 def state(hit: bool, key: str, invalidated: list[dict[str, Any]]) -> dict[str, Any]:
@@ -183,7 +201,7 @@ def document(runner, fp, scope_key, combos, cache, matrix):
     for c in combos:
         summary[c["verdict"]] += 1
     return {
-        "schema": "fxcache-results/1",
+        "schema": "fxcache-results/2",
         "fxcache_version": "0.1.0",
         "created_at": CREATED,
         "report_id": "fxcache",
@@ -222,6 +240,8 @@ def h200(runner="gpu-h200-01"):
         hot=hot,
         hits=2,
         misses=0,
+        cause="rebuilt",
+        explain={"differs": [], "kernels_built": 6},
     )
     cold_u, _ = ok_pair(9.6, 0.03, {})
     hot_u = phase(
@@ -265,6 +285,7 @@ def h200(runner="gpu-h200-01"):
         cold=cold_c,
         hot=hot_c,
         err=(None, 2.0e-03),
+        cause="crash",
     )
     cold_e = phase(
         "error",
@@ -283,6 +304,21 @@ def h200(runner="gpu-h200-01"):
         cold=cold_e,
         hot=phase("not-run", None, {}, "", returncode=None, error="cold phase failed"),
         err=(None, None),
+        cause="cold-error",
+    )
+    cold_m, _ = ok_pair(8.7, 0.0, {})
+    mismatch = combo(
+        c,
+        "float16",
+        "false",
+        "fxgraph",
+        "error",
+        "the cold compiled output differs from eager beyond the fp64-referenced accuracy check "
+        "(compiled RMSE 4.1e-02, eager RMSE 2.0e-03); a compiler problem, not a cache problem",
+        cold=cold_m,
+        hot=phase("not-run", None, {}, "", returncode=None, error="cold result rejected"),
+        err=(None, 6.3e-02),
+        cause="compiler-mismatch",
     )
     combos = [
         safe(c, "float32", "false", "fxgraph", 8.1, 0.9),
@@ -296,12 +332,14 @@ def h200(runner="gpu-h200-01"):
         safe(c, "bfloat16-autocast", "true", "precompile", 9.6, 1.3),
         crash,
         err,
+        mismatch,
         skipped(
             c,
             "bfloat16",
             "true",
             "remote",
             "no Redis URL: pass --redis-url to check the remote cache",
+            "unsupported",
         ),
     ]
     key = "fxcache-v1-linux-x86_64-cp312-torch2.13.0+cu128-cu12.8-sm90-3f0c2a9b71de"
@@ -389,7 +427,12 @@ def t4():
         "sm75",
         "5e6f70819a2b",
         skipped(
-            "cuda", "bfloat16", "true", "precompile", "bfloat16 needs sm80+ (this GPU is sm75)"
+            "cuda",
+            "bfloat16",
+            "true",
+            "precompile",
+            "bfloat16 needs sm80+ (this GPU is sm75)",
+            "gpu-too-old",
         ),
     )
 
@@ -424,14 +467,51 @@ def cpu():
         hot=hot,
         hits=2,
         misses=0,
+        cause="rebuilt",
+        explain={"differs": [], "kernels_built": 2},
+    )
+    cold_x, hot_x = ok_pair(10.2, 9.8, {"fxgraph_cache_miss": 2, "aot_autograd_cache_miss": 1})
+    missed = combo(
+        c,
+        "float32",
+        "true",
+        "mega",
+        "no-gain",
+        "the FX graph cache missed on hot load (fxgraph_miss 2); the key differs in "
+        "inductor config freezing",
+        speedup=1.04,
+        cold=cold_x,
+        hot=hot_x,
+        hits=0,
+        misses=3,
+        cause="miss",
+        explain={
+            "differs": [{"component": "inductor_config.freezing", "cold": False, "hot": True}]
+        },
+    )
+    recompiles = {
+        "kind": "model-recompiles",
+        "text": "the second shape recompiles in cold and hot alike (guard: L['x'].size()[0] == 8)",
+        "guard": "L['x'].size()[0] == 8",
+    }
+    partial = safe(
+        c,
+        "bfloat16",
+        "true",
+        "fxgraph",
+        12.0,
+        1.3,
+        cause="partial-hit",
+        notes=[{"kind": "uncacheable", "text": "one graph AOTAutograd bypasses (a custom op)"}],
     )
     combos = [
         safe(c, "float32", "false", "fxgraph", 9.1, 1.2),
-        safe(c, "float32", "true", "fxgraph", 11.3, 1.4),
+        safe(c, "float32", "true", "fxgraph", 11.3, 1.4, notes=[recompiles]),
         safe(c, "bfloat16", "false", "fxgraph", 9.4, 1.1),
-        safe(c, "bfloat16", "true", "fxgraph", 12.0, 1.3),
+        partial,
         mega,
-        skipped("cuda", "bfloat16", "true", "fxgraph", "no CUDA device"),
+        missed,
+        skipped("cuda", "bfloat16", "true", "fxgraph", "no CUDA device", "no-device"),
     ]
     matrix = {
         "devices": ["cpu", "cuda"],

@@ -1,0 +1,191 @@
+"""The inputs of the action and its sub-actions, declared once, and their validation.
+
+The YAML passes all of an action's inputs as one JSON object (`FXCACHE_INPUTS:
+${{ toJSON(inputs) }}`), so a name exists in two places only: the `inputs:` block of the
+action file and the tables below (tests/test_action_inputs.py checks that they agree).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ci_fxcache import gha, names
+from ci_fxcache.errors import UsageError
+from ci_fxcache.verify import causes
+
+INPUTS_ENV = "FXCACHE_INPUTS"
+Check = Callable[[str, str], Any]
+
+
+def one_of(*choices: str) -> Check:
+    """The value must be one of `choices`."""
+
+    def check(name: str, value: str) -> str:
+        if value not in choices:
+            raise UsageError(f"input {name} must be one of: {' '.join(choices)} (got {value!r})")
+        return value
+
+    return check
+
+
+def boolean(name: str, value: str) -> bool:
+    """true or false."""
+    return one_of("true", "false")(name, value) == "true"
+
+
+def text(name: str, value: str) -> str:
+    """Any text (checked by the command that takes it)."""
+    return value
+
+
+def optional_number(minimum: float, positive: bool) -> Check:
+    """Empty (the command's default) or a number >= minimum (> minimum when `positive`)."""
+
+    def check(name: str, value: str) -> float | None:
+        if value == "":
+            return None
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if not (number > minimum if positive else number >= minimum):
+            kind = "a positive number" if positive else f"a number >= {minimum:g}"
+            raise UsageError(f"input {name} must be {kind} (got {value!r})")
+        return number
+
+    return check
+
+
+def required_number(name: str, value: str) -> float:
+    """A positive number."""
+    number = optional_number(0, positive=True)(name, value)
+    if number is None:
+        raise UsageError(f"input {name} must be a positive number (got '')")
+    return float(number)
+
+
+def report_id(name: str, value: str) -> str:
+    """A safe report id (names files, artifacts and the comment's marker)."""
+    try:
+        return names.check_report_id(value)
+    except UsageError as exc:
+        raise UsageError(f"input {name}: {exc}") from None
+
+
+def key_suffix(name: str, value: str) -> str:
+    """Empty, or a suffix safe inside an actions/cache key."""
+    if value == "":
+        return value
+    try:
+        return names.check_key_suffix(value)
+    except UsageError as exc:
+        raise UsageError(f"input {name}: {exc}") from None
+
+
+def redis_url(name: str, value: str) -> str:
+    """Empty (local only), or a Redis URL (masked in the log)."""
+    if value and not re.match(r"^(rediss?|unix)://", value):
+        raise UsageError(f"input {name} is not a Redis URL (use redis://host:port/db)")
+    gha.mask(value)
+    return value
+
+
+def secret(name: str, value: str) -> str:
+    """A secret: masked in the log, never written to a file."""
+    gha.mask(value)
+    return value
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input: its name in the action file and how its value is checked."""
+
+    name: str
+    check: Check
+
+
+# The matrix inputs (each passed to verify as --<name>) and the axes they set.
+MATRIX_AXES = {
+    "device": "devices",
+    "dtypes": "dtypes",
+    "dynamic": "dynamic",
+    "mechanisms": "mechanisms",
+    "training": "training",
+    "workloads": "workloads",
+}
+
+MAIN = (
+    Input("python", text),
+    *(Input(name, text) for name in [*MATRIX_AXES, "matrix-file"]),
+    Input("store", one_of("local", "github", "redis")),
+    Input("cache-root", text),
+    Input("redis-url", redis_url),
+    Input("key-suffix", key_suffix),
+    Input("read-only", one_of("auto", "true", "false")),
+    Input("save", one_of("auto", "always", "never")),
+    Input("invalidate-on-upgrade", boolean),
+    Input("min-speedup", optional_number(0, positive=False)),
+    Input("fail-on", one_of(*causes.FAIL_ON)),
+    Input("on-unsafe", one_of("disable", "keep")),
+    Input("comment", one_of("auto", "true", "false")),
+    Input("report-id", report_id),
+    Input("github-token", secret),
+    Input("signing-key", secret),
+    Input("timeout-minutes", required_number),
+)
+SAVE = (Input("python", text), Input("signing-key", secret))
+INVALIDATE = (
+    Input("python", text),
+    Input("cache-root", text),
+    Input("max-age", text),
+    Input("max-size", text),
+    Input("keep-latest", text),
+    Input("older-torch-than", text),
+    Input("target", one_of("local", "github", "redis")),
+    Input("redis-url", redis_url),
+    Input("dry-run", boolean),
+    Input("github-token", secret),
+)
+TABLES: dict[str, tuple[Input, ...]] = {
+    "action.yml": MAIN,
+    "save/action.yml": SAVE,
+    "invalidate/action.yml": INVALIDATE,
+}
+
+
+def parse(table: tuple[Input, ...], raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Check every input of `table` in `raw` (the action's inputs as JSON); UsageError on the
+    first bad one. A name missing from `raw` or not in `table` means the action file and the
+    table disagree: that is a bug of the action, reported as such."""
+    declared = {i.name for i in table}
+    stray = sorted(set(raw) - declared)
+    missing = sorted(declared - set(raw))
+    if stray or missing:
+        raise UsageError(
+            "the action's inputs and ci_fxcache/action/inputs.py disagree "
+            f"(undeclared: {stray}, not passed: {missing}): reinstall the action"
+        )
+    values: dict[str, Any] = {}
+    for spec in table:
+        value = raw[spec.name]
+        values[spec.name] = spec.check(spec.name, "" if value is None else str(value).strip())
+    return values
+
+
+def from_env(table: tuple[Input, ...]) -> dict[str, Any]:
+    """The inputs from $FXCACHE_INPUTS, checked."""
+    text_ = os.environ.get(INPUTS_ENV)
+    if not text_:
+        raise UsageError(f"${INPUTS_ENV} is not set: 'fxcache action' runs inside the action only")
+    try:
+        raw = json.loads(text_)
+    except ValueError as exc:
+        raise UsageError(f"${INPUTS_ENV} is not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise UsageError(f"${INPUTS_ENV} is not a JSON object")
+    return parse(table, raw)

@@ -1,0 +1,167 @@
+"""`fxcache action setup`: from the checked inputs and the event, every decision of the job.
+
+Trust (read-only, remote cache writes, comments), the store root and its fallback, the work
+directory, the GitHub cache keys and the save policy are resolved once here and written to a
+settings file that every later step (and the save sub-action or the end-of-job save) reads.
+Secrets are never written to it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ci_fxcache import gha
+from ci_fxcache.errors import UsageError
+from ci_fxcache.store.layout import default_root
+
+SETTINGS_ENV = "FXCACHE_ACTION_SETTINGS"
+SCHEMA = "fxcache-action-settings/1"
+PULL_REQUEST_EVENTS = ("pull_request", "pull_request_target")
+SAVE_EVENTS = ("push", "schedule")
+
+
+@dataclass
+class Settings:
+    """What setup decided; JSON in `<work>/settings.json`."""
+
+    report_id: str
+    python: str
+    fxcache: str
+    store: str
+    remote: bool  # torch's Redis remote cache is on for this job (store redis, URL, trusted)
+    root: str
+    work: str
+    read_only: bool
+    untrusted: str | None
+    comment: bool
+    save: str
+    upload: bool  # store github: this run may upload a new cache entry
+    timeout_s: int
+    gha_path: str = ""
+    gha_key: str = ""
+    gha_prefix: str = ""
+    notes: list[str] = field(default_factory=list)
+    schema: str = SCHEMA
+
+    @property
+    def state_file(self) -> Path:
+        return Path(self.work) / "restore-state.json"
+
+    @property
+    def results(self) -> Path:
+        return Path(self.work) / "results.json"
+
+    @property
+    def markdown(self) -> Path:
+        return Path(self.work) / "report.md"
+
+    @property
+    def verify_rc(self) -> Path:
+        return Path(self.work) / "verify-rc"
+
+    @property
+    def saved_marker(self) -> Path:
+        return Path(self.work) / "saved.json"
+
+    @property
+    def path(self) -> Path:
+        return Path(self.work) / "settings.json"
+
+    def write(self) -> Path:
+        self.path.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+        return self.path
+
+
+def load(path: str | None = None) -> Settings:
+    """The settings setup wrote (`path`, else $FXCACHE_ACTION_SETTINGS); UsageError if none."""
+    where = path or os.environ.get(SETTINGS_ENV, "")
+    if not where:
+        raise UsageError(
+            "no fxcache settings in this job: run the fxcache action "
+            "(uses: fxcache/fxcache-action@v1) earlier in the job"
+        )
+    try:
+        data = json.loads(Path(where).read_text(encoding="utf-8"))
+        if data.get("schema") != SCHEMA:
+            raise ValueError(f"schema {data.get('schema')!r}")
+        return Settings(**data)
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        raise UsageError(f"unreadable fxcache settings {where}: {exc}") from None
+
+
+def runner_temp() -> Path:
+    """$RUNNER_TEMP (emptied after every job), else the system's temporary directory."""
+    return Path(os.environ.get("RUNNER_TEMP") or tempfile.gettempdir())
+
+
+def writable_problem(path: Path) -> str | None:
+    """None when `path` is (or can be made) a directory we can write, else why not."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".fxcache-probe-"):
+            pass
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def store_root(cache_root: str) -> tuple[Path, str | None]:
+    """The store root (the input, else the default) and, when it is not writable, a fallback
+    under $RUNNER_TEMP with the warning to give."""
+    root = Path(cache_root).expanduser() if cache_root else default_root()
+    problem = writable_problem(root)
+    if problem is None:
+        return root.absolute(), None
+    fallback = runner_temp() / "fxcache-store"
+    again = writable_problem(fallback)
+    if again is not None:
+        raise UsageError(f"neither {root} ({problem}) nor {fallback} ({again}) is writable")
+    return fallback.absolute(), (
+        f"cache root {root} is not writable ({problem}); using {fallback} for this job "
+        "(nothing is kept for later jobs: set cache-root to a writable directory)"
+    )
+
+
+def comment_decision(choice: str, event: str, fork: str | None, number: int | None) -> bool:
+    """Comment on the pull request? `auto`: on pull requests whose token can write."""
+    if choice != "auto":
+        return choice == "true"
+    if event not in PULL_REQUEST_EVENTS or number is None:
+        return False
+    if event == "pull_request" and fork:
+        gha.say(
+            "notice",
+            "pull request from a fork: its token cannot comment; the fxcache-comment-fork "
+            "workflow posts the report",
+        )
+        return False
+    return True
+
+
+def upload_decision(save: str, store: str, read_only: bool, payload: dict[str, Any] | None) -> bool:
+    """May this run upload a new GitHub cache entry? Never when read-only or `save: never`;
+    `auto`: push and schedule runs on the default branch (the entries every branch and pull
+    request can restore; a pull request's own entries serve only that pull request)."""
+    if store != "github" or read_only or save == "never":
+        return False
+    if save == "always":
+        return True
+    event = os.environ.get("GITHUB_EVENT_NAME", "")
+    branch = ((payload or {}).get("repository") or {}).get("default_branch")
+    return (
+        event in SAVE_EVENTS
+        and bool(branch)
+        and os.environ.get("GITHUB_REF") == (f"refs/heads/{branch}")
+    )
+
+
+def fxcache_executable() -> str:
+    """This toolkit's `fxcache` (for the end-of-job save, which has no step outputs)."""
+    exe = Path(sys.executable).with_name("fxcache")
+    return str(exe if exe.exists() else Path(sys.argv[0]).absolute())

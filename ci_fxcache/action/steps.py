@@ -1,0 +1,305 @@
+"""The action's steps: each reads the checked inputs and setup's settings, runs fxcache
+commands in this process, and writes the step outputs. Outputs are declared in OUTPUTS."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ci_fxcache import cli, comment, gha
+from ci_fxcache.action import inputs as inp
+from ci_fxcache.action.settings import (
+    SETTINGS_ENV,
+    Settings,
+    comment_decision,
+    fxcache_executable,
+    load,
+    runner_temp,
+    store_root,
+    upload_decision,
+)
+from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
+from ci_fxcache.store import trust
+
+# The main action's outputs: name -> id of the step that writes it (action.yml's `outputs:`
+# maps each to `steps.<id>.outputs.<name>`; tests/test_action_inputs.py checks it).
+OUTPUTS = {
+    "cache-key": "restore",
+    "cache-hit": "restore",
+    "safe-combos": "report",
+    "unsafe-count": "report",
+    "report-json": "verify",
+    "report-markdown": "report",
+}
+REDIS_URL_ENV = "FXCACHE_REDIS_URL"
+SIGNING_KEY_ENV = "FXCACHE_SIGNING_KEY"
+TOKEN_ENV = "FXCACHE_GITHUB_TOKEN"
+
+
+def _set_env(name: str, value: str | None) -> None:
+    if value:
+        os.environ[name] = value
+    else:
+        os.environ.pop(name, None)
+
+
+def _matrix_flags(values: dict[str, Any]) -> list[str]:
+    """verify's matrix flags for the matrix inputs that are set (empty: verify's default)."""
+    flags = [(f"--{name}", values[name]) for name in [*inp.MATRIX_AXES, "matrix-file"]]
+    return [arg for flag, value in flags if value for arg in (flag, value)]
+
+
+def setup() -> int:
+    """Check every input (and the verification matrix) before anything is touched, decide
+    trust and defaults, write the settings file and the step outputs."""
+    from ci_fxcache import fingerprint, plan, scopekey
+
+    values = inp.from_env(inp.MAIN)
+    axes = {axis: values[name] or None for name, axis in inp.MATRIX_AXES.items()}
+    plan.combos(axes, values["matrix-file"] or None)
+    event = os.environ.get("GITHUB_EVENT_NAME", "")
+    payload = trust.event_payload()
+    untrusted = trust.untrusted_reason()
+    fork = trust.fork_reason(payload) if event.startswith("pull_request") else None
+    read_only = values["read-only"] == "true" or untrusted is not None
+    store = values["store"]
+    notes: list[str] = []
+    remote = False
+    if store == "redis":
+        if not values["redis-url"]:
+            notes.append(
+                "store redis without a redis-url (a fork's run has no secrets): local only"
+            )
+        elif read_only:
+            notes.append(
+                "read-only run: torch's Redis remote cache stays off, so nothing reaches the "
+                "shared cache (local only)"
+            )
+        else:
+            remote = True
+    for note in notes:
+        gha.say("notice", note)
+    root, problem = store_root(values["cache-root"])
+    if problem:
+        gha.warn(problem)
+    work = runner_temp() / "fxcache" / values["report-id"]
+    work.mkdir(parents=True, exist_ok=True)
+    number = comment.pull_number_from_event(os.environ.get("GITHUB_EVENT_PATH"))
+    if number is not None:  # for the fork follow-up workflow (it uploads this directory)
+        (work / "pr-number").write_text(f"{number}\n", encoding="utf-8")
+    settings = Settings(
+        report_id=values["report-id"],
+        python=values["python"] or "python3",
+        fxcache=fxcache_executable(),
+        store=store,
+        remote=remote,
+        root=str(root),
+        work=str(work),
+        read_only=read_only,
+        untrusted=untrusted,
+        comment=comment_decision(values["comment"], event, fork, number),
+        save=values["save"],
+        upload=upload_decision(values["save"], store, read_only, payload),
+        timeout_s=max(1, round(values["timeout-minutes"] * 60)),
+        notes=notes,
+    )
+    if store == "github":
+        # actions/cache entries are immutable: save under a unique key (scope, suffix, run,
+        # attempt), restore the newest entry of this scope by prefix; `path` must not change.
+        scope = scopekey.scope_key(fingerprint.collect(settings.python))
+        suffix = values["key-suffix"]
+        settings.gha_prefix = f"{scope}-{suffix + '-' if suffix else ''}"
+        run_id = os.environ.get("GITHUB_RUN_ID", "0")
+        attempt = os.environ.get("GITHUB_RUN_ATTEMPT", "1")
+        settings.gha_key = f"{settings.gha_prefix}run{run_id}.{attempt}"
+        settings.gha_path = str(root / scope)
+    path = settings.write()
+    gha.set_output("settings", str(path))
+    gha.set_output("gha-path", settings.gha_path)
+    gha.set_output("gha-key", settings.gha_key)
+    gha.set_output("gha-restore-prefix", settings.gha_prefix)
+    gha.export_env(SETTINGS_ENV, str(path))  # for the save sub-action and the end-of-job save
+    gha.export_env("FXCACHE_PYTHON", settings.python)  # later fxcache commands serve it too
+    print(
+        f"fxcache: store {store} at {root}, read-only {str(read_only).lower()}"
+        + (f" ({untrusted})" if untrusted else "")
+        + f", comment {str(settings.comment).lower()}, remote cache {str(remote).lower()}"
+    )
+    return 0
+
+
+def restore() -> int:
+    """`fxcache restore` into the settings' root (trust decides read-only by itself)."""
+    values = inp.from_env(inp.MAIN)
+    s = load()
+    argv = ["restore", "--python", s.python, "--root", s.root, "--state-file", str(s.state_file)]
+    argv += ["--store", "redis" if s.remote else "local"]
+    if values["read-only"] == "true":
+        argv.append("--read-only")
+    if not values["invalidate-on-upgrade"]:
+        argv.append("--no-invalidate-on-upgrade")
+    _set_env(SIGNING_KEY_ENV, values["signing-key"])
+    _set_env(REDIS_URL_ENV, values["redis-url"] if s.remote else None)
+    return cli.main(argv)
+
+
+def verify() -> int:
+    """`fxcache verify`; a failed fail-on check is kept for the last step, so that the report
+    and the comment are still written."""
+    values = inp.from_env(inp.MAIN)
+    s = load()
+    argv = ["verify", "--python", s.python, "--phase", "auto", "--json", str(s.results)]
+    argv += ["--timeout", str(s.timeout_s), "--report-id", s.report_id]
+    if s.state_file.is_file():
+        state = json.loads(s.state_file.read_text(encoding="utf-8"))
+        argv += ["--cache-dir", str(state["verify_dir"]), "--cache-state", str(s.state_file)]
+    argv += _matrix_flags(values)
+    if values["min-speedup"] is not None:
+        argv += ["--min-speedup", str(values["min-speedup"])]
+    argv += ["--fail-on", values["fail-on"]]
+    _set_env(REDIS_URL_ENV, values["redis-url"] if s.remote else None)
+    rc = cli.main(argv)
+    if rc == EXIT_CHECK_FAILED and s.results.is_file():
+        s.verify_rc.write_text(f"{rc}\n", encoding="utf-8")
+        rc = 0
+    if rc == 0:
+        gha.set_output("report-json", str(s.results))
+    return rc
+
+
+def report() -> int:
+    """Render the report (summary, outputs); on unsafe combinations disable the caches for
+    the rest of the job unless `on-unsafe: keep`."""
+    values = inp.from_env(inp.MAIN)
+    s = load()
+    rc = cli.main(["report", str(s.results), "--format", "md", "-o", str(s.markdown)])
+    if rc:
+        return rc
+    summary = json.loads(s.results.read_text(encoding="utf-8")).get("summary", {})
+    unsafe = int(summary.get("unsafe", 0))
+    if unsafe and values["on-unsafe"] == "keep":
+        gha.warn(f"{unsafe} declared combination(s) unsafe; caches stay enabled (on-unsafe: keep)")
+    elif unsafe:
+        gha.export_env("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+        gha.warn(
+            f"{unsafe} declared combination(s) unsafe; Inductor caches are disabled for the rest "
+            "of this job (TORCHINDUCTOR_FORCE_DISABLE_CACHES=1)"
+        )
+    return 0
+
+
+def post_comment() -> int:
+    """The sticky pull-request comment, when setup decided so."""
+    values = inp.from_env(inp.MAIN)
+    s = load()
+    if not s.comment:
+        print("fxcache: no pull-request comment for this run")
+        return 0
+    _set_env(TOKEN_ENV, values["github-token"])
+    argv = ["comment", str(s.results), "--report-id", s.report_id, "--token-env", TOKEN_ENV]
+    return cli.main(argv)
+
+
+def conclude() -> int:
+    """Fail the step when verify's fail-on check failed (verify said why, once)."""
+    s = load()
+    if not s.verify_rc.is_file():
+        return 0
+    print("fxcache: failing: the verification did not pass fail-on (see the error above)")
+    return int(s.verify_rc.read_text().strip() or EXIT_CHECK_FAILED)
+
+
+def _save_result(s: Settings, post: bool) -> dict[str, Any]:
+    from ci_fxcache.commands.save import save_state
+
+    if s.save == "never":
+        return {"saved": False, "reason": "save: never"}
+    if not s.state_file.is_file():
+        return {"saved": False, "reason": "the fxcache action stopped before restoring"}
+    key = os.environ.get(SIGNING_KEY_ENV) or None
+    if not post:
+        key = inp.from_env(inp.SAVE)["signing-key"] or key
+    return save_state(s.state_file, Path(s.root), key)
+
+
+def save(post: bool = False) -> int:
+    """Commit the restored scope (save sub-action, or the end-of-job save with `post`), once
+    per job; outputs `saved`, and `upload` with `gha-path` / `gha-key` for store github."""
+    if post and not os.environ.get(SETTINGS_ENV):
+        print("fxcache: end-of-job save: the fxcache action did not set up (nothing to save)")
+        return 0
+    s = load()
+    if s.saved_marker.is_file():
+        done = json.loads(s.saved_marker.read_text(encoding="utf-8"))
+        print(f"fxcache: already saved in this job (saved: {str(done['saved']).lower()})")
+        return 0
+    result = _save_result(s, post)
+    upload = bool(result["saved"]) and s.upload and int(result.get("added", 0)) > 0
+    if s.store == "github" and result["saved"]:
+        if not s.upload:
+            print("fxcache: no new GitHub cache entry: the save policy does not upload this run")
+        elif not upload:
+            print("fxcache: no new GitHub cache entry: this run added nothing to the cache")
+        elif post:
+            upload = False
+            gha.warn(
+                "store github: this run added to the cache, but only the save sub-action "
+                "(uses: fxcache/fxcache-action/save@v1, last step of the job) can upload it"
+            )
+    s.saved_marker.write_text(json.dumps(result) + "\n", encoding="utf-8")
+    print(json.dumps(result, indent=2))
+    gha.set_output("saved", str(bool(result["saved"])).lower())
+    gha.set_output("upload", str(upload).lower())
+    gha.set_output("gha-path", s.gha_path)
+    gha.set_output("gha-key", s.gha_key)
+    return 0
+
+
+def invalidate() -> int:
+    """The invalidate sub-action: `fxcache invalidate --json`, kept in a file."""
+    values = inp.from_env(inp.INVALIDATE)
+    argv = ["invalidate", "--json"]
+    for name in ("cache-root", "max-age", "max-size", "keep-latest", "older-torch-than"):
+        if values[name]:
+            argv += ["--root" if name == "cache-root" else f"--{name}", values[name]]
+    if values["target"] != "local":
+        argv.append(f"--{values['target']}")
+    if values["dry-run"]:
+        argv.append("--dry-run")
+    _set_env(REDIS_URL_ENV, values["redis-url"])
+    _set_env("GITHUB_TOKEN", values["github-token"])
+    out = runner_temp() / "fxcache" / f"invalidate-{values['target']}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        rc = cli.main(argv)
+    print(buffer.getvalue(), end="")
+    if rc == 0:
+        out.write_text(buffer.getvalue(), encoding="utf-8")
+        gha.set_output("report-json", str(out))
+    return rc
+
+
+STEPS: dict[str, Callable[[], int]] = {
+    "setup": setup,
+    "restore": restore,
+    "verify": verify,
+    "report": report,
+    "comment": post_comment,
+    "conclude": conclude,
+    "save": save,
+    "post-save": lambda: save(post=True),
+    "invalidate": invalidate,
+}
+
+
+def run(step: str) -> int:
+    """Run one step; UsageError for an unknown one."""
+    if step not in STEPS:
+        raise UsageError(f"unknown action step {step!r}")
+    return STEPS[step]()

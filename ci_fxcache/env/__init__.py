@@ -1,0 +1,2 @@
+"""The environment stage: facts about the runner, the user's interpreter and its torch, and how
+two runners differ."""

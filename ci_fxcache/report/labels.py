@@ -1,0 +1,103 @@
+"""The report's vocabulary: one label per combination, short words per cause, number formats.
+
+Every place that names a combination (top lines, table, chart, recommendations, fleet matrix,
+text format) calls `combo_label`, so an entry reads the same everywhere: dtype, dynamic mode,
+mechanism, always in that order (`bf16 dynamic precompile`), prefixed by the workload, device
+or training mode only where the report holds more than one of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+EMOJI = {"safe": "✅", "no-gain": "🟡", "unsafe": "❌", "error": "💥", "skipped": "⏭️"}
+ISSUE_MARK = "⚠️"  # a known upstream issue concerns this combination
+_DTYPE_SHORT = (("bfloat16", "bf16"), ("float16", "fp16"), ("float32", "fp32"), ("float64", "fp64"))
+_DYNAMIC_WORD = {"false": "static", "true": "dynamic", "mark": "mark_dynamic"}
+# The fields that only enter a label (and a table column) when they vary within a report.
+VARYING_FIELDS = ("workload", "device", "training")
+
+# What each cause means, in a few words (schema v2 `cause`; docs/reports.md lists them).
+CAUSE_WORDS = {
+    "hit": "hot load hit",
+    "partial-hit": "hit; an uncacheable part recompiled",
+    "miss": "the cache missed",
+    "rebuilt": "hit, but kernels were rebuilt",
+    "slow": "hit, but too little speedup",
+    "hot-mismatch": "wrong values on hot load",
+    "recompile": "recompiled on hot load",
+    "crash": "crashed on hot load",
+    "timeout": "hung on hot load",
+    "hot-error": "failed on hot load",
+    "cold-error": "compile failed: compiler, not cache",
+    "compiler-mismatch": "compiled differs from eager: compiler, not cache",
+    "not-run": "did not run",
+    "no-device": "no such device here",
+    "torch-too-old": "needs a newer torch",
+    "gpu-too-old": "the GPU is too old",
+    "unsupported": "not supported here",
+}
+# Failures the report attributes to the compiler: no cache advice for them.
+COMPILER_CAUSES = frozenset({"cold-error", "compiler-mismatch"})
+
+
+def short_dtype(dtype: str) -> str:
+    """`bfloat16` -> `bf16` (also inside compound names such as `bfloat16-autocast`)."""
+    for long, short in _DTYPE_SHORT:
+        dtype = dtype.replace(long, short)
+    return dtype
+
+
+def dynamic_word(value: Any) -> str:
+    """`"false"` -> `static`, `"true"` -> `dynamic`, `"mark"` -> `mark_dynamic`."""
+    text = str(value).lower()  # also turns a JSON boolean into "true"/"false"
+    return _DYNAMIC_WORD.get(text, text)
+
+
+def training_word(value: Any) -> str:
+    return "train" if value else "inference"
+
+
+def field_word(combo: dict[str, Any], name: str) -> str:
+    """How a varying field reads in a label or heading."""
+    if name == "training":
+        return training_word(combo.get("training"))
+    return str(combo.get(name))
+
+
+def varying_fields(combos: list[dict[str, Any]]) -> tuple[str, ...]:
+    """Which of workload, device, training take more than one value among `combos`."""
+    return tuple(n for n in VARYING_FIELDS if len({field_word(c, n) for c in combos}) > 1)
+
+
+def constant_heading(combo: dict[str, Any] | None, varying: tuple[str, ...]) -> str:
+    """'sin_matmul · cuda · train': the fields that are not `varying` (labels omit them)."""
+    if combo is None:
+        return ""
+    return " · ".join(field_word(combo, n) for n in VARYING_FIELDS if n not in varying)
+
+
+def combo_label(combo: dict[str, Any], varying: tuple[str, ...] = ()) -> str:
+    """`bf16 dynamic precompile`, prefixed by the varying fields (`resnet cuda train ...`)."""
+    bits = [field_word(combo, n) for n in varying]
+    bits += [
+        short_dtype(str(combo["dtype"])),
+        dynamic_word(combo["dynamic"]),
+        str(combo["mechanism"]),
+    ]
+    return " ".join(bits)
+
+
+def fmt_seconds(value: Any) -> str:
+    return "–" if value is None else f"{float(value):.2f}"
+
+
+def fmt_speedup(value: Any) -> str:
+    return "–" if value is None else f"{float(value):.1f}x"
+
+
+def fmt_err(value: Any) -> str:
+    if value is None:
+        return "–"
+    v = float(value)
+    return "0" if v == 0 else f"{v:.1e}"

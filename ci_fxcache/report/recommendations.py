@@ -1,0 +1,77 @@
+"""Recommendations: for each problem row, the single best alternative this run verified as safe.
+
+Alternatives are chosen only among combinations that the same run verified as safe, on the same
+environment, for the same workload, device and training mode. Failures the report attributes to
+the compiler get no cache advice; "disable the cache" is said once, after the lines.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ci_fxcache.report.labels import COMPILER_CAUSES, fmt_speedup
+
+DISABLE_LINE = "Where no alternative fits, disable the cache for that model."
+NOTHING_SAFE = "nothing for this model was verified safe in this run"
+NOT_THE_CACHE = (
+    "not a cache problem: fix or report the compile (see its log); no cache change helps"
+)
+
+
+def same_model(c: dict[str, Any]) -> tuple[str, str, str]:
+    """What an alternative must share with the problem row: workload, device, training mode."""
+    return (str(c["workload"]), str(c["device"]), str(c.get("training")))
+
+
+def _rank(bad: dict[str, Any], good: dict[str, Any]) -> int:
+    """How small a change `good` is from `bad` (lower is smaller)."""
+    same_dtype = good["dtype"] == bad["dtype"]
+    same_dyn = str(good["dynamic"]) == str(bad["dynamic"])
+    same_mech = good["mechanism"] == bad["mechanism"]
+    if same_dtype and same_mech:
+        return 0  # only the dynamic mode changes
+    if same_dtype and same_dyn:
+        return 1  # only the cache mechanism changes
+    if "autocast" in str(good["dtype"]) and same_dyn:
+        return 2  # keeps the shapes dynamic and bf16 speed, through autocast over an fp32 model
+    if same_dtype:
+        return 3
+    if same_dyn and same_mech:
+        return 4
+    return 5
+
+
+def best_alternative(
+    bad: dict[str, Any], safe_by_model: dict[tuple[str, str, str], list[dict[str, Any]]]
+) -> dict[str, Any] | None:
+    """The smallest verified-safe change from `bad` (fastest first among equals), or None."""
+    candidates = safe_by_model.get(same_model(bad), [])
+    if not candidates:
+        return None
+    return min(
+        candidates,
+        key=lambda g: (_rank(bad, g), -float(g.get("speedup") or 0), str(g["id"])),
+    )
+
+
+def advice(
+    bad: dict[str, Any], cause: str, alternative: dict[str, Any] | None, alt_label: str
+) -> str:
+    """What to do instead of `bad`, in one clause (without its label)."""
+    if cause in COMPILER_CAUSES:
+        return NOT_THE_CACHE
+    if alternative is None:
+        return NOTHING_SAFE
+    speed = fmt_speedup(alternative.get("speedup"))
+    if "autocast" in str(alternative["dtype"]):
+        return f"use {alt_label}: an fp32 model under autocast (verified safe, {speed})"
+    return f"use {alt_label} (verified safe, {speed})"
+
+
+def group_safe(combos: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    """Safe combinations by model, for `best_alternative`."""
+    out: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for c in combos:
+        if c["verdict"] == "safe":
+            out.setdefault(same_model(c), []).append(c)
+    return out

@@ -1,0 +1,79 @@
+"""Reading the files and values a user hands to a command: one line and exit 2 when they are bad.
+
+Every command reads user files (matrix files, results documents, cache state, templates) through
+these helpers, so a missing, binary, non-UTF-8, truncated or absurdly nested file is a usage error
+that names the file and the problem, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from ci_fxcache.errors import UsageError
+
+
+def read_text(path: str | Path, label: str) -> str:
+    """The UTF-8 text of `path`; `label` names it in the message (e.g. '--matrix-file F')."""
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{label}: is a directory, not a file")
+    try:
+        return p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{label}: no such file") from None
+    except OSError as exc:
+        raise UsageError(f"{label}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{label}: not UTF-8 text (byte {exc.start}); is it a binary file?"
+        ) from None
+
+
+def parse_json(text: str, label: str) -> Any:
+    """Parsed JSON; a usage error for malformed or absurdly nested documents."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"{label}: not valid JSON (line {exc.lineno}: {exc.msg}); was the file truncated?"
+        ) from None
+    except RecursionError:
+        raise UsageError(f"{label}: nested too deeply to be a real document") from None
+
+
+def parse_yaml(text: str, label: str) -> Any:
+    """Parsed YAML (safe loader); a usage error for malformed or absurdly nested documents."""
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UsageError(f"{label}: malformed YAML{where}: {problem}") from None
+    except RecursionError:
+        raise UsageError(f"{label}: nested too deeply to be a real document") from None
+
+
+def finite_float(text: str) -> float:
+    """argparse type: a finite number (`nan` and `inf` are usage errors)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number") from None
+    return value
+
+
+def output_dir(path: str | Path, label: str) -> Path:
+    """A directory the command may create or reuse; a usage error when a file is in the way."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"{label}: {p} exists and is not a directory")
+    return p

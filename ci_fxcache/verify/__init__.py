@@ -1,0 +1,1 @@
+"""Verification: the matrix, the runner and the verdicts (docs/verify.md)."""

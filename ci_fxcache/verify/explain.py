@@ -1,0 +1,163 @@
+"""Why a hot phase missed or rebuilt: the parts of torch's cache keys that differ from cold.
+
+Reads the `keyinfo` each phase recorded (`ci_fxcache.worker.keyinfo`): every FX graph and
+AOTAutograd cache lookup with its key components, and the system facts the Dynamo cache checks.
+Each hot lookup that did not hit is compared with the most similar cold lookup of the same cache;
+the components whose hashes differ are what changed the key.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+CACHE_NAMES = {"fxgraph": "FX graph cache", "aotautograd": "AOTAutograd cache"}
+TAG_COMPONENT = "TORCH_COMPILE_CACHE_KEY_TAG"
+# System facts (the Dynamo cache's SystemInfo) by their readable name.
+SYSTEM_NAMES = {
+    "python_version": "Python version",
+    "torch_version": "torch version",
+    "toolkit_version": "CUDA/HIP version",
+    "triton_version": "Triton version",
+    "gpu_name": "GPU name",
+    "cache_key_tag": TAG_COMPONENT,
+}
+# Key components whose name alone is not self-explanatory.
+_COMPONENT_NAMES = {
+    "cache_key_tag": TAG_COMPONENT,
+    "torch_version": "torch source hash",
+    "system_info[device]": "GPU name",
+    "system_info[version]": "CUDA/HIP/Triton version",
+    "system_info[hash]": "GPU toolchain hash",
+    "gm": "traced FX graph",
+    "autograd_config": "functorch config",
+    "default_dtype": "default dtype",
+}
+_INDEXED = re.compile(r"^(?P<base>\w+)\[(?P<item>[^\]]+)\]$")
+_INDEXED_NAMES = {
+    "inductor_config": "inductor config {}",
+    "inductor_config_comms": "inductor comms config {}",
+    "fx_kwargs": "compile option {}",
+    "example_inputs": "input {} (dtype, shape, stride)",
+}
+
+
+def component_name(name: str) -> str:
+    """The readable name of a key component as torch names it (`inductor_config[x]`...)."""
+    if name in _COMPONENT_NAMES:
+        return _COMPONENT_NAMES[name]
+    match = _INDEXED.match(name)
+    if match and match["base"] in _INDEXED_NAMES:
+        return _INDEXED_NAMES[match["base"]].format(match["item"])
+    return name
+
+
+# Order of the differing components: the likeliest causes first.
+_FIRST = ("cache_key_tag", "torch_version", "system_info", "example_inputs", "inductor_config")
+
+
+def _rank(name: str) -> tuple[int, str]:
+    return next((i for i, p in enumerate(_FIRST) if name.startswith(p)), len(_FIRST)), name
+
+
+def _lookups(result: dict[str, Any]) -> list[dict[str, Any]]:
+    return list((result.get("keyinfo") or {}).get("lookups") or [])
+
+
+def _differing(cold: dict[str, Any], hot: dict[str, Any]) -> list[str]:
+    a, b = cold.get("components") or {}, hot.get("components") or {}
+    names = (n for n in a.keys() | b.keys() if (a.get(n) or [None])[0] != (b.get(n) or [None])[0])
+    return sorted(names, key=_rank)
+
+
+def _shown(entry: list[Any] | None) -> Any:
+    """A component's value, or its hash where the value is not text (None when absent)."""
+    if not entry:
+        return None
+    return entry[1] if entry[1] is not None else f"hash {entry[0]}"
+
+
+def _nearest(hot: dict[str, Any], cold: list[dict[str, Any]]) -> dict[str, Any] | None:
+    same = [c for c in cold if c["cache"] == hot["cache"] and c.get("components")]
+    return min(same, key=lambda c: len(_differing(c, hot)), default=None)
+
+
+def _system_differs(cold: dict[str, Any], hot: dict[str, Any]) -> list[dict[str, Any]]:
+    a = (cold.get("keyinfo") or {}).get("system") or {}
+    b = (hot.get("keyinfo") or {}).get("system") or {}
+    return [
+        {"component": label, "cold": a.get(name), "hot": b.get(name)}
+        for name, label in SYSTEM_NAMES.items()
+        if a and b and a.get(name) != b.get(name)
+    ]
+
+
+def uncacheable(cold: dict[str, Any], hot: dict[str, Any]) -> list[dict[str, str]]:
+    """Hot bypasses of a cache that the cold phase bypassed too, for the same reason."""
+    bypassed = {
+        (c["cache"], c.get("bypass_reason")) for c in _lookups(cold) if c["state"] == "bypass"
+    }
+
+    found: list[dict[str, str]] = []
+    for lookup in _lookups(hot):
+        entry = {"cache": lookup["cache"], "reason": str(lookup.get("bypass_reason") or "")}
+        seen = (lookup["cache"], lookup.get("bypass_reason"))
+        if lookup["state"] == "bypass" and seen in bypassed and entry not in found:
+            found.append(entry)
+    return found
+
+
+def explain(cold: dict[str, Any], hot: dict[str, Any]) -> dict[str, Any]:
+    """What made the hot phase miss: `{"differs", "misses", "uncacheable"}` (see the module doc).
+
+    `cold`/`hot` are the worker results. `misses` lists the hot lookups that missed or bypassed
+    where the cold phase did not bypass alike; `differs` names the key components behind them.
+    """
+    cold_lookups = _lookups(cold)
+    skipped = uncacheable(cold, hot)
+    differs: list[dict[str, Any]] = []
+    misses: list[dict[str, Any]] = []
+    for lookup in _lookups(hot):
+        if lookup["state"] == "hit":
+            continue
+        entry = {"cache": lookup["cache"], "reason": str(lookup.get("bypass_reason") or "")}
+        if lookup["state"] == "bypass" and entry in skipped:
+            continue
+        fields = ("cache", "state", "key", "bypass_reason")
+        misses.append({k: lookup[k] for k in fields if lookup.get(k)})
+        nearest = _nearest(lookup, cold_lookups)
+        if nearest is None:
+            continue
+        for name in _differing(nearest, lookup):
+            change = {
+                "component": component_name(name),
+                "cold": _shown((nearest.get("components") or {}).get(name)),
+                "hot": _shown((lookup.get("components") or {}).get(name)),
+            }
+            if change not in differs:
+                differs.append(change)
+    system = _system_differs(cold, hot)
+    differs = system + [d for d in differs if all(d["component"] != s["component"] for s in system)]
+    return {"differs": differs, "misses": misses, "uncacheable": skipped}
+
+
+def missed(combo: dict[str, Any]) -> bool:
+    """True when a results-document combo's hot load missed the cache (any schema version)."""
+    if "cause" in combo:
+        return combo["cause"] == "miss"
+    return combo.get("verdict") == "no-gain" and (
+        not combo.get("hits") or bool(combo.get("misses"))
+    )
+
+
+def summary(why: dict[str, Any], limit: int = 3) -> str:
+    """One line naming the differing components, e.g. `TORCH_COMPILE_CACHE_KEY_TAG '' -> 'x'`."""
+    parts = [f"{d['component']} {d['cold']!r} -> {d['hot']!r}" for d in why.get("differs", [])]
+    more = f" (+{len(parts) - limit} more)" if len(parts) > limit else ""
+    return "; ".join(parts[:limit]) + more
+
+
+def uncacheable_text(part: dict[str, str]) -> str:
+    """`AOTAutograd cache bypass: <torch's reason>` for a `notes` entry."""
+    reason = part["reason"].split(". ")[0].splitlines()[0] if part["reason"] else "no reason"
+    return f"{CACHE_NAMES.get(part['cache'], part['cache'])} bypass (cold and hot alike): {reason}"

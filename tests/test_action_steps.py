@@ -1,0 +1,430 @@
+"""The action's steps (`fxcache action <step>`) run as the runner runs them: inputs as JSON in
+FXCACHE_INPUTS, GitHub's default variables and event payload, $GITHUB_OUTPUT / $GITHUB_ENV
+files read back with the runner's own parsing rules."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, TORCH_PYTHON
+
+REPO_ID = 1296269
+DEFAULT_INPUTS = {
+    name: spec.get("default", "")
+    for name, spec in yaml.safe_load((ROOT / "action.yml").read_text())["inputs"].items()
+}
+
+
+def read_file_vars(path: Path) -> dict[str, str]:
+    """Parse an Actions environment file ($GITHUB_OUTPUT / $GITHUB_ENV) as the runner does:
+    `NAME=value` lines and `NAME<<DELIMITER` blocks (a later value wins)."""
+    values: dict[str, str] = {}
+    lines = path.read_text().split("\n") if path.exists() else []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if not line:
+            i += 1
+            continue
+        if "<<" in line and ("=" not in line or line.index("<<") < line.index("=")):
+            name, delimiter = line.split("<<", 1)
+            end = lines.index(delimiter, i + 1)
+            values[name] = "\n".join(lines[i + 1 : end])
+            i = end + 1
+            continue
+        name, _, value = line.partition("=")
+        values[name] = value
+        i += 1
+    return values
+
+
+def pull_request_event(
+    head_name: str = "octo-org/demo",
+    head_id: int = REPO_ID,
+    base_name: str = "octo-org/demo",
+    base_fork: bool = False,
+    head_fork: bool = False,
+) -> dict[str, Any]:
+    base = {"id": REPO_ID, "full_name": base_name, "fork": base_fork}
+    head = {"id": head_id, "full_name": head_name, "fork": head_fork}
+    return {
+        "number": 7,
+        "pull_request": {"number": 7, "head": {"repo": head}, "base": {"repo": base}},
+        "repository": {**base, "default_branch": "main"},
+    }
+
+
+class Step:
+    """One `fxcache action STEP` run: exit code, log lines, outputs and exported variables."""
+
+    def __init__(self, proc: subprocess.CompletedProcess[str], out: Path, env: Path) -> None:
+        self.proc = proc
+        self.lines = (proc.stdout + proc.stderr).splitlines()
+        self.outputs = read_file_vars(out)
+        self.env = read_file_vars(env)
+
+    @property
+    def errors(self) -> list[str]:
+        return [line for line in self.lines if line.startswith("::error::")]
+
+    def settings(self) -> dict[str, Any]:
+        return dict(json.loads(Path(self.outputs["settings"]).read_text()))
+
+
+def run_step(
+    tmp_path: Path,
+    step: str,
+    inputs: dict[str, str] | None = None,
+    event: dict[str, Any] | None = None,
+    event_name: str = "pull_request",
+    **env_overrides: str,
+) -> Step:
+    out, genv = tmp_path / "github-output", tmp_path / "github-env"
+    out.write_text("")
+    genv.write_text("")
+    event_path = tmp_path / "event.json"
+    event_path.write_text(json.dumps(pull_request_event() if event is None else event))
+    values = {**DEFAULT_INPUTS, "python": TORCH_PYTHON, "cache-root": str(tmp_path / "store")}
+    values["github-token"] = "ghs_token"
+    values.update(inputs or {})
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "FXCACHE_"))}
+    env.update(
+        {
+            "GITHUB_ACTIONS": "true",
+            "GITHUB_OUTPUT": str(out),
+            "GITHUB_ENV": str(genv),
+            "GITHUB_REPOSITORY": "octo-org/demo",
+            "GITHUB_EVENT_NAME": event_name,
+            "GITHUB_EVENT_PATH": str(event_path),
+            "GITHUB_REF": "refs/pull/7/merge",
+            "GITHUB_RUN_ID": "4242",
+            "GITHUB_RUN_ATTEMPT": "2",
+            "RUNNER_TEMP": str(tmp_path / "runner-temp"),
+            "RUNNER_TOOL_CACHE": str(tmp_path / "tool-cache"),
+            "FXCACHE_INPUTS": json.dumps(values),
+        }
+    )
+    env.update(env_overrides)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ci_fxcache", "action", step],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    return Step(proc, out, genv)
+
+
+def test_same_repository_pull_request(tmp_path: Path) -> None:
+    s = run_step(tmp_path, "setup")
+    assert s.proc.returncode == 0, s.lines
+    work = tmp_path / "runner-temp" / "fxcache" / "fxcache"
+    assert s.outputs["settings"] == str(work / "settings.json")
+    assert s.env == {
+        "FXCACHE_ACTION_SETTINGS": str(work / "settings.json"),
+        "FXCACHE_PYTHON": TORCH_PYTHON,
+    }
+    settings = s.settings()
+    assert settings["root"] == str(tmp_path / "store")
+    assert settings["read_only"] is False and settings["untrusted"] is None
+    assert settings["comment"] is True
+    assert (settings["store"], settings["remote"], settings["upload"]) == ("local", False, False)
+    assert settings["timeout_s"] == 600
+    assert (work / "pr-number").read_text() == "7\n"
+
+
+def test_pull_request_inside_a_repository_that_is_a_fork(tmp_path: Path) -> None:
+    """acme/vllm is itself a fork of vllm-project/vllm: its own pull requests (head and base
+    the same repository, `fork: true` on both) are trusted."""
+    event = pull_request_event("acme/vllm", REPO_ID, "acme/vllm", base_fork=True, head_fork=True)
+    s = run_step(tmp_path, "setup", event=event, GITHUB_REPOSITORY="acme/vllm")
+    assert s.proc.returncode == 0, s.lines
+    settings = s.settings()
+    assert settings["read_only"] is False and settings["untrusted"] is None
+    assert settings["comment"] is True
+
+
+def test_a_renamed_repository_is_still_itself(tmp_path: Path) -> None:
+    event = pull_request_event(head_name="octo-org/old-name", head_id=REPO_ID)
+    assert run_step(tmp_path, "setup", event=event).settings()["read_only"] is False
+
+
+def test_fork_pull_request_is_read_only_and_leaves_the_comment_to_the_follow_up(
+    tmp_path: Path,
+) -> None:
+    event = pull_request_event(head_name="someone/demo", head_id=REPO_ID + 1, head_fork=True)
+    s = run_step(tmp_path, "setup", event=event)
+    assert s.proc.returncode == 0, s.lines
+    settings = s.settings()
+    assert settings["read_only"] is True and settings["comment"] is False
+    assert settings["untrusted"] == "pull request from fork someone/demo"
+    assert any(line.startswith("::notice::fxcache: pull request from a fork") for line in s.lines)
+
+
+def test_a_fork_with_the_same_name_is_still_a_fork(tmp_path: Path) -> None:
+    """Only the ids decide: a fork can be named like the base repository."""
+    event = pull_request_event(head_name="octo-org/demo", head_id=REPO_ID + 1)
+    assert run_step(tmp_path, "setup", event=event).settings()["read_only"] is True
+
+
+def test_explicit_read_only_and_comment(tmp_path: Path) -> None:
+    s = run_step(tmp_path, "setup", {"read-only": "true", "comment": "false"})
+    settings = s.settings()
+    assert (settings["read_only"], settings["comment"]) == (True, False)
+    # An untrusted run stays read-only whatever the input says.
+    event = pull_request_event(head_name="someone/demo", head_id=REPO_ID + 1)
+    forked = run_step(tmp_path, "setup", {"read-only": "false", "comment": "true"}, event=event)
+    assert (forked.settings()["read_only"], forked.settings()["comment"]) == (True, True)
+
+
+def test_push_neither_comments_nor_is_read_only(tmp_path: Path) -> None:
+    event = {"repository": {"id": REPO_ID, "default_branch": "main"}}
+    s = run_step(tmp_path, "setup", event=event, event_name="push")
+    settings = s.settings()
+    assert (settings["read_only"], settings["comment"]) == (False, False)
+    assert not (tmp_path / "runner-temp/fxcache/fxcache/pr-number").exists()
+
+
+def test_store_github_keys(tmp_path: Path) -> None:
+    s = run_step(tmp_path, "setup", {"store": "github", "key-suffix": "llama"})
+    assert s.proc.returncode == 0, s.lines
+    scope = subprocess.run(
+        [sys.executable, "-m", "ci_fxcache", "key", "--python", TORCH_PYTHON],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert s.outputs["gha-path"] == str(tmp_path / "store" / scope)
+    assert s.outputs["gha-restore-prefix"] == f"{scope}-llama-"
+    assert s.outputs["gha-key"] == f"{scope}-llama-run4242.2"
+
+
+@pytest.mark.parametrize(
+    ("save", "event_name", "ref", "upload"),
+    [
+        ("auto", "push", "refs/heads/main", True),
+        ("auto", "schedule", "refs/heads/main", True),
+        ("auto", "push", "refs/heads/feature", False),
+        ("auto", "pull_request", "refs/pull/7/merge", False),
+        ("always", "pull_request", "refs/pull/7/merge", True),
+        ("never", "push", "refs/heads/main", False),
+    ],
+)
+def test_store_github_save_policy(
+    tmp_path: Path, save: str, event_name: str, ref: str, upload: bool
+) -> None:
+    event = pull_request_event() if event_name == "pull_request" else None
+    if event is None:
+        event = {"repository": {"id": REPO_ID, "default_branch": "main"}}
+    s = run_step(
+        tmp_path, "setup", {"store": "github", "save": save}, event, event_name, GITHUB_REF=ref
+    )
+    assert s.settings()["upload"] is upload
+
+
+def test_untrusted_runs_never_upload_even_with_save_always(tmp_path: Path) -> None:
+    event = pull_request_event(head_name="someone/demo", head_id=REPO_ID + 1)
+    s = run_step(tmp_path, "setup", {"store": "github", "save": "always"}, event=event)
+    assert s.settings()["upload"] is False
+
+
+def test_store_redis_without_url_runs_local_only_with_a_notice(tmp_path: Path) -> None:
+    s = run_step(tmp_path, "setup", {"store": "redis"})
+    assert s.proc.returncode == 0, s.lines
+    assert s.settings()["remote"] is False
+    notices = [line for line in s.lines if line.startswith("::notice::")]
+    assert any("store redis without a redis-url" in line for line in notices), s.lines
+
+
+def test_store_redis_is_remote_only_for_trusted_runs(tmp_path: Path) -> None:
+    url = "redis://:hunter2@cache.internal:6379/0"
+    trusted = run_step(tmp_path, "setup", {"store": "redis", "redis-url": url})
+    assert trusted.settings()["remote"] is True
+    assert "::add-mask::" + url in trusted.lines
+    assert "hunter2" not in Path(trusted.outputs["settings"]).read_text()
+    event = pull_request_event(head_name="someone/demo", head_id=REPO_ID + 1)
+    fork = run_step(tmp_path, "setup", {"store": "redis", "redis-url": url}, event=event)
+    assert fork.settings()["remote"] is False
+    assert any("nothing reaches the shared cache" in line for line in fork.lines)
+
+
+def test_unwritable_cache_root_falls_back_to_runner_temp(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    s = run_step(tmp_path, "setup", {"cache-root": str(blocker / "store")})
+    assert s.proc.returncode == 0, s.lines
+    fallback = tmp_path / "runner-temp" / "fxcache-store"
+    assert s.settings()["root"] == str(fallback) and fallback.is_dir()
+    warnings = [line for line in s.lines if line.startswith("::warning::")]
+    assert len(warnings) == 1 and f"cache root {blocker / 'store'} is not writable" in warnings[0]
+
+
+def test_unwritable_tool_cache_falls_back_to_runner_temp(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    s = run_step(tmp_path, "setup", {"cache-root": ""}, RUNNER_TOOL_CACHE=str(blocker))
+    assert s.proc.returncode == 0, s.lines
+    assert s.settings()["root"] == str(tmp_path / "runner-temp" / "fxcache-store")
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        ({"store": "s3"}, "input store must be one of: local github redis (got 's3')"),
+        ({"read-only": "yes"}, "input read-only must be one of: auto true false"),
+        ({"comment": "always"}, "input comment must be one of: auto true false"),
+        ({"fail-on": "sometimes"}, "input fail-on must be one of: never unsafe error no-gain"),
+        ({"on-unsafe": "ignore"}, "input on-unsafe must be one of: disable keep"),
+        ({"save": "sometimes"}, "input save must be one of: auto always never"),
+        ({"invalidate-on-upgrade": "1"}, "input invalidate-on-upgrade must be one of"),
+        ({"timeout-minutes": "0"}, "input timeout-minutes must be a positive number"),
+        ({"timeout-minutes": "ten"}, "input timeout-minutes must be a positive number"),
+        ({"min-speedup": "-1"}, "input min-speedup must be a number >= 0"),
+        ({"report-id": "a/b"}, "input report-id: invalid report id 'a/b'"),
+        ({"report-id": ".."}, "input report-id: invalid report id '..'"),
+        ({"report-id": "x\ny"}, "input report-id: invalid report id"),
+        ({"key-suffix": "a,b"}, "input key-suffix: invalid key suffix 'a,b'"),
+        ({"key-suffix": "team/model"}, "input key-suffix: invalid key suffix 'team/model'"),
+        ({"redis-url": "http://x"}, "input redis-url is not a Redis URL"),
+        ({"dtypes": "bf17"}, "--dtypes bf17: unknown dtype value 'bf17'"),
+        ({"workloads": "my model"}, "unknown workload 'my model'"),
+    ],
+)
+def test_bad_inputs_fail_with_one_error_line(
+    tmp_path: Path, inputs: dict[str, str], message: str
+) -> None:
+    s = run_step(tmp_path, "setup", inputs)
+    assert s.proc.returncode == 2
+    assert len(s.errors) == 1 and message in s.errors[0].replace("%0A", "\n"), s.lines
+    assert s.outputs == {} and s.env == {}
+    assert not (tmp_path / "store").exists(), "the store was touched before the inputs were checked"
+
+
+def test_inputs_that_disagree_with_the_action_file_are_a_clear_error(tmp_path: Path) -> None:
+    values = dict(DEFAULT_INPUTS, colour="blue")
+    s = run_step(tmp_path, "setup", FXCACHE_INPUTS=json.dumps(values))
+    assert s.proc.returncode == 2 and len(s.errors) == 1
+    assert "undeclared: ['colour']" in s.errors[0]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["verify", "--report-id", "a/b"],
+        ["plan", "--report-id", "../x"],
+        ["merge", "x.json", "--report-id", "a b"],
+        ["comment", "x.json", "--report-id", "<!--"],
+    ],
+)
+def test_every_command_rejects_an_unsafe_report_id(argv: list[str]) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "FXCACHE_"))}
+    env["GITHUB_ACTIONS"] = "true"
+    proc = subprocess.run([sys.executable, "-m", "ci_fxcache", *argv], env=env,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 2
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert len(lines) == 1 and lines[0].startswith("::error::fxcache: "), lines
+    assert "invalid report id" in lines[0]
+
+
+def test_outputs_survive_newlines_and_forged_delimiters(tmp_path: Path) -> None:
+    """A value with newlines, `=` and a line that looks like a heredoc cannot end the value
+    early or inject another output."""
+    from ci_fxcache import gha
+
+    out = tmp_path / "out"
+    out.write_text("")
+    evil = "a\nb=c\nEOF\nsafe-combos<<EOF\n[]\nEOF"
+    os.environ["GITHUB_OUTPUT"] = str(out)
+    try:
+        gha.set_output("report-json", evil)
+        gha.set_output("cache-hit", "true")
+        with pytest.raises(ValueError, match="not a valid name"):
+            gha.set_output("x\ny", "z")
+    finally:
+        del os.environ["GITHUB_OUTPUT"]
+    assert read_file_vars(out) == {"report-json": evil, "cache-hit": "true"}
+
+
+def test_conclude_fails_with_the_deferred_verify_status(tmp_path: Path) -> None:
+    s = run_step(tmp_path, "setup")
+    settings = s.outputs["settings"]
+    ok = run_step(tmp_path, "conclude", FXCACHE_ACTION_SETTINGS=settings)
+    assert ok.proc.returncode == 0
+    (Path(settings).parent / "verify-rc").write_text("1\n")
+    failed = run_step(tmp_path, "conclude", FXCACHE_ACTION_SETTINGS=settings)
+    assert failed.proc.returncode == 1 and failed.errors == []
+
+
+def test_save_without_the_action_is_a_clear_error_and_the_post_step_a_no_op(
+    tmp_path: Path,
+) -> None:
+    save_inputs = json.dumps({"python": "", "signing-key": ""})
+    s = run_step(tmp_path, "save", FXCACHE_INPUTS=save_inputs)
+    assert s.proc.returncode == 2 and len(s.errors) == 1
+    assert "run the fxcache action" in s.errors[0]
+    post = run_step(tmp_path, "post-save")
+    assert post.proc.returncode == 0 and post.errors == []
+    assert "nothing to save" in post.proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("on_unsafe", "disabled", "warning"),
+    [
+        ("disable", "1", "2 declared combination(s) unsafe; Inductor caches are disabled"),
+        ("keep", None, "2 declared combination(s) unsafe; caches stay enabled (on-unsafe: keep)"),
+    ],
+)
+def test_report_disables_caches_for_later_steps_when_unsafe(
+    tmp_path: Path, on_unsafe: str, disabled: str | None, warning: str
+) -> None:
+    settings = run_step(tmp_path, "setup").outputs["settings"]
+    work = Path(settings).parent
+    (work / "results.json").write_text((ROOT / "tests/data/results_h200.json").read_text())
+    s = run_step(tmp_path, "report", {"on-unsafe": on_unsafe}, FXCACHE_ACTION_SETTINGS=settings,
+                 GITHUB_STEP_SUMMARY=str(tmp_path / "summary.md"))  # fmt: skip
+    assert s.proc.returncode == 0, s.lines
+    assert s.env.get("TORCHINDUCTOR_FORCE_DISABLE_CACHES") == disabled
+    assert s.outputs["unsafe-count"] == "2"
+    assert s.outputs["report-markdown"] == str(work / "report.md")
+    assert any(line.startswith("::warning::fxcache: " + warning) for line in s.lines), s.lines
+
+
+def test_safe_results_leave_caches_on(tmp_path: Path) -> None:
+    settings = run_step(tmp_path, "setup").outputs["settings"]
+    (Path(settings).parent / "results.json").write_text(
+        (ROOT / "tests/data/results_cpu.json").read_text()
+    )
+    s = run_step(tmp_path, "report", FXCACHE_ACTION_SETTINGS=settings)
+    assert s.proc.returncode == 0 and "TORCHINDUCTOR_FORCE_DISABLE_CACHES" not in s.env
+
+
+@pytest.mark.parametrize("rel", ["action.yml", "save/action.yml", "invalidate/action.yml"])
+def test_inputs_are_declared_once(rel: str) -> None:
+    """The action file's inputs are exactly the table the toolkit checks, and every step that
+    runs the toolkit gets all of them as one JSON object."""
+    from ci_fxcache.action import inputs
+
+    doc = yaml.safe_load((ROOT / rel).read_text())
+    assert list(doc["inputs"]) == [i.name for i in inputs.TABLES[rel]]
+    for step in doc["runs"]["steps"]:
+        if "action " in step.get("run", ""):
+            assert step["env"]["FXCACHE_INPUTS"] == "${{ toJSON(inputs) }}", step["name"]
+
+
+def test_outputs_are_declared_once() -> None:
+    from ci_fxcache.action import steps
+
+    outputs = yaml.safe_load((ROOT / "action.yml").read_text())["outputs"]
+    assert {name: spec["value"] for name, spec in outputs.items()} == {
+        name: f"${{{{ steps.{step}.outputs.{name} }}}}" for name, step in steps.OUTPUTS.items()
+    }

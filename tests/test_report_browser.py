@@ -1,0 +1,232 @@
+"""The markdown report as a reader sees it: rendered like GitHub renders a PR comment, offline.
+
+GFM by cmarkgfm (GitHub's cmark fork, raw HTML allowed as on GitHub), GitHub's markdown CSS
+and Mermaid 11 from tests/browser/node_modules (`npm ci --prefix tests/browser`), Debian's
+chromium headless, the content 880 px wide (a PR comment's width). Checked in the laid-out
+page: the main table and the fleet matrix do not overflow horizontally, the verdict column is
+on screen, the chart's labels do not overlap. Screenshots are kept under
+test-artifacts/browser/ (FXCACHE_ARTIFACTS overrides the folder).
+
+Skips, with the reason, only where chromium or the npm packages are missing; under CI
+(`CI` set) a missing one fails instead, so CI always runs it.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ci_fxcache.report import render
+from tests.test_report import DATA, SHARDS, build
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULES = Path(__file__).parent / "browser" / "node_modules"
+CSS = MODULES / "github-markdown-css" / "github-markdown-light.css"
+MERMAID = MODULES / "mermaid" / "dist" / "mermaid.min.js"
+WIDTH = 880  # content width of a PR comment
+ARTIFACTS = Path(os.environ.get("FXCACHE_ARTIFACTS") or ROOT / "test-artifacts") / "browser"
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--allow-file-access-from-files",
+    "--virtual-time-budget=5000",
+)
+
+# Runs in the page once Mermaid has drawn: what a reader would see, as JSON in #fxcache-result.
+MEASURE = """
+function box(e) { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; }
+function overlap(a, b) {
+  const w = Math.min(a[2], b[2]) - Math.max(a[0], b[0]);
+  const h = Math.min(a[3], b[3]) - Math.max(a[1], b[1]);
+  return w > 0.5 && h > 0.5;
+}
+function measure(error) {
+  const article = document.querySelector('article');
+  const right = article.getBoundingClientRect().right;
+  const tables = [...article.querySelectorAll('table')].map(t => {
+    const first = t.querySelector('th');
+    const cells = [...t.querySelectorAll('tr > :first-child')];
+    return {
+      header: first ? first.textContent.trim() : '',
+      overflow: t.scrollWidth - t.clientWidth,
+      right: t.getBoundingClientRect().right,
+      first_column_hidden: cells.filter(c => c.getBoundingClientRect().right > right + 0.5
+        || c.getBoundingClientRect().width < 1).length,
+    };
+  });
+  const charts = [...article.querySelectorAll('pre.mermaid svg, div.mermaid svg, svg[id^=mermaid]')]
+    .map(svg => {
+      const texts = [...svg.querySelectorAll('text')].filter(t => t.textContent.trim());
+      const boxes = texts.map(box);
+      const clashes = [];
+      for (let i = 0; i < boxes.length; i++)
+        for (let j = i + 1; j < boxes.length; j++)
+          if (overlap(boxes[i], boxes[j]))
+            clashes.push([texts[i].textContent, texts[j].textContent]);
+      return {texts: texts.map(t => t.textContent), clashes: clashes,
+              right: svg.getBoundingClientRect().right, width: svg.getBoundingClientRect().width};
+    });
+  const result = {error: error ? String(error) : null, right: right, tables: tables,
+                  charts: charts, mermaid_blocks: article.querySelectorAll('pre.mermaid').length,
+                  height: Math.ceil(document.documentElement.scrollHeight)};
+  const pre = document.createElement('pre');
+  pre.id = 'fxcache-result';
+  pre.textContent = JSON.stringify(result);
+  document.body.appendChild(pre);
+  document.body.setAttribute('data-done', '1');
+}
+mermaid.initialize({startOnLoad: false, securityLevel: 'strict', theme: 'default'});
+mermaid.run({querySelector: 'pre.mermaid'}).then(() => measure(null), e => measure(e));
+"""
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    _missing("chromium is not installed (the README's test command installs Debian's chromium)")
+    return ""
+
+
+def _missing(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}; CI must run the browser test")
+    pytest.skip(reason)
+
+
+def _page(md: str) -> str:
+    import cmarkgfm
+    from cmarkgfm.cmark import Options
+
+    body = cmarkgfm.github_flavored_markdown_to_html(
+        md, options=Options.CMARK_OPT_UNSAFE | Options.CMARK_OPT_GITHUB_PRE_LANG
+    )
+
+    # GitHub turns ```mermaid blocks into diagrams; Mermaid reads the block's text.
+    def diagram(m: re.Match[str]) -> str:
+        return f'<pre class="mermaid">{html.escape(html.unescape(m.group(1)))}</pre>'
+
+    body = re.sub(r'<pre lang="mermaid"><code>(.*?)</code></pre>', diagram, body, flags=re.S)
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8">
+<link rel="stylesheet" href="{CSS.as_uri()}">
+<style>
+body {{ margin: 0; background: #fff; }}
+.markdown-body {{ box-sizing: content-box; width: {WIDTH}px; margin: 0; padding: 16px; }}
+#fxcache-result {{ display: none; }}
+</style></head>
+<body><article class="markdown-body">{body}</article>
+<script src="{MERMAID.as_uri()}"></script>
+<script>{MEASURE}</script>
+</body></html>
+"""
+
+
+def _chrome(browser: str, page: Path, *extra: str, height: int = 1200) -> str:
+    proc = subprocess.run(
+        [browser, *FLAGS, f"--window-size={WIDTH + 120},{height}", *extra, page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def see(md: str, name: str, tmp_path: Path) -> dict:
+    """Lay `md` out in chromium; return the measurements and keep a full-page screenshot."""
+    browser = _chromium()
+    if not (CSS.is_file() and MERMAID.is_file()):
+        _missing("tests/browser/node_modules is missing: run 'npm ci --prefix tests/browser'")
+    page = tmp_path / f"{name}.html"
+    page.write_text(_page(md), encoding="utf-8")
+    dom = _chrome(browser, page, "--dump-dom")
+    found = re.search(r'<pre id="fxcache-result">(.*?)</pre>', dom, flags=re.S)
+    assert found, "the page never finished measuring (Mermaid did not load?)"
+    result = json.loads(html.unescape(found.group(1)))
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / f"{name}.png"
+    _chrome(browser, page, f"--screenshot={shot}", height=min(result["height"], 16_000))
+    assert shot.is_file() and shot.stat().st_size > 10_000
+    result["screenshot"] = str(shot)
+    return result
+
+
+def _report_md(path: Path) -> str:
+    return render.markdown(build(path))
+
+
+def _fleet_md() -> str:
+    from ci_fxcache import merge
+
+    return render.markdown(
+        build(merge.merge([str(p) for p in [*SHARDS, DATA / "shard_h200_b.json"]]))
+    )
+
+
+def _check_tables(seen: dict, main_header: str) -> None:
+    assert seen["error"] is None, seen["error"]
+    main = [t for t in seen["tables"] if t["header"] == main_header]
+    assert main, [t["header"] for t in seen["tables"]]
+    for table in main:
+        assert table["overflow"] <= 1, f"{main_header} table overflows by {table['overflow']} px"
+        assert table["right"] <= seen["right"] + 0.5
+        assert table["first_column_hidden"] == 0  # the verdict (or combination) column shows
+
+
+def _check_charts(seen: dict, labels: list[str]) -> None:
+    assert seen["mermaid_blocks"] == len(seen["charts"]) == 1, seen
+    (chart,) = seen["charts"]
+    assert chart["clashes"] == [], chart["clashes"]
+    assert chart["right"] <= seen["right"] + 0.5
+    for label in labels:
+        assert label in chart["texts"], (label, chart["texts"])
+
+
+@pytest.mark.parametrize("name", ["results_h200", "results_cpu", "verify_real_cpu"])
+def test_single_runner_report_reads_at_comment_width(name: str, tmp_path: Path) -> None:
+    report = build(DATA / f"{name}.json")
+    seen = see(render.markdown(report), name, tmp_path)
+    _check_tables(seen, "verdict")
+    chart_labels = [r.label for r in report.sections[0].chart_rows]
+    if len(chart_labels) > 1:
+        _check_charts(seen, chart_labels)
+    else:
+        assert seen["mermaid_blocks"] == 0
+
+
+def test_fleet_report_reads_at_comment_width(tmp_path: Path) -> None:
+    seen = see(_fleet_md(), "fleet", tmp_path)
+    _check_tables(seen, "combination")
+    _check_tables(seen, "verdict")
+    assert seen["mermaid_blocks"] == 0  # the matrix is the fleet's summary
+
+
+def test_the_check_catches_an_overflowing_table_and_clashing_labels(tmp_path: Path) -> None:
+    """The measurements can fail: a 14-column table overflows, a crowded chart overprints."""
+    wide = "| verdict |" + " long column heading |" * 14 + "\n|---|" + "---|" * 14 + "\n"
+    wide += "| ✅ safe |" + " 123456789.123 |" * 14 + "\n"
+    crowded = ", ".join(f'"bf16-autocast dynamic precompile {i}"' for i in range(9))
+    chart = (
+        f"```mermaid\nxychart-beta\n    x-axis [{crowded}]\n    bar [{', '.join('1' * 9)}]\n```\n"
+    )
+    seen = see(wide + "\n" + chart, "negative-control", tmp_path)
+    (table,) = seen["tables"]
+    assert table["overflow"] > 100
+    (drawn,) = seen["charts"]
+    assert drawn["clashes"], drawn["texts"]

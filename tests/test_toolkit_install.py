@@ -1,0 +1,139 @@
+"""scripts/install-toolkit.sh run as the action runs it: locked, hash-checked dependencies in
+the toolkit's own venv, reused only after an integrity check, never reused by untrusted
+events, the redis extra only for store redis, and a preinstalled toolkit used as it is."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, TORCH_PYTHON
+from tests.test_action_steps import read_file_vars
+
+pytestmark = pytest.mark.slow
+INSTALL = ROOT / "scripts" / "install-toolkit.sh"
+
+
+@pytest.fixture
+def action(tmp_path: Path) -> Path:
+    """A copy of what the action ships (sources, lock files, the script)."""
+    dest = tmp_path / "action"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for rel in ("ci_fxcache", "toolkit", "scripts"):
+        shutil.copytree(ROOT / rel, dest / rel, ignore=ignore)
+    return dest
+
+
+def install(
+    action: Path, tmp_path: Path, **env: str
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    out = tmp_path / "output"
+    out.write_text("")
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "FXCACHE_"))}
+    full.update(
+        {
+            "FXCACHE_ACTION_ROOT": str(action),
+            "FXCACHE_BASE_PYTHON": TORCH_PYTHON,
+            "RUNNER_TOOL_CACHE": str(tmp_path / "tool-cache"),
+            "RUNNER_TEMP": str(tmp_path / "runner-temp"),
+            "GITHUB_OUTPUT": str(out),
+        }
+    )
+    full.update(env)
+    proc = subprocess.run(["bash", str(action / "scripts/install-toolkit.sh")], env=full,
+                          capture_output=True, text=True, check=False, timeout=600)  # fmt: skip
+    return proc, read_file_vars(out).get("fxcache", "")
+
+
+def _imports(exe: str, module: str) -> bool:
+    python = Path(exe).with_name("python")
+    return subprocess.run([str(python), "-c", f"import {module}"], capture_output=True,
+                          check=False).returncode == 0  # fmt: skip
+
+
+def test_install_is_isolated_locked_and_reused_after_an_integrity_check(
+    action: Path, tmp_path: Path
+) -> None:
+    proc, exe = install(action, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "installing toolkit" in proc.stdout
+    venv = Path(exe).parents[1]
+    assert venv.parent == tmp_path / "tool-cache" / "fxcache-toolkit"
+    assert re.fullmatch(r"[0-9a-f]{16}", venv.name)
+    assert (venv.parent / f"{venv.name}.sha256").is_file()
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True, check=True)
+    assert version.stdout.strip() == "fxcache 0.1.0"
+    # The toolkit's venv never sees the user's torch, and the redis extra only with store redis.
+    assert not _imports(exe, "torch") and not _imports(exe, "redis")
+    assert _imports(exe, "yaml") and _imports(exe, "jinja2")
+    # Its commands run (and may write bytecode) without breaking the recorded hash.
+    subprocess.run([exe, "key", "--python", TORCH_PYTHON], capture_output=True, check=True)
+
+    again, exe2 = install(action, tmp_path)
+    assert again.returncode == 0 and exe2 == exe, again.stdout + again.stderr
+    assert "reusing toolkit" in again.stdout and "integrity checked" in again.stdout
+
+    # Tampered: a file of the venv changed after the install -> rebuilt, with a warning.
+    site = next(venv.glob("lib/python*/site-packages"))
+    cli = site / "ci_fxcache" / "cli.py"
+    cli.write_text(cli.read_text() + "\nimport os  # planted\n")
+    tampered, exe3 = install(action, tmp_path)
+    assert tampered.returncode == 0 and exe3 == exe
+    assert "does not match its recorded hash; reinstalling" in tampered.stdout
+    assert "planted" not in cli.read_text()
+
+    # A new action version (changed sources) gets its own venv.
+    init = action / "ci_fxcache" / "__init__.py"
+    init.write_text(init.read_text() + "\n# next version\n")
+    upgraded, exe4 = install(action, tmp_path)
+    assert upgraded.returncode == 0 and exe4 != exe
+
+
+def test_store_redis_installs_the_redis_extra(action: Path, tmp_path: Path) -> None:
+    proc, exe = install(action, tmp_path, FXCACHE_STORE="redis")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _imports(exe, "redis")
+
+
+def test_a_wrong_hash_in_the_lock_stops_the_install(action: Path, tmp_path: Path) -> None:
+    lock = action / "toolkit" / "requirements.txt"
+    text = lock.read_text()
+    digest = re.search(r"filelock==\S+ \\\n\s+--hash=sha256:([0-9a-f]{64})", text)
+    assert digest, text
+    lock.write_text(text.replace(digest.group(1), "0" * 64))
+    proc, exe = install(action, tmp_path)
+    assert proc.returncode == 2 and exe == ""
+    assert "THESE PACKAGES DO NOT MATCH THE HASHES" in proc.stderr
+    assert "::error::fxcache: could not install the toolkit's locked dependencies" in proc.stdout
+
+
+def test_untrusted_events_never_reuse_a_shared_toolkit(action: Path, tmp_path: Path) -> None:
+    trusted, shared = install(action, tmp_path)
+    assert trusted.returncode == 0
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"pull_request": {"number": 1}}))
+    proc, exe = install(action, tmp_path, GITHUB_ACTIONS="true",
+                        GITHUB_EVENT_NAME="pull_request_target",
+                        GITHUB_EVENT_PATH=str(event))  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "pull_request_target event: installing a private toolkit" in proc.stdout
+    assert Path(exe).parents[1].parent == tmp_path / "runner-temp" and exe != shared
+
+
+def test_a_preinstalled_toolkit_is_used_as_it_is(action: Path, tmp_path: Path) -> None:
+    mine = str(Path(sys.executable).with_name("fxcache"))
+    proc, exe = install(action, tmp_path, FXCACHE_TOOLKIT=mine)
+    assert proc.returncode == 0 and exe == mine, proc.stdout + proc.stderr
+    assert not (tmp_path / "tool-cache").exists()
+    init = action / "ci_fxcache" / "__init__.py"
+    init.write_text(init.read_text().replace('"0.1.0"', '"0.2.0"'))
+    old, exe = install(action, tmp_path, FXCACHE_TOOLKIT=mine)
+    assert old.returncode == 2 and exe == ""
+    assert "is fxcache 0.1.0, this action needs fxcache 0.2.0" in old.stdout

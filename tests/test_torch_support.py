@@ -1,0 +1,263 @@
+"""The torch-version gates: each mechanism and option on the release that has it."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomllib
+
+from ci_fxcache import matrix, matrixrun
+from ci_fxcache.env import torch_support
+from ci_fxcache.report import known_issues
+from ci_fxcache.workerpool import worker_env
+from tests.conftest import ROOT, TORCH2_VERSION, RunFxcache, torch2_python
+
+
+@pytest.mark.parametrize(
+    ("version", "mechanism", "dynamic", "reason"),
+    [
+        ("2.13.0+cpu", "fxgraph", "false", None),
+        ("2.13.0+cpu", "precompile", "mark", None),
+        ("2.14.1+cu130", "remote", "true", None),
+        ("2.6.0", "fxgraph", "true", None),
+        ("2.6.0+cu124", "remote", "false", None),
+        (
+            "2.6.0",
+            "mega",
+            "false",
+            "mega needs torch >= 2.7 (torch.compiler.save_cache_artifacts / "
+            "load_cache_artifacts (mega-cache)); this is torch 2.6.0",
+        ),
+        ("2.7.1", "mega", "false", None),
+        (
+            "2.8.0",
+            "precompile",
+            "false",
+            "precompile needs torch >= 2.10 (torch.compiler.save_cache_artifacts() carrying "
+            "caching-precompile entries); this is torch 2.8.0",
+        ),
+        (
+            "2.9.1+cu128",
+            "precompile",
+            "true",
+            "precompile needs torch >= 2.10 (torch.compiler.save_cache_artifacts() carrying "
+            "caching-precompile entries); this is torch 2.9.1+cu128",
+        ),
+        ("2.10.0a0+git1234abc", "precompile", "false", None),
+        ("2.5.1", "fxgraph", "false", "fxcache supports torch >= 2.6; this is torch 2.5.1"),
+        ("1.13.1", "remote", "mark", "fxcache supports torch >= 2.6; this is torch 1.13.1"),
+        ("", "precompile", "false", None),
+        ("unknown", "mega", "false", None),
+    ],
+)
+def test_gate_on_version_strings(
+    version: str, mechanism: str, dynamic: str, reason: str | None
+) -> None:
+    assert torch_support.too_old(version, mechanism, dynamic) == reason
+
+
+def test_a_gated_combination_is_skipped_with_cause_torch_too_old() -> None:
+    combo = {"mechanism": "precompile", "dynamic": "true"}
+    assert torch_support.skip("2.13.0", combo) is None
+    assert torch_support.skip("2.9.1", combo) == {
+        "cause": "torch-too-old",
+        "reason": torch_support.too_old("2.9.1", "precompile", "true"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("version", "release"),
+    [
+        ("2.13.0+cpu", (2, 13, 0)),
+        ("2.10.0a0+git1234", (2, 10, 0)),
+        ("2.9.0.dev20250801", (2, 9, 0)),
+        ("2.6", (2, 6)),
+        ("", ()),
+        ("cpu", ()),
+    ],
+)
+def test_release(version: str, release: tuple[int, ...]) -> None:
+    assert torch_support.release(version) == release
+
+
+def test_every_mechanism_and_option_has_a_gate() -> None:
+    assert set(torch_support.MECHANISM_NEEDS) == set(matrix.MECHANISMS)
+    named = {n for needs in torch_support.MECHANISM_NEEDS.values() for n in needs}
+    named |= {n for needs in torch_support.DYNAMIC_NEEDS.values() for n in needs}
+    assert named | set(torch_support.OPTIONAL) == set(torch_support.OPTIONS)
+    for option in torch_support.OPTIONS.values():
+        assert option.probe[0].startswith("torch") and option.probe[1], option
+        assert option.since <= torch_support.release(torch_support.NEWEST_TESTED)[:2]
+
+
+class _NoServer:
+    """Stands in for the fork server of an older torch: the gates must skip every combination
+    before anything would run there."""
+
+    def __init__(self) -> None:
+        self.info = {"torch": "2.6.0+cu124", "cuda_capabilities": [], "hip": False}
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"a gated combination ran: {args}")
+
+
+def test_the_matrix_on_an_older_torch_skips_instead_of_running(tmp_path: Path) -> None:
+    plan = matrix.Matrix(devices=["cpu"], mechanisms=["mega", "precompile"])
+    settings = matrixrun.Settings(cache_dir=tmp_path)
+    combos, _ = matrixrun.run(_NoServer(), plan, settings, lambda _: None)  # type: ignore[arg-type]
+    assert len(combos) == 8
+    for combo in combos:
+        assert combo["verdict"] == "skipped" and combo["cause"] == "torch-too-old"
+        needs = "2.7" if combo["mechanism"] == "mega" else "2.10"
+        assert combo["reason"].startswith(f"{combo['mechanism']} needs torch >= {needs} (")
+        assert combo["reason"].endswith("; this is torch 2.6.0+cu124")
+
+
+@pytest.mark.slow
+def test_the_table_matches_each_real_torch(torch_python: str) -> None:
+    """Every option the table says a release has is there, probed by importing real torch."""
+    version, present = torch_support.probe(torch_python)
+    assert version.startswith(("2.13.0", TORCH2_VERSION))
+    assert present == torch_support.expected(version)
+    # both real versions have every option: no mechanism is gated there
+    assert [m for m in matrix.MECHANISMS if torch_support.too_old(version, m, "mark")] == []
+
+
+@pytest.mark.slow
+def test_worker_without_a_required_option_fails_with_a_clear_error(tmp_path: Path) -> None:
+    """On real torch 2.14.1 with caching_precompile removed (as on torch < 2.9), a precompile
+    phase ends with a one-line error naming the option: no traceback as the result, no crash."""
+    script = (
+        "import json, sys, torch, torch._dynamo.config as c\n"
+        "delattr(c, 'caching_precompile')\n"
+        "from _fxcache_worker import phase\n"
+        "print(json.dumps(phase.run(json.loads(sys.argv[1]))))\n"
+    )
+    spec = {
+        "phase": "cold",
+        "combo": {
+            "workload": "sin_matmul",
+            "device": "cpu",
+            "dtype": "float32",
+            "dynamic": "false",
+            "mechanism": "precompile",
+            "training": False,
+        },
+        "dir": str(tmp_path),
+        "inductor_dir": str(tmp_path / "inductor"),
+        "triton_dir": str(tmp_path / "triton"),
+        "eager": True,
+        "redis_url": None,
+        "cache_tag": "",
+    }
+    env, private = worker_env()
+    try:
+        proc = subprocess.run(
+            [torch2_python(), "-c", script, json.dumps(spec)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["status"] == "error"
+    assert result["error"] == (
+        "MissingOption: this torch has no torch._dynamo.config.caching_precompile"
+    )
+    assert result["torch_version"].startswith(TORCH2_VERSION)
+    assert not (tmp_path / "reference.pt").exists()  # it stopped before compiling anything
+
+
+@pytest.mark.slow
+def test_worker_without_an_optional_option_notes_it_and_still_judges(
+    run_fxcache: RunFxcache, tmp_path: Path
+) -> None:
+    """On real torch 2.14.1 with torch.compiler.set_stance removed (as on torch < 2.6), the hot
+    phase counts recompiles from Dynamo's graph counter and says so in a note."""
+    out = tmp_path / "r.json"
+    proc = run_fxcache(
+        "verify",
+        "--python",
+        torch2_python(),
+        "--workloads",
+        "tests.workloads.older_torch:sin_matmul",
+        "--dtypes",
+        "float32",
+        "--dynamic",
+        "true",
+        "--mechanisms",
+        "fxgraph",
+        "--training",
+        "false",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--json",
+        str(out),
+        env={"TORCHINDUCTOR_COMPILE_THREADS": "1", "FXCACHE_TEST_DROP": "set_stance"},
+        timeout=900,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (combo,) = json.loads(out.read_text())["combos"]
+    assert combo["verdict"] == "safe", combo["reason"]
+    assert combo["hot"]["recompiles"] == 0
+    assert combo["hot"]["notes"] == [
+        {
+            "kind": "torch-option-missing",
+            "text": "recompiles counted from Dynamo's graph count: this torch has no "
+            "torch.compiler.set_stance('fail_on_recompile')",
+        }
+    ]
+    # both phases run the second shape under fail_on_recompile (recompiles are classified by
+    # comparing them), so both record that they counted graphs instead
+    assert combo["cold"]["notes"] == combo["hot"]["notes"]
+
+
+def test_the_supported_range_is_stated_where_users_look() -> None:
+    stated = torch_support.supported_range()
+    assert stated == ">= 2.6 (newest tested: 2.14.1)"
+    assert f"torch {stated}" in " ".join((ROOT / "README.md").read_text().split())
+    assert f"torch {stated}" in " ".join((ROOT / "docs" / "torch-versions.md").read_text().split())
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["tool"]["ci-fxcache"]["torch"] == {
+        "minimum": "2.6",
+        "newest-tested": TORCH2_VERSION,
+    }
+    assert torch_support.NEWEST_TESTED == TORCH2_VERSION
+
+
+def test_every_known_issue_says_how_its_torch_range_was_checked() -> None:
+    import yaml
+
+    data = yaml.safe_load((ROOT / "ci_fxcache" / "data" / "known_issues.yaml").read_text())
+    assert all(entry.get("checked") for entry in data["issues"])
+    issues = {i.id: i for i in known_issues.load_builtin()}
+    unverified = {i for i, issue in issues.items() if issue.title.endswith(known_issues.UNVERIFIED)}
+    assert unverified == {e["id"] for e in data["issues"] if e.get("verified") is False}
+    assert unverified == {
+        "disabled-hot-load-precompile-bf16-dynamic",
+        "copied-cache-dir-not-reused",
+    }
+    # fixed upstream (pytorch#184850): present in torch 2.14.0's source, absent in 2.13.0's
+    autocast = {"mechanism": "precompile", "dtype": "bfloat16-autocast", "verdict": "no-gain"}
+    assert issues["precompile-autocast-guards"].applies(autocast, "2.13.0+cu128")
+    assert not issues["precompile-autocast-guards"].applies(autocast, "2.14.1+cu130")
+
+
+def test_ci_runs_exactly_the_readme_test_command_which_builds_the_second_torch() -> None:
+    readme = (ROOT / "README.md").read_text()
+    commands = re.findall(r"```bash\n(.*?)\n```", readme, re.S)
+    test_command = commands[1]
+    assert (ROOT / ".ci" / "run").read_text().rstrip().splitlines()[-1] == test_command
+    second = ".venv-torch2.14/bin/pip install -q torch==" + TORCH2_VERSION + " numpy"
+    assert f"python3 -m venv .venv-torch2.14 && {second}" in test_command

@@ -1,0 +1,120 @@
+"""Worker checks: float64-referenced accuracy, the reference loader, guard failures, timing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ci_fxcache.worker import phase
+from ci_fxcache.worker.accuracy import compare, fp64_judgement
+from ci_fxcache.worker.tolerances import tolerance
+
+F16 = tolerance("float16")
+
+
+def _truth(seed: int, n: int = 4096) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, generator=g, dtype=torch.float64) * 30
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), noise=st.floats(1e-3, 1.0), closer=st.floats(0.0, 1.0))
+def test_a_compiled_result_closer_to_float64_than_eager_is_never_wrong(
+    seed: int, noise: float, closer: float
+) -> None:
+    truth = _truth(seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    error = torch.randn(truth.shape, generator=g, dtype=torch.float64) * noise
+    eager = (truth + error).half()
+    compiled = (truth + error * closer).half()  # at most as far from the truth as eager
+    passes, _ = fp64_judgement([compiled], [eager], [truth], F16, low_precision=True)
+    assert passes
+
+
+def test_a_compiled_result_much_further_from_float64_than_eager_is_wrong() -> None:
+    truth = _truth(0)
+    eager = truth.half()
+    compiled = (truth + 0.5).half()  # off by far more than eager's rounding
+    assert not compare([compiled], [eager], F16)["close"]
+    passes, measured = fp64_judgement([compiled], [eager], [truth], F16, low_precision=True)
+    assert not passes and "RMSE vs fp64 compiled" in measured
+
+
+def test_within_tolerance_of_eager_passes_and_eager_overflow_is_not_held_against_compiled() -> None:
+    truth = _truth(1, 8)
+    eager = truth.half()
+    assert fp64_judgement([eager.clone()], [eager], [truth], F16, True)[0]
+    broken = eager.clone()
+    broken[0] = float("nan")
+    assert fp64_judgement([truth.half()], [broken], [truth], F16, True)[0]
+    assert not fp64_judgement([broken], [truth.half() + 1], [truth], F16, True)[0]
+
+
+class _Payload:
+    """Unpickling this runs `Path(marker).touch()`: what a hostile reference.pt would do."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (Path.touch, (str(self.marker),))  # type: ignore[return-value]
+
+
+def test_a_pickle_payload_in_reference_pt_cannot_execute(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    reference = tmp_path / "reference.pt"
+    torch.save({"outputs": [torch.ones(2)], "evil": _Payload(marker)}, reference)
+    with pytest.raises(RuntimeError, match="not a plain tensor file"):
+        phase.load_reference(reference)
+    assert not marker.exists()
+    # the payload is real: a loader that trusts the file runs it
+    with reference.open("rb") as f:
+        torch.load(f, weights_only=False)
+    assert marker.exists()
+
+
+def test_a_plain_reference_loads(tmp_path: Path) -> None:
+    reference = tmp_path / "reference.pt"
+    data = {
+        "inputs": (torch.ones(2), 3),
+        "dynamic_inputs": None,
+        "state": {"w": torch.zeros(1)},
+        "outputs": [torch.ones(2)],
+        "dynamic_outputs": None,
+    }
+    torch.save(data, reference)
+    loaded = phase.load_reference(reference)
+    assert torch.equal(loaded["outputs"][0], torch.ones(2)) and loaded["inputs"][1] == 3
+
+
+def test_guard_failure_lines_are_extracted() -> None:
+    message = (
+        "RuntimeError: Detected recompile when torch.compile stance is 'fail_on_recompile'. "
+        "filename: 'w.py', function name: 'fn', line number: 33\n"
+        "    triggered by the following guard failure(s):\n"
+        "    - 0/0: tensor 'x' size mismatch at index 0. expected 64, actual 40\n"
+        "    - User stack trace:\n"
+        '    -   File "w.py", line 33, in fn\n'
+    )
+    assert (
+        phase.guard_failure(message)
+        == "0/0: tensor 'x' size mismatch at index 0. expected 64, actual 40"
+    )
+    assert phase.guard_failure("RuntimeError: boom\nmore") == "RuntimeError: boom"
+
+
+def test_timer_marks_wait_for_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[int] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: synced.append(1))
+    spec = {"phase": "cold", "dir": ".", "combo": {"device": "cuda"}}
+    run = phase.PhaseRun(spec, None, None, {}, F16)  # type: ignore[arg-type]
+    run.mark("first call done")
+    assert synced == [1] and "first call done" in run.timeline
+    run.spec = {**spec, "combo": {"device": "cpu"}}
+    run.mark("second shape done")
+    assert synced == [1]
