@@ -142,3 +142,55 @@ def test_four_parallel_jobs_leave_one_valid_scope_with_every_entry(store: Store)
     assert final["state"]["set_aside"] is None
     for name, result in final["functions"].items():
         assert result["hit"] >= 1 and result["miss"] == 0 and result["close"], (name, result)
+
+
+def _verify_into(store: Store, state: dict[str, Any], out: Path) -> dict[str, Any]:
+    """`fxcache verify --phase auto` into the restored scope's verify dir, as the action runs it;
+    its results document."""
+    proc = store.run(
+        "verify",
+        *("--python", TORCH_PYTHON, "--phase", "auto", "--cache-dir", state["verify_dir"]),
+        *("--workloads", "sin_matmul", "--device", "cpu", "--dtypes", "float32"),
+        *("--dynamic", "false", "--training", "false", "--mechanisms", "fxgraph,mega"),
+        *("--json", str(out)),
+        env={"TORCHINDUCTOR_COMPILE_THREADS": "1"},
+        timeout=900,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    doc: dict[str, Any] = json.loads(out.read_text())
+    return doc
+
+
+def _committed_files(scope: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file the scope's manifest lists: its bytes and mtime."""
+    return {
+        rel: ((scope / rel).read_bytes(), (scope / rel).stat().st_mtime_ns)
+        for rel in _manifest(scope)["files"]
+    }
+
+
+@pytest.mark.slow
+def test_a_hot_only_verify_never_touches_committed_files(store: Store, tmp_path: Path) -> None:
+    """A second job's hot-only verify over a committed scope writes its logs and results
+    elsewhere: every committed file stays byte-identical and its save does not quarantine."""
+    first = store.restore(state="first.json")
+    cold = _verify_into(store, first, tmp_path / "results-first.json")
+    assert cold["settings"]["phase"] == "both"
+    saved = store.save(state="first.json")
+    assert json.loads(saved.stdout)["saved"], saved.stderr
+    scope = Path(first["scope_dir"])
+    assert any(rel.startswith("verify/") for rel in _manifest(scope)["files"])
+    before = _committed_files(scope)
+
+    second = store.restore(state="second.json")
+    assert second["hit"] and second["mode"] == "in-place", second
+    hot = _verify_into(store, second, tmp_path / "results-second.json")
+    assert hot["settings"]["phase"] == "hot"
+    assert [c["verdict"] for c in hot["combos"]].count("unsafe") == 0, hot["combos"]
+    assert _committed_files(scope) == before
+    proc = store.save(state="second.json")
+    assert json.loads(proc.stdout)["saved"], proc.stdout + proc.stderr
+    assert not (store.root / ".quarantine").exists()
+    check = store.restore("--verify", "full", state="check.json")
+    assert check["hit"] and check["quarantined"] == [], check

@@ -154,9 +154,11 @@ def run(args: argparse.Namespace) -> int:
     cache_dir = Path(args.cache_dir or tempfile.mkdtemp(prefix="fxcache-verify-")).absolute()
     userfiles.output_dir(cache_dir, "--cache-dir")
     cache_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(tempfile.mkdtemp(prefix="fxcache-run-"))
     settings = matrixrun.Settings(
         phase=args.phase,
         cache_dir=cache_dir,
+        run_dir=run_dir,
         min_speedup=args.min_speedup,
         compare=args.compare,
         fail_on=args.fail_on,
@@ -164,15 +166,18 @@ def run(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         redis_url=args.redis_url,
     )
-    server = ForkServer(python, cache_dir)
     try:
-        total = len(plan.combos())
-        if "auto" in plan.devices:
-            matrixrun.expand_devices(plan, server.info)
+        server = ForkServer(python, run_dir)
+        try:
             total = len(plan.combos())
-        combos, phase = matrixrun.run(server, plan, settings, _progress(total))
+            if "auto" in plan.devices:
+                matrixrun.expand_devices(plan, server.info)
+                total = len(plan.combos())
+            combos, phase = matrixrun.run(server, plan, settings, _progress(total))
+        finally:
+            server.close()
     finally:
-        server.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
         if temporary:
             shutil.rmtree(cache_dir, ignore_errors=True)
     settings.phase = phase
