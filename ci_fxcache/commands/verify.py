@@ -147,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--phase hot needs --cache-dir (where the cold phase recorded references)")
     if args.timeout <= 0 or (args.jobs is not None and args.jobs < 1) or args.min_speedup < 0:
         raise UsageError("--timeout and --jobs must be positive, --min-speedup not negative")
+    if args.json and args.json != "-":
+        userfiles.output_file(args.json, "--json", make_parents=True)
     cache_state = _cache_state(args.cache_state)
     python = interpreter.resolve(args.python)
     fp = fingerprint.collect(python, args.salt)
