@@ -6,11 +6,16 @@ Builds a scope of about 1 GiB of cache-like files (many small files plus some .s
 in a temporary directory, prints median wall times and ratios, and removes everything after.
 Targets: in-place restore <= 0.2 s and >= 50x faster than the archive; overlay >= 5x faster.
 The page cache is warm for every contender (nothing is dropped), which favours the archive.
+`auto` overlays are timed with a spare overlay ready (built in the background after the
+previous overlay restore, waited for outside the timing, as between two CI jobs);
+`--overlay hardlink` builds its overlay during the restore (no spare). `--verify full` is what
+a signing key implies: every file re-hashed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -57,6 +62,14 @@ def _populate(scope: Path, size_mib: int, seed: int = 0) -> tuple[int, int]:
     return files, written
 
 
+def _force(func: object, path: str, _exc: object) -> None:
+    """rmtree's error hook: make read-only directories writable; what is gone is gone (a
+    background spare build may remove its own work directory meanwhile)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.chmod(os.path.dirname(path), 0o755)
+        func(path)  # type: ignore[operator]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--python", default=sys.executable, help="interpreter with torch")
@@ -91,13 +104,22 @@ def main() -> None:
 
         counter = iter(range(10**6))
         made: list[Path] = []
+        in_place_states: list[Path] = []
 
-        def settle() -> None:
+        spares = work / "root" / ".spares"
+
+        def settle(wait_spare: bool = False) -> None:
             """Outside the timings: drop what the last run made and flush dirty pages, so no
-            contender pays for another's writeback."""
+            contender pays for another's writeback; optionally wait for a spare overlay."""
             for path in made:
                 shutil.rmtree(path, ignore_errors=True)
             made.clear()
+            for state in in_place_states:  # end the job: its lease would make the next an overlay
+                _fxcache("save", "--state-file", str(state), env=env)
+            in_place_states.clear()
+            deadline = time.monotonic() + 300
+            while wait_spare and not any(spares.glob("*")) and time.monotonic() < deadline:
+                time.sleep(0.2)
             os.sync()
 
         def restore(*extra: str) -> None:
@@ -107,6 +129,8 @@ def main() -> None:
             overlay = json.loads(state.read_text())["overlay_dir"]
             if overlay:
                 made.append(Path(overlay))
+            else:
+                in_place_states.append(state)
 
         def extract() -> None:
             target = work / f"x{next(counter)}"
@@ -117,19 +141,22 @@ def main() -> None:
                 check=True,
             )
 
-        def timed(fn: object, repeat: int) -> float:
+        def timed(fn: object, repeat: int, wait_spare: bool = False) -> float:
             samples = []
             for _ in range(repeat):
-                settle()
+                settle(wait_spare)
                 start = time.perf_counter()
                 fn()  # type: ignore[operator]
                 samples.append(time.perf_counter() - start)
-            settle()
+            settle(wait_spare)
             return statistics.median(samples)
 
         restore()  # warm-up: same page-cache state for everyone
+        settle()
         in_place = timed(restore, args.repeat)
-        overlay_auto = timed(lambda: restore("--read-only"), args.repeat)
+        in_place_full = timed(lambda: restore("--verify", "full"), args.repeat)
+        restore("--read-only")  # the first overlay restore: builds, then a spare follows
+        overlay_auto = timed(lambda: restore("--read-only"), args.repeat, wait_spare=True)
         overlay_hl = timed(lambda: restore("--read-only", "--overlay", "hardlink"), args.repeat)
         untar = timed(extract, args.repeat)
         auto_mode = json.loads(
@@ -144,16 +171,19 @@ def main() -> None:
         check = timed(lambda: mf.check(scope, manifest, False), args.repeat)
         print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         print(f"fxcache restore (in place)           : {in_place:.3f} s")
-        print(f"fxcache restore --read-only ({auto_mode:8s}): {overlay_auto:.3f} s")
+        print(f"fxcache restore (in place, full)     : {in_place_full:.3f} s  (signing key)")
+        print(f"fxcache restore --read-only ({auto_mode:8s}): {overlay_auto:.3f} s  (spare ready)")
         print(f"fxcache restore --read-only (hardlink): {overlay_hl:.3f} s")
         print(f"tar + zstd extract                   : {untar:.3f} s")
         print(f"  of restore: fast integrity check of {files} files (in-process): {check:.3f} s")
         print(f"ratio archive / in place        : {untar / in_place:.1f}x (target >= 50x)")
+        print(f"cost of full verification       : {in_place_full / in_place:.1f}x the fast restore")
         print(f"ratio archive / overlay {auto_mode:8s}: {untar / overlay_auto:.1f}x (target >= 5x)")
         print(f"ratio archive / overlay hardlink: {untar / overlay_hl:.1f}x (target >= 5x)")
         print(f"target in place <= 0.200 s: {'met' if in_place <= 0.2 else 'MISSED'}")
     finally:
-        shutil.rmtree(work, onerror=lambda f, p, e: (os.chmod(os.path.dirname(p), 0o755), f(p)))
+        time.sleep(1)  # let a background spare build notice its scope is going
+        shutil.rmtree(work, onerror=_force)
         print(f"removed {work}")
 
 

@@ -5,8 +5,9 @@ Import it in the job that uses torch.compile (it imports torch lazily, on first 
     from ci_fxcache.guard import guarded_compile
     step = guarded_compile(model, example_x)          # torch.compile + one checked call
 
-On a mismatch beyond the dtype's tolerance (the same table `fxcache verify` uses), the guard
-logs why, sets `torch._inductor.config.force_disable_caches = True` for the rest of the
+On a mismatch beyond the dtype's tolerance (the same table `fxcache verify` uses), or when the
+compiled function fails to load or run (a corrupted cached `.so`: `BackendCompilerFailed`),
+the guard logs why, sets `torch._inductor.config.force_disable_caches = True` for the rest of the
 process, resets Dynamo and compiles again, so a bad cache entry can never reach a result.
 """
 
@@ -104,16 +105,24 @@ def guarded_compile(
     fn: Any, *example_inputs: Any, reference_fn: Any = None, **compile_kwargs: Any
 ) -> Any:
     """`torch.compile(fn)`, checked once on `example_inputs` against `reference_fn` (default:
-    `fn` itself, eager). On a mismatch: disable caches, recompile, check again; GuardError when
-    it still disagrees (then the compiler itself, not the cache, is wrong)."""
+    `fn` itself, eager). On a mismatch, or an error from the compiled call (a cached entry that
+    fails to load): disable caches, recompile, check again; GuardError when it still disagrees
+    (then the compiler itself, not the cache, is wrong); an error then propagates."""
     import torch
 
     reference = fn if reference_fn is None else reference_fn
     compiled = torch.compile(fn, **compile_kwargs)
-    check = verify_compiled(compiled, reference, *example_inputs)
-    if check:
-        return compiled
-    disable_caches(f"compiled output disagrees with the reference ({check.detail})")
+    try:
+        check = verify_compiled(compiled, reference, *example_inputs)
+    except Exception as exc:  # e.g. BackendCompilerFailed: a cached .so that does not load
+        first_line = (str(exc).strip().splitlines() or [""])[0][:300]
+        disable_caches(
+            f"compiled function failed to load or run ({type(exc).__name__}: {first_line})"
+        )
+    else:
+        if check:
+            return compiled
+        disable_caches(f"compiled output disagrees with the reference ({check.detail})")
     compiled = torch.compile(fn, **compile_kwargs)
     again = verify_compiled(compiled, reference, *example_inputs)
     if not again:

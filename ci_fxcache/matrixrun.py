@@ -33,6 +33,7 @@ class Settings:
 
     phase: str = "both"
     cache_dir: Path = Path(".")
+    run_dir: Path = Path(".")  # this run's scratch: phase logs, raw results, empty hot caches
     min_speedup: float = 2.0
     compare: str = "bitwise"
     fail_on: str = "unsafe"
@@ -187,7 +188,7 @@ class Runner:
         for name in matrix.workloads:
             if ":" not in name:
                 continue
-            work = self.settings.cache_dir / ".checks" / name.replace(":", "_")
+            work = self.settings.run_dir / ".checks" / name.replace(":", "_")
             outcome = self.server.run(
                 "check",
                 {"workload": name, "device": device},
@@ -219,7 +220,7 @@ class Runner:
             env[self._visible_variable] = slot.visible
         try:
             outcome = self.server.run(
-                "phase", spec, Path(spec["dir"]), name, self.settings.timeout, env
+                "phase", spec, self.settings.run_dir / combo.id, name, self.settings.timeout, env
             )
         finally:
             if slot is not None:
@@ -269,11 +270,13 @@ class Runner:
             self._gpu_lock.notify_all()
 
     def spec(self, combo: Combo, phase: str, tag: str) -> dict[str, Any]:
-        """The worker's phase spec; hot phases of artifact / remote mechanisms get an empty dir."""
+        """The worker's phase spec. Hot phases of artifact / remote mechanisms get an empty dir
+        in this run's scratch: what a run writes besides the cold phase's genuine cache and
+        reference never goes into `cache_dir`, whose files a store may have committed."""
         combo_dir = self.settings.cache_dir / combo.id
         base = combo_dir
         if phase == "hot" and combo.mechanism != "fxgraph":
-            base = combo_dir / "hot"
+            base = self.settings.run_dir / combo.id / "hot"
             shutil.rmtree(base, ignore_errors=True)
         return {
             "phase": phase,

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import __version__
+from ci_fxcache import __version__, userfiles
 from ci_fxcache.resultsdoc import RESULTS_SCHEMA as SCHEMA
 from ci_fxcache.verify import causes
 
@@ -52,8 +52,4 @@ def write(doc: dict[str, Any], path: str) -> None:
     if path == "-":
         print(text, end="")
         return
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(target)
+    userfiles.write_output(path, text, "--json", make_parents=True)

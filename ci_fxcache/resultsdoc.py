@@ -10,10 +10,12 @@ documents are still read: each combo gets the `cause` and `notes` that version 2
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ci_fxcache import userfiles
 from ci_fxcache.errors import UsageError
 from ci_fxcache.verify import causes
 from ci_fxcache.verify.causes import CAUSES, VERDICT_OF_CAUSE, VERDICTS
@@ -122,6 +124,11 @@ def check_results_doc(doc: Any, where: str) -> dict[str, Any]:
                 f"{where}: combos[{i}] has verdict {combo['verdict']!r}; "
                 f"expected one of {', '.join(VERDICTS)}"
             )
+        if not _is_number_or_null(combo.get("speedup")):
+            raise UsageError(
+                f"{where}: combos[{i}] has speedup {combo['speedup']!r}; "
+                "expected a finite number or null"
+            )
     if schema == RESULTS_SCHEMA_V1:
         upgraded = [upgrade_combo(c) for c in combos]
         return {
@@ -138,6 +145,12 @@ def check_results_doc(doc: Any, where: str) -> dict[str, Any]:
                 f"expected one of {', '.join(CAUSES[combo['verdict']])}"
             )
     return doc
+
+
+def _is_number_or_null(value: object) -> bool:
+    if value is None:
+        return True
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def upgrade_combo(combo: dict[str, Any]) -> dict[str, Any]:
@@ -232,20 +245,12 @@ def from_document(doc: Any, where: str) -> Results:
 
 
 def read_json(path: str | Path) -> Any:
-    """Parse a JSON file; UsageError with one line when it is missing or not JSON."""
+    """Parse a results file; UsageError with one line when it is missing, not UTF-8 or not
+    JSON."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"{p}: no such results file; run 'fxcache verify --json {p}'") from None
-    except OSError as exc:
-        raise UsageError(f"{p}: cannot read: {exc.strerror}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"{p}: not valid JSON (line {exc.lineno}: {exc.msg}); was the file truncated?"
-        ) from None
+    if not p.exists() and not p.is_symlink():
+        raise UsageError(f"{p}: no such results file; run 'fxcache verify --json {p}'")
+    return userfiles.parse_json(userfiles.read_text(p, str(p)), str(p))
 
 
 def load(path: str | Path) -> Results:

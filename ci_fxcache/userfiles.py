@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -77,3 +78,33 @@ def output_dir(path: str | Path, label: str) -> Path:
     if p.exists() and not p.is_dir():
         raise UsageError(f"{label}: {p} exists and is not a directory")
     return p
+
+
+def output_file(path: str | Path, label: str, make_parents: bool = False) -> Path:
+    """A file the command may write: a usage error when it is a directory, or when its folder
+    is missing (unless `make_parents`) or is not a folder. Check before long work."""
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{label}: {p} is a directory; give a file name")
+    for parent in (p.parent, *p.parent.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(f"{label}: {parent} is not a folder")
+            break
+        if not make_parents:
+            raise UsageError(f"{label}: folder {p.parent} does not exist; create it first")
+    return p
+
+
+def write_output(path: str | Path, text: str, label: str, make_parents: bool = False) -> None:
+    """Write a command's output file atomically (a temporary file beside it, then a rename);
+    a usage error when it cannot be written (see `output_file`)."""
+    p = output_file(path, label, make_parents)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(p)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"{label}: cannot write {p} ({exc.strerror})") from None

@@ -26,6 +26,7 @@ class Store:
         state: str = "state.json",
         env: dict[str, str] | None = None,
         ok: bool = True,
+        python: str = TORCH_PYTHON,
     ) -> dict[str, Any]:
         """Run `fxcache restore --json`; return the state object (stderr under `_stderr`)."""
         proc = self.run(
@@ -33,7 +34,7 @@ class Store:
             "--root",
             str(self.root),
             "--python",
-            TORCH_PYTHON,
+            python,
             "--json",
             "--state-file",
             str(self.root.parent / state),

@@ -392,11 +392,19 @@ def test_action_end_to_end(tmp_path: Path, fake: FakeGitHub) -> None:
     foreign = fake.add_cache("npm-linux-x64-5f1c2a", ref="refs/heads/main")
     invalidate = harness.run("invalidate", workflow="invalidate.yml")
     assert invalidate.succeeded, invalidate.log()
+    #    The scope quarantined in step 3 goes by the same policy.
+    set_aside = sorted(p.name for p in quarantine.iterdir() if p.is_dir())
+    assert set_aside, "the quarantined scope of step 3 is gone"
     dry = invalidate.json("dry.json")
-    assert [(r["scope"], r["action"]) for r in dry["rows"]] == [(scope.name, "would remove")]
+    assert sorted((r["scope"], r["action"]) for r in dry["rows"]) == sorted(
+        [(scope.name, "would remove")] + [(name, "would remove") for name in set_aside]
+    )
+    assert sorted(r["scope"] for r in dry["rows"] if r["quarantined"]) == set_aside
     real = invalidate.json("real.json")
-    assert [(r["scope"], r["action"]) for r in real["rows"]] == [(scope.name, "removed")]
-    assert not scope.exists()
+    assert sorted((r["scope"], r["action"]) for r in real["rows"]) == sorted(
+        [(scope.name, "removed")] + [(name, "removed") for name in set_aside]
+    )
+    assert not scope.exists() and list(quarantine.iterdir()) == []
     github = invalidate.json("github.json")
     assert [(r["scope"], r["action"]) for r in github["rows"]] == [(ours["key"], "removed")]
     assert fake.caches == [foreign]

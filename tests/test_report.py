@@ -245,6 +245,80 @@ def test_bad_results_files(
     assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr
 
 
+def _with_speedup(value: object) -> Any:
+    def mutate(path: Path) -> None:
+        doc = json.loads(path.read_text())
+        doc["combos"][0]["speedup"] = value
+        path.write_text(json.dumps(doc))
+
+    return mutate
+
+
+@pytest.mark.parametrize(
+    "mutate, words",
+    [
+        (lambda p: p.write_bytes(b"\xff\xfe" + p.read_bytes()), "r.json: not UTF-8 text"),
+        (lambda p: p.write_text("[" * 100_000 + "]" * 100_000), "r.json: nested too deeply"),
+        (_with_speedup("fast"), "has speedup 'fast'; expected a finite number or null"),
+        (_with_speedup(True), "has speedup True; expected a finite number or null"),
+        (_with_speedup({"x": 1}), "has speedup {'x': 1}; expected a finite number or null"),
+    ],
+    ids=["non-utf8", "nested", "speedup-text", "speedup-bool", "speedup-object"],
+)
+def test_hostile_results_files_are_one_line_for_report_and_merge(
+    run_fxcache: RunFxcache, tmp_path: Path, mutate: Any, words: str
+) -> None:
+    """Issue 10 §6: whatever a results file holds, report and merge say what is wrong in one
+    line and exit 2."""
+    path = tmp_path / "r.json"
+    path.write_text((DATA / "results_cpu.json").read_text())
+    mutate(path)
+    for argv in (["report", str(path)], ["merge", str(path), "-o", str(tmp_path / "m.json")]):
+        proc = run_fxcache(*argv)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2, (argv, proc.stderr)
+        assert len(lines) == 1 and words in lines[0], (argv, lines)
+        assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "m.json").exists()
+
+
+@pytest.mark.parametrize(
+    "target, words",
+    [
+        ("missing/out", "folder {tmp}/missing does not exist; create it first"),
+        ("adir", "{tmp}/adir is a directory; give a file name"),
+        ("afile/out", "{tmp}/afile is not a folder"),
+    ],
+    ids=["missing-folder", "directory", "under-a-file"],
+)
+def test_outputs_that_cannot_be_written_are_one_line(
+    run_fxcache: RunFxcache, tmp_path: Path, target: str, words: str
+) -> None:
+    """Issue 10 §6: `-o` of report and merge (and verify's --json, checked before any
+    compile) into a missing folder, onto a directory or under a file: one line, exit 2."""
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "afile").write_text("x")
+    out = str(tmp_path / target)
+    results = str(DATA / "results_cpu.json")
+    for argv, label in (
+        (["report", results, "-o", out], "-o"),
+        (["merge", results, "-o", out], "-o"),
+        (["report", results, "--format", "junit", "-o", out], "-o"),
+    ):
+        proc = run_fxcache(*argv)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2, (argv, proc.stderr)
+        assert lines == [f"fxcache: error: {label}: " + words.format(tmp=tmp_path)], argv
+    if target != "missing/out":  # verify makes a missing --json folder
+        proc = run_fxcache("verify", "--device", "cpu", "--json", out)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and lines == [
+            "fxcache: error: --json: " + words.format(tmp=tmp_path)
+        ], proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "afile"]
+    assert list((tmp_path / "adir").iterdir()) == []
+
+
 def test_nothing_safe_says_so() -> None:
     report = build(DATA / "results_nothing_safe.json")
     section = report.sections[0]
@@ -403,6 +477,27 @@ def test_user_template_replaces_builtin(run_fxcache: RunFxcache, tmp_path: Path)
         "report", str(DATA / "results_h200.json"), "--format", "md", "--template", str(tpl)
     )
     assert proc.returncode == 2 and "template mine.md.j2" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        (bytes(range(256)), "not UTF-8 text (byte 128); is it a binary file?"),
+        (None, "is a directory, not a file"),
+    ],
+    ids=["binary", "directory"],
+)
+def test_a_template_that_is_not_text_is_one_line(
+    run_fxcache: RunFxcache, tmp_path: Path, content: bytes | None, words: str
+) -> None:
+    tpl = tmp_path / "mine.md.j2"
+    if content is None:
+        tpl.mkdir()
+    else:
+        tpl.write_bytes(content)
+    proc = run_fxcache("report", str(DATA / "results_h200.json"), "--template", str(tpl))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"fxcache: error: --template {tpl}: {words}"]
 
 
 def _read_outputs(path: Path) -> dict[str, str]:

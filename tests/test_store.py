@@ -66,6 +66,7 @@ def test_export_lines_and_actions_files(store: Store, tmp_path: Path) -> None:
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
     inductor, triton = out.stdout.strip().split("|")
     assert inductor.endswith("/inductor") and triton.endswith("/triton")
+    assert store.save(state="s.json").returncode == 0  # the first job ends
     env_file, out_file = tmp_path / "env", tmp_path / "out"
     env_file.touch()
     out_file.touch()
@@ -173,27 +174,33 @@ def test_untrusted_events_are_read_only(
         assert state["overlay_dir"] and state["lease"] is None
 
 
-def _plant_scope(root: Path, key: str, torch_version: str, size: int) -> Path:
+def _plant_scope(
+    root: Path, key: str, torch_version: str, size: int, torch_path: str = "/elsewhere/torch"
+) -> Path:
     scope = root / key
     write_files(scope, {"inductor/x/blob": b"z" * size})
     (scope / "manifest.json").write_text(json.dumps({
         "schema": "fxcache-manifest/1", "scope_key": key, "files": {},
         "fingerprint": {"torch_version": torch_version, "cuda_version": None,
-                        "hip_version": None, "triton_version": None, "python_abi": "cp311"},
+                        "hip_version": None, "triton_version": None, "python_abi": "cp311",
+                        "torch_path": torch_path},
     }))  # fmt: skip
     return scope
 
 
-def test_upgrade_removes_stale_scopes_of_this_architecture(store: Store) -> None:
-    key = store.restore()["scope_key"]
+def test_upgrade_removes_stale_scopes_of_this_environment(store: Store) -> None:
+    current = store.restore()
+    key, here = current["scope_key"], current["fingerprint"]["torch_path"]
     old = key.replace("torch2.13.0", "torch2.12.0").rsplit("-", 1)[0] + "-0123456789ab"
+    other_env = key.replace("torch2.13.0", "torch2.11.0").rsplit("-", 1)[0] + "-0123456789cd"
     other_arch = key.replace("x86_64", "aarch64").replace("torch2.13.0", "torch2.12.0")
     size = sum(
         f.stat().st_size
-        for f in _plant_scope(store.root, old, "2.12.0+cpu", 5000).rglob("*")
+        for f in _plant_scope(store.root, old, "2.12.0+cpu", 5000, here).rglob("*")
         if f.is_file()
     )
-    _plant_scope(store.root, other_arch, "2.12.0+cpu", 10)
+    _plant_scope(store.root, other_env, "2.11.0+cpu", 10)  # another interpreter's torch
+    _plant_scope(store.root, other_arch, "2.12.0+cpu", 10, here)
     kept = store.restore("--no-invalidate-on-upgrade", state="k.json")
     assert kept["invalidated"] == [] and (store.root / old).exists()
     state = store.restore(state="u.json")
@@ -203,13 +210,16 @@ def test_upgrade_removes_stale_scopes_of_this_architecture(store: Store) -> None
     ]  # fmt: skip
     assert "torch 2.12.0+cpu -> 2.13.0+cpu: removed 1 scope, 5." in state["_stderr"]
     assert not (store.root / old).exists()
+    assert (store.root / other_env).exists()  # another environment: left to invalidate
     assert (store.root / other_arch).exists()  # another runner architecture: not ours to judge
 
 
 def test_upgrade_of_triton_only_is_seen_through_the_manifest(store: Store) -> None:
-    key = store.restore()["scope_key"]
-    same_readable = key.rsplit("-", 1)[0] + "-fedcba987654"
-    scope = _plant_scope(store.root, same_readable, "2.13.0+cpu", 10)
+    current = store.restore()
+    same_readable = current["scope_key"].rsplit("-", 1)[0] + "-fedcba987654"
+    scope = _plant_scope(
+        store.root, same_readable, "2.13.0+cpu", 10, current["fingerprint"]["torch_path"]
+    )
     manifest = json.loads((scope / "manifest.json").read_text())
     manifest["fingerprint"]["triton_version"] = "3.1.0"
     (scope / "manifest.json").write_text(json.dumps(manifest))
@@ -255,3 +265,28 @@ def test_invalidate_needs_a_policy(store: Store) -> None:
 def test_save_without_restore_is_a_usage_error(store: Store) -> None:
     proc = store.save(state="nothing.json")
     assert proc.returncode == 2 and "run 'fxcache restore' first" in proc.stderr
+
+
+def _wait_for_spare(root: Path) -> Path:
+    for _ in range(600):
+        found = list((root / ".spares").glob("*")) if (root / ".spares").is_dir() else []
+        if found:
+            return found[0]
+        time.sleep(0.1)
+    raise AssertionError("no spare overlay was built")
+
+
+def test_a_spare_overlay_is_taken_by_rename_and_checked_first(store: Store) -> None:
+    state = saved_scope(store)
+    expected = {k: v for k, v in tree_digest(state["scope_dir"]).items() if "/" in k}
+    first = store.restore("--read-only", state="ro1.json")
+    assert first["spare"] is False  # built the slow way; a spare is built behind it
+    _wait_for_spare(store.root)
+    second = store.restore("--read-only", state="ro2.json")
+    assert second["spare"] is True  # (a refill may already stand in the spare's place)
+    assert tree_digest(second["overlay_dir"]) == expected
+    # A spare that differs from the manifest is never served: discarded, overlay built anew.
+    write_files(_wait_for_spare(store.root), {"inductor/fxgraph/ev/il": b"planted"})
+    third = store.restore("--read-only", state="ro3.json")
+    assert third["spare"] is False and third["hit"]
+    assert tree_digest(third["overlay_dir"]) == expected

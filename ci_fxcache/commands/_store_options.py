@@ -31,11 +31,37 @@ def resolve_root(value: Path | None) -> Path:
     return value if value is not None else default_root()
 
 
-def default_state_file() -> Path:
-    """`$RUNNER_TEMP/fxcache-restore-state.json`, else one per user in the temp dir."""
-    base = os.environ.get("RUNNER_TEMP") or tempfile.gettempdir()
-    suffix = "" if os.environ.get("RUNNER_TEMP") else f"-{os.getuid()}"
-    return Path(base) / f"fxcache-restore-state{suffix}.json"
+STATE_FILE_ENV = "FXCACHE_STATE_FILE"
+
+
+def new_state_file() -> Path:
+    """Where a restore without --state-file writes its state: inside Actions
+    `$RUNNER_TEMP/fxcache-restore-state.json` (RUNNER_TEMP belongs to one job), elsewhere a new
+    file per restore, so unrelated shells and jobs never share one; restore exports its path
+    as FXCACHE_STATE_FILE."""
+    runner_temp = os.environ.get("RUNNER_TEMP")
+    if runner_temp and gha.in_actions():
+        return Path(runner_temp) / "fxcache-restore-state.json"
+    fd, path = tempfile.mkstemp(prefix="fxcache-restore-state-", suffix=".json")
+    os.close(fd)
+    return Path(path)
+
+
+def saved_state_file(value: Path | None) -> Path:
+    """The state file `save` reads: --state-file, else FXCACHE_STATE_FILE (exported by restore),
+    else the job's default inside Actions; UsageError when none is known."""
+    if value is not None:
+        return value
+    env = os.environ.get(STATE_FILE_ENV)
+    if env:
+        return Path(env)
+    runner_temp = os.environ.get("RUNNER_TEMP")
+    if runner_temp and gha.in_actions():
+        return Path(runner_temp) / "fxcache-restore-state.json"
+    raise UsageError(
+        f"no restore state: pass --state-file, or set {STATE_FILE_ENV} as 'fxcache restore' "
+        "exported it (run 'fxcache restore' first)"
+    )
 
 
 def state_file_option(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +70,7 @@ def state_file_option(parser: argparse.ArgumentParser) -> None:
         "--state-file",
         type=Path,
         default=None,
-        help="restore's state (JSON); default $RUNNER_TEMP/fxcache-restore-state.json",
+        help="restore's state (JSON); save defaults to $FXCACHE_STATE_FILE, which restore exports",
     )
 
 

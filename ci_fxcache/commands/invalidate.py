@@ -9,11 +9,11 @@ from typing import Any
 
 from ci_fxcache import cli, fingerprint, redis_cache
 from ci_fxcache.commands import _store_options as opts
-from ci_fxcache.errors import UsageError
+from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
 from ci_fxcache.store import invalidate as local
 from ci_fxcache.store.layout import Layout
-from ci_fxcache.store.policies import Policy, parse_duration, parse_size
-from ci_fxcache.store.scopes import human_bytes, lease_ttl
+from ci_fxcache.store.policies import Policy, parse_duration, parse_size, parse_torch_version
+from ci_fxcache.store.scopes import check_env, human_bytes, lease_ttl
 
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
@@ -47,6 +47,8 @@ def _policy(args: argparse.Namespace) -> Policy:
     older = args.older_torch_than
     if older == "current":
         older = fingerprint.collect(args.python).torch_version
+    elif older is not None:
+        older = parse_torch_version(older)
     if args.keep_latest is not None and args.keep_latest < 0:
         raise UsageError("--keep-latest must be 0 or more")
     return Policy(
@@ -58,7 +60,9 @@ def _policy(args: argparse.Namespace) -> Policy:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Apply the policies to the chosen store(s); print a table or JSON."""
+    """Apply the policies to the chosen store(s); print a table or JSON. Exit 1 when a
+    selected cache could not be removed."""
+    check_env()
     policy = _policy(args)
     if policy.empty:
         raise UsageError(
@@ -87,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
     else:
         print(_table(result))
-    return 0
+    failed = [r for r in result["rows"] if str(r["action"]).startswith("failed")]
+    return EXIT_CHECK_FAILED if failed else 0
 
 
 def _when(epoch: float) -> str:
@@ -106,9 +111,13 @@ def _table(result: dict[str, Any]) -> str:
                 f"{human_bytes(row['bytes'])} | {_when(row['last_used'])} | "
                 f"{'; '.join(row['reasons'])} |"
             )
-        total = sum(r["bytes"] for r in rows)
+        done = ("would remove", "removed")
+        total = sum(r["bytes"] for r in rows if r["action"] in done)
         verb = "would free" if result["dry_run"] else "freed"
         lines.append(f"\n{len(rows)} cache(s), {verb} {human_bytes(total)}")
+        failed = sum(1 for r in rows if str(r["action"]).startswith("failed"))
+        if failed:
+            lines.append(f"{failed} removal(s) FAILED (see the action column)")
     elif "redis" not in result:
         lines.append("nothing to remove")
     if "redis" in result:

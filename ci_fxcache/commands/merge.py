@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
-from ci_fxcache import names
+from ci_fxcache import names, userfiles
 
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
@@ -35,8 +34,9 @@ def run(args: argparse.Namespace) -> int:
     """Write the merged document."""
     from ci_fxcache import merge
 
+    userfiles.output_file(args.output, "-o")
     doc = merge.merge(list(args.shards), args.report_id)
-    Path(args.output).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    userfiles.write_output(args.output, json.dumps(doc, indent=2) + "\n", "-o")
     groups = doc["groups"]
     print(
         f"merged {sum(len(g['shards']) for g in groups)} shard(s) into {len(groups)} "

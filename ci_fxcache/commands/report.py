@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import gha
+from ci_fxcache import gha, userfiles
 from ci_fxcache.errors import UsageError
 
 FORMATS = ("md", "text", "junit", "json")
@@ -127,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
     if args.max_chars is not None and args.max_chars < 1000:
         raise UsageError("--max-chars must be at least 1000")
     max_chars = args.max_chars or render.DEFAULT_MAX_CHARS
+    if args.output:
+        userfiles.output_file(args.output, "-o")
     _, report = report_pkg.build(args.results)
     fmt = args.format or ("text" if sys.stdout.isatty() and not args.output else "md")
     safe = report_pkg.safe_combo_ids(report)
@@ -144,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         out = _summary_json(report, safe)
 
     if args.output:
-        Path(args.output).write_text(out, encoding="utf-8")
+        userfiles.write_output(args.output, out, "-o")
     else:
         sys.stdout.write(out)
         sys.stdout.flush()

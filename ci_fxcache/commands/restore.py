@@ -14,7 +14,8 @@ from typing import Any
 from ci_fxcache import cli, fingerprint, gha, redis_cache, scopekey
 from ci_fxcache.commands import _store_options as opts
 from ci_fxcache.commands.fingerprint import salt_option
-from ci_fxcache.store import overlay, trust
+from ci_fxcache.errors import UsageError
+from ci_fxcache.store import overlay, scopes, trust
 from ci_fxcache.store import restore as store_restore
 from ci_fxcache.store.layout import Layout
 
@@ -49,14 +50,15 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--verify",
         choices=("fast", "full"),
-        default="fast",
-        help="integrity check: sizes and mtimes (fast) or every sha256 (full)",
+        default=None,
+        help="integrity check: sizes and mtimes (fast, the default) or every sha256 (full, "
+        "always when FXCACHE_SIGNING_KEY is set)",
     )
     parser.add_argument(
         "--overlay",
         choices=overlay.STRATEGIES,
-        default=os.environ.get(OVERLAY_ENV) or "auto",
-        help="how read-only overlays share files (env FXCACHE_OVERLAY; default auto)",
+        default=None,
+        help="how overlays share files (env FXCACHE_OVERLAY; default auto)",
     )
     parser.add_argument("--json", action="store_true", help="print the state object as JSON")
     opts.state_file_option(parser)
@@ -83,17 +85,31 @@ def _cold_fallback(key: str, root: Path, error: str, fp: fingerprint.Fingerprint
         "triton_dir": str(base / "triton"),
         "verify_dir": str(base / "verify"),
         "overlay_dir": str(base),
+        "spare": False,
         "files": 0,
         "bytes": 0,
         "invalidated": [],
+        "set_aside": None,
         "quarantined": [],
         "lease": None,
         "fingerprint": fp.to_dict(),
     }
 
 
+def _overlay_strategy(value: str | None) -> str:
+    if value is not None:
+        return value
+    env = os.environ.get(OVERLAY_ENV) or "auto"
+    if env not in overlay.STRATEGIES:
+        raise UsageError(f"{OVERLAY_ENV}={env!r}: use one of {', '.join(overlay.STRATEGIES)}")
+    return env
+
+
 def run(args: argparse.Namespace) -> int:
     """Restore, write the state file, export the environment."""
+    scopes.check_env()
+    strategy = _overlay_strategy(args.overlay)
+    key_for_signing = opts.signing_key()
     redis_url = redis_cache.resolve_url(args.redis_url) if args.store == "redis" else None
     fp = fingerprint.collect(args.python, args.salt)
     key = scopekey.scope_key(fp)
@@ -103,9 +119,9 @@ def run(args: argparse.Namespace) -> int:
         read_only=reason is not None,
         read_only_reason=reason,
         invalidate_on_upgrade=args.invalidate_on_upgrade,
-        full_verify=args.verify == "full",
-        overlay_strategy=args.overlay,
-        signing_key=opts.signing_key(),
+        full_verify=store_restore.full_verification(args.verify, key_for_signing),
+        overlay_strategy=strategy,
+        signing_key=key_for_signing,
     )
     try:
         state = store_restore.restore(Layout(root), key, fp, options)
@@ -113,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
         state = _cold_fallback(key, root, str(exc), fp)
     for name in ("inductor_dir", "triton_dir", "verify_dir"):
         Path(state[name]).mkdir(parents=True, exist_ok=True)
-    state_file = args.state_file or opts.default_state_file()
+    state_file = args.state_file or opts.new_state_file()
     # FXCACHE_VERIFY_DIR / FXCACHE_STATE_FILE are verify's defaults for --cache-dir and
     # --cache-state, so `restore; verify; save` checks and keeps the scope's own references.
     env = {

@@ -10,6 +10,7 @@ from typing import Any
 from ci_fxcache import gha
 from ci_fxcache.commands import _store_options as opts
 from ci_fxcache.store import save as store_save
+from ci_fxcache.store import scopes
 from ci_fxcache.store.layout import Layout
 
 
@@ -30,6 +31,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
 
 def save_state(state_file: Path, root: Path | None, signing_key: str | None) -> dict[str, Any]:
     """Save the scope restore handed out (root: the state's unless given), or say why not."""
+    scopes.check_env()
     state = opts.read_state(state_file)
     root = root if root is not None else Path(state["root"])
     if state.get("read_only"):
@@ -43,7 +45,7 @@ def save_state(state_file: Path, root: Path | None, signing_key: str | None) -> 
 
 def run(args: argparse.Namespace) -> int:
     """Save, or say why not."""
-    result = save_state(args.state_file or opts.default_state_file(), args.root, opts.signing_key())
+    result = save_state(opts.saved_state_file(args.state_file), args.root, opts.signing_key())
     if args.json:
         print(json.dumps(result, indent=2))
     elif result["saved"]:

@@ -147,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--phase hot needs --cache-dir (where the cold phase recorded references)")
     if args.timeout <= 0 or (args.jobs is not None and args.jobs < 1) or args.min_speedup < 0:
         raise UsageError("--timeout and --jobs must be positive, --min-speedup not negative")
+    if args.json and args.json != "-":
+        userfiles.output_file(args.json, "--json", make_parents=True)
     cache_state = _cache_state(args.cache_state)
     python = interpreter.resolve(args.python)
     fp = fingerprint.collect(python, args.salt)
@@ -154,9 +156,11 @@ def run(args: argparse.Namespace) -> int:
     cache_dir = Path(args.cache_dir or tempfile.mkdtemp(prefix="fxcache-verify-")).absolute()
     userfiles.output_dir(cache_dir, "--cache-dir")
     cache_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(tempfile.mkdtemp(prefix="fxcache-run-"))
     settings = matrixrun.Settings(
         phase=args.phase,
         cache_dir=cache_dir,
+        run_dir=run_dir,
         min_speedup=args.min_speedup,
         compare=args.compare,
         fail_on=args.fail_on,
@@ -164,15 +168,18 @@ def run(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         redis_url=args.redis_url,
     )
-    server = ForkServer(python, cache_dir)
     try:
-        total = len(plan.combos())
-        if "auto" in plan.devices:
-            matrixrun.expand_devices(plan, server.info)
+        server = ForkServer(python, run_dir)
+        try:
             total = len(plan.combos())
-        combos, phase = matrixrun.run(server, plan, settings, _progress(total))
+            if "auto" in plan.devices:
+                matrixrun.expand_devices(plan, server.info)
+                total = len(plan.combos())
+            combos, phase = matrixrun.run(server, plan, settings, _progress(total))
+        finally:
+            server.close()
     finally:
-        server.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
         if temporary:
             shutil.rmtree(cache_dir, ignore_errors=True)
     settings.phase = phase

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ci_fxcache import userfiles
 from ci_fxcache.errors import UsageError
 from ci_fxcache.report import labels
 from ci_fxcache.report.model import Report, Row
@@ -114,8 +115,7 @@ def _environment(template: str | None) -> tuple[Any, str]:
 
     if template:
         path = Path(template)
-        if not path.is_file():
-            raise UsageError(f"--template {template}: no such file")
+        userfiles.read_text(path, f"--template {template}")  # a missing or binary file: exit 2
         loader: jinja2.BaseLoader = jinja2.FileSystemLoader(str(path.parent))
         name = path.name
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from ci_fxcache import scopekey
@@ -12,7 +13,8 @@ from ci_fxcache.store.policies import Entry, Policy, select
 
 
 def entries(layout: Layout) -> list[Entry]:
-    """One entry per scope in the root, with its last use and size."""
+    """One entry per scope in the root, and one per quarantined scope or set-aside files
+    (named `<key>.<stamp>.<pid>...` in `.quarantine/`), with its last use and size."""
     found = []
     for key in layout.scope_keys():
         parsed = scopekey.parse(key)
@@ -25,30 +27,57 @@ def entries(layout: Layout) -> list[Entry]:
                 size=scopes.tree_bytes(layout.scope(key)),
             )
         )
+    if layout.quarantine.is_dir():
+        for path in sorted(layout.quarantine.iterdir()):
+            parsed = scopekey.parse(path.name.rsplit(".", 2)[0])
+            if parsed is None or not path.is_dir() or path.is_symlink():
+                continue
+            found.append(
+                Entry(
+                    name=path.name,
+                    key=parsed,
+                    last_used=path.lstat().st_mtime,
+                    size=scopes.tree_bytes(path),
+                    quarantined=True,
+                )
+            )
     return found
+
+
+def _remove(layout: Layout, entry: Entry) -> str:
+    """Remove one selected entry; the action taken, as the row says it."""
+    if entry.quarantined:
+        path = layout.quarantine / entry.name
+        scopes.remove_tree(path)
+        Path(f"{path}.json").unlink(missing_ok=True)
+        return "removed"
+    with scopes.lock(layout, entry.name):
+        if scopes.live_leases(layout, entry.name):
+            return "kept (a job is writing it)"
+        if layout.scope(entry.name).exists():
+            scopes.remove(layout, entry.name)
+    return "removed"
 
 
 def run(
     layout: Layout, policy: Policy, dry_run: bool, now: float | None = None
 ) -> list[dict[str, Any]]:
-    """Select and (unless dry_run) remove scopes; scopes a job is still writing are kept."""
+    """Select and (unless dry_run) remove scopes and quarantined entries; scopes a job is still
+    writing are kept; a removal that fails says `failed: why`."""
     now = time.time() if now is None else now
     rows = []
     for entry in select(entries(layout), policy, now):
         action = "would remove" if dry_run else "removed"
         if not dry_run:
             try:
-                with scopes.lock(layout, entry.name):
-                    if scopes.live_leases(layout, entry.name):
-                        action = "kept (a job is writing it)"
-                    elif layout.scope(entry.name).exists():
-                        scopes.remove(layout, entry.name)
+                action = _remove(layout, entry)
             except (OSError, TimeoutError) as exc:
                 action = f"failed: {exc}"
         rows.append(
             {
                 "store": "local",
                 "scope": entry.name,
+                "quarantined": entry.quarantined,
                 "bytes": entry.size,
                 "last_used": entry.last_used,
                 "reasons": entry.reasons,

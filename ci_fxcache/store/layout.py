@@ -16,6 +16,7 @@ QUARANTINE = ".quarantine"
 LOCKS = ".locks"
 LEASES = ".leases"
 OVERLAYS = ".overlays"
+SPARES = ".spares"
 
 
 def default_root() -> Path:
@@ -60,6 +61,11 @@ class Layout:
     def overlays(self) -> Path:
         """Where private overlays of read-only restores are made."""
         return self.root / OVERLAYS
+
+    @property
+    def spares(self) -> Path:
+        """Where overlays built ahead of time wait for a restore (see store.spare)."""
+        return self.root / SPARES
 
     def scope_keys(self) -> list[str]:
         """Names of the scope directories of our key format in this root, sorted."""

@@ -40,6 +40,14 @@ class Problem:
         return f"{self.kind}: {self.path}" + (f" ({self.detail})" if self.detail else "")
 
 
+UNLISTED = "not in the manifest"
+
+
+def is_unlisted(problem: Problem) -> bool:
+    """A regular file inside a cache dir that the manifest does not list (not yet saved)."""
+    return problem.kind == "unexpected" and problem.detail == UNLISTED
+
+
 def sha256_file(path: Path) -> str:
     """Hex SHA-256 of a file's content."""
     with path.open("rb") as fh:
@@ -136,26 +144,75 @@ def signature_problem(manifest: dict[str, Any], key: str) -> str | None:
     sig = manifest.get("signature")
     if not isinstance(sig, dict) or sig.get("alg") != "hmac-sha256":
         return "manifest is not signed"
-    expected = hmac.new(key.encode("utf-8"), _payload(manifest), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(expected, str(sig.get("value", ""))):
+    try:
+        payload = _payload(manifest)
+    except (ValueError, RecursionError):
+        return "manifest cannot be canonicalised for its signature"
+    expected = hmac.new(key.encode("utf-8"), payload, hashlib.sha256).hexdigest()
+    value = str(sig.get("value", "")).encode("utf-8", "surrogatepass")
+    if not hmac.compare_digest(expected.encode("ascii"), value):
         return "manifest signature does not match the signing key"
     return None
 
 
-def load(path: Path) -> dict[str, Any]:
-    """Read and shape-check a manifest; ManifestError when it is unusable."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ManifestError(f"unreadable manifest: {exc}") from exc
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+_HEX = "0123456789abcdef"
+
+
+def _is_digest(value: object) -> bool:
+    # strip() runs in C: this is called once per file on every restore.
+    return isinstance(value, str) and len(value) == 64 and not value.strip(_HEX)
+
+
+def _shape_problem(data: object) -> str | None:
+    """Why a parsed manifest is not one `save` could have written, or None."""
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise ManifestError("not an fxcache manifest")
+        return "not an fxcache manifest"
+    if not isinstance(data.get("scope_key"), str):
+        return "manifest has no scope key"
+    fingerprint = data.get("fingerprint")
+    if fingerprint is not None and not isinstance(fingerprint, dict):
+        return "manifest fingerprint is malformed"
+    signature = data.get("signature")
+    if signature is not None and not (
+        isinstance(signature, dict)
+        and all(isinstance(signature.get(k), str) for k in ("alg", "value"))
+    ):
+        return "manifest signature is malformed"
+    paths = data.get("torch_paths")
+    if paths is not None and not (
+        isinstance(paths, list) and all(isinstance(p, str) for p in paths)
+    ):
+        return "manifest torch_paths is malformed"
     files = data.get("files")
     if not isinstance(files, dict):
-        raise ManifestError("manifest has no file list")
+        return "manifest has no file list"
     for rel, meta in files.items():
-        if not isinstance(meta, dict) or not {"size", "sha256"} <= meta.keys():
-            raise ManifestError(f"manifest entry {rel!r} is malformed")
+        if not (
+            isinstance(meta, dict)
+            and _is_count(meta.get("size"))
+            and _is_digest(meta.get("sha256"))
+            and ("mtime_ns" not in meta or _is_count(meta["mtime_ns"]))
+        ):
+            return f"manifest entry {rel[:200]!r} is malformed"
+    return None
+
+
+def load(path: Path) -> dict[str, Any]:
+    """Read and shape-check a manifest; ManifestError when it is unusable, whatever it holds
+    (bad encodings, any nesting depth, huge numbers, wrong types)."""
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        # ValueError covers malformed JSON and integers beyond Python's digit limit.
+        raise ManifestError(f"unreadable manifest: {str(exc)[:200]}") from exc
+    problem = _shape_problem(data)
+    if problem is not None:
+        raise ManifestError(problem)
+    assert isinstance(data, dict)
     return data
 
 
@@ -212,7 +269,7 @@ def check(scope_dir: Path, manifest: dict[str, Any], full: bool) -> list[Problem
                     if entry.is_file(follow_symlinks=False):
                         meta = listed.get(rel)
                         if meta is None:
-                            problems.append(Problem("unexpected", rel, "not in the manifest"))
+                            problems.append(Problem("unexpected", rel, UNLISTED))
                             continue
                         seen += 1
                         st = entry.stat(follow_symlinks=False)

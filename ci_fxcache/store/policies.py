@@ -40,6 +40,13 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", release.split("a")[0].split("rc")[0])[:3])
 
 
+def parse_torch_version(text: str) -> str:
+    """A torch version for `--older-torch-than` (`2.12`, `2.13.0+cu128`); UsageError otherwise."""
+    if not re.fullmatch(r"\s*\d+(\.\d+){0,2}([a-z]+\d*)?(\+[\w.]+)?\s*", text):
+        raise UsageError(f"bad torch version {text!r}: use e.g. 2.12 or 2.13.0, or 'current'")
+    return text.strip()
+
+
 @dataclass(frozen=True)
 class Policy:
     """The policies of one `fxcache invalidate` run (None: not used)."""
@@ -69,6 +76,7 @@ class Entry:
     last_used: float
     size: int
     ident: str = ""  # GitHub cache id
+    quarantined: bool = False  # a scope moved aside (kept for inspection only)
     reasons: list[str] = field(default_factory=list)
 
 
@@ -89,6 +97,8 @@ def select(entries: list[Entry], policy: Policy, now: float) -> list[Entry]:
     if policy.keep_latest is not None:
         by_arch: dict[str, list[Entry]] = defaultdict(list)
         for entry in entries:
+            if entry.quarantined:  # never one of the "latest": it is not served
+                continue
             by_arch[entry.key.runner_arch].append(entry)
         for arch, group in by_arch.items():
             group.sort(key=lambda e: e.last_used, reverse=True)
@@ -100,7 +110,10 @@ def select(entries: list[Entry], policy: Policy, now: float) -> list[Entry]:
             if version_tuple(entry.key.torch) < limit:
                 entry.reasons.append(f"torch {entry.key.torch} < {policy.older_torch_than}")
     if policy.max_size is not None:
-        kept = sorted((e for e in entries if not e.reasons), key=lambda e: e.last_used)
+        # Quarantined entries go first: they only serve inspection.
+        kept = sorted(
+            (e for e in entries if not e.reasons), key=lambda e: (not e.quarantined, e.last_used)
+        )
         total = sum(e.size for e in kept)
         for entry in kept:
             if total <= policy.max_size:

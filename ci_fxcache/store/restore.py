@@ -1,13 +1,15 @@
 """Restore: pick the scope of the current fingerprint, check it, hand the job its cache dirs.
 
-Trusted runs get the scope itself (O(1), nothing copied) and a lease that `save` releases.
-Read-only runs get a private overlay of the scope's verified files. A scope that fails any
+Trusted runs get the scope itself (O(1), nothing copied) and a lease that `save` releases;
+while another live trusted job has it in place, a private overlay whose new files `save`
+merges. Read-only runs get a private overlay of the scope's verified files. A scope that fails any
 check is quarantined and the job continues cold; nothing unverified is ever handed out.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +18,7 @@ from typing import Any
 from ci_fxcache import gha
 from ci_fxcache.fingerprint import Fingerprint
 from ci_fxcache.store import manifest as mf
-from ci_fxcache.store import overlay, scopes, upgrade
+from ci_fxcache.store import overlay, scopes, spare, upgrade
 from ci_fxcache.store.layout import CACHE_DIRS, Layout
 
 STATE_SCHEMA = "fxcache-cache-state/1"
@@ -34,59 +36,110 @@ class Options:
     signing_key: str | None = None
 
 
+def full_verification(requested: str | None, signing_key: str | None) -> bool:
+    """Re-hash every file on restore? Always with a signing key: a signed scope must never
+    pass a content change, whatever the mtime says; otherwise as requested (default fast)."""
+    return bool(signing_key) or requested == "full"
+
+
 @dataclass
 class _Checked:
     manifest: dict[str, Any] | None
-    busy: bool  # a live in-place writer has unsaved files in the scope
-    quarantined: dict[str, Any] | None
+    busy: bool  # a live trusted job has the scope in place
+    quarantined: dict[str, Any] | None = None
+    set_aside: dict[str, Any] | None = None
+    strategy: str | None = None  # set when a spare overlay was taken
+
+
+def _problem_of(
+    layout: Layout, key: str, opts: Options, served: Path | None = None
+) -> tuple[str | None, list[mf.Problem], dict[str, Any] | None, list[str]]:
+    """(reason to quarantine, problems, manifest, unsaved files) of scope `key`, checking the
+    files of `served` (default: the scope itself) against the scope's manifest."""
+    scope = layout.scope(key) if served is None else served
+    if not layout.manifest(key).exists():
+        files, problems = mf.scan(scope)
+        if problems:
+            return "files without a manifest", problems, None, []
+        return None, [], None, sorted(files)
+    try:
+        manifest = mf.load(layout.manifest(key))
+        if manifest["scope_key"] != key:
+            # A manifest (and its files) carried over from another scope: another environment.
+            return f"manifest belongs to scope {manifest['scope_key'][:200]!r}", [], None, []
+        if opts.signing_key:
+            reason = mf.signature_problem(manifest, opts.signing_key)
+            if reason:
+                return reason, [], None, []
+        problems = mf.check(scope, manifest, opts.full_verify)
+    except mf.ManifestError as exc:
+        return str(exc), [], None, []
+    except (ValueError, TypeError, KeyError, RecursionError) as exc:  # never crash on content
+        return f"manifest could not be checked: {type(exc).__name__}", [], None, []
+    unsaved = [p.path for p in problems if mf.is_unlisted(p)]
+    broken = [p for p in problems if not mf.is_unlisted(p)]
+    if broken:
+        kinds = sorted({p.kind for p in broken})
+        return f"{len(broken)} integrity problem(s): {', '.join(kinds)}", broken, None, []
+    return None, [], manifest, unsaved
+
+
+def _from_spare(layout: Layout, key: str, opts: Options, target: Path) -> _Checked | None:
+    """An overlay taken from a spare built from the current manifest, checked like a scope;
+    None (spare discarded) when there is none or it fails any check."""
+    scope = layout.scope(key)
+    digest = spare.manifest_digest(layout, key)
+    if digest is None or scope.is_symlink() or not scope.is_dir():
+        return None
+    strategy = spare.take(layout, key, digest, target)
+    if strategy is None:
+        return None
+    reason, _problems, manifest, unsaved = _problem_of(layout, key, opts, served=target)
+    if reason is not None or unsaved or manifest is None:
+        scopes.remove_tree(target)
+        return None
+    return _Checked(manifest, False, strategy=strategy)
 
 
 def _check_scope(layout: Layout, key: str, opts: Options) -> _Checked:
     scope = layout.scope(key)
-    if not scope.exists():
-        return _Checked(None, False, None)
-    reason: str | None = None
-    problems: list[mf.Problem] = []
-    manifest: dict[str, Any] | None = None
-    busy = False
-    if not layout.manifest(key).exists():
-        files, problems = mf.scan(scope)
-        if not files and not problems:
-            return _Checked(None, False, None)  # a fresh scope nobody has saved yet
-        if not problems and scopes.live_leases(layout, key):
-            return _Checked(None, True, None)
-        reason = "files without a manifest"
+    busy = bool(scopes.live_leases(layout, key, "in-place"))
+    reason: str | None
+    if scope.is_symlink():
+        reason = "the scope directory is a symlink"
+        problems = [mf.Problem("symlink", key, f"-> {os.readlink(scope)}")]
+    elif not scope.exists():
+        return _Checked(None, False)
     else:
-        try:
-            manifest = mf.load(layout.manifest(key))
-        except mf.ManifestError as exc:
-            reason = str(exc)
-        if manifest is not None and manifest.get("scope_key") != key:
-            # A manifest (and its files) carried over from another scope: another environment.
-            reason = f"manifest belongs to scope {manifest.get('scope_key')!r}"
-        elif manifest is not None and opts.signing_key:
-            reason = mf.signature_problem(manifest, opts.signing_key)
-        if manifest is not None and reason is None:
-            problems = mf.check(scope, manifest, opts.full_verify)
-            pending = [p for p in problems if p.kind == "unexpected" and "/" in p.path]
-            if pending and len(pending) == len(problems) and scopes.live_leases(layout, key):
-                # Another trusted job restored in place and has not saved yet: its new files
-                # are not verified, so this job gets an overlay of the verified ones only.
-                return _Checked(manifest, True, None)
-            if problems:
-                kinds = sorted({p.kind for p in problems})
-                reason = f"{len(problems)} integrity problem(s): {', '.join(kinds)}"
-    if reason is None:
-        return _Checked(manifest, busy, None)
+        reason, problems, manifest, unsaved = _problem_of(layout, key, opts)
+        if reason is None:
+            aside = None
+            if unsaved and not busy:
+                # Files of a trusted job that ended without saving: never verified, so never
+                # served, and no sign of tampering with what was committed. Kept aside.
+                where = scopes.set_aside(layout, key, unsaved, "unsaved files of a finished job")
+                aside = {"files": len(unsaved), "to": str(where)}
+                print(
+                    f"fxcache: {len(unsaved)} unsaved file(s) of a job that ended without "
+                    f"saving moved to {where}",
+                    file=sys.stderr,
+                )
+            return _Checked(manifest, busy, None, aside)
     lines = [str(p) for p in problems]
+    assert reason is not None
     where = scopes.quarantine(layout, key, reason, lines)
     detail = f"; first: {lines[0]}" if lines else ""
     gha.warn(f"cache scope {key} quarantined ({reason}{detail}); moved to {where}; continuing cold")
-    return _Checked(None, False, {"scope": key, "reason": reason, "problems": lines[:20]})
+    # A live in-place job keeps writing into the fresh scope: others still get overlays.
+    return _Checked(None, busy, {"scope": key, "reason": reason, "problems": lines[:20]})
 
 
 def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[str, Any]:
-    """Run the restore; return the state object (see docs/contracts.md)."""
+    """Run the restore; return the state object (see docs/store.md).
+
+    A trusted job gets the scope in place unless another live trusted job has it in place;
+    then it gets a private overlay whose new files its `save` merges into the scope.
+    """
     layout.root.mkdir(parents=True, exist_ok=True)
     invalidated: list[dict[str, Any]] = []
     if opts.invalidate_on_upgrade and not opts.read_only:
@@ -94,28 +147,38 @@ def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[st
     read_only, ro_reason = opts.read_only, opts.read_only_reason
     lease: Path | None = None
     quarantined: list[dict[str, Any]] = []
+    base = layout.overlays / f"{key}.{uuid.uuid4().hex[:12]}"
+    use_spares = opts.overlay_strategy == "auto"
     with scopes.lock(layout, key):
-        checked = _check_scope(layout, key, opts)
+        checked = None
+        if read_only and use_spares:
+            checked = _from_spare(layout, key, opts, base)
+        if checked is None:
+            checked = _check_scope(layout, key, opts)
         if checked.quarantined:
             quarantined.append(checked.quarantined)
         manifest = checked.manifest
-        if checked.busy and not read_only:
-            read_only, ro_reason = True, "another job is writing this scope and has not saved"
         scope = layout.scope(key)
-        if not read_only:
+        if not read_only and not checked.busy:
             for name in CACHE_DIRS:
                 (scope / name).mkdir(parents=True, exist_ok=True)
-            lease = scopes.take_lease(layout, key)
+            lease = scopes.take_lease(layout, key, "in-place")
             scopes.touch_last_used(layout, key)
             base, strategy = scope, "in-place"
         else:
-            files = sorted(manifest["files"]) if manifest else []
-            base = layout.overlays / f"{key}.{uuid.uuid4().hex[:12]}"
-            strategy = overlay.build(scope, files, base, opts.overlay_strategy)
+            if checked.strategy is not None:
+                strategy = checked.strategy
+            else:
+                files = sorted(manifest["files"]) if manifest else []
+                strategy = overlay.build(scope, files, base, opts.overlay_strategy)
             for name in CACHE_DIRS:
                 (base / name).mkdir(parents=True, exist_ok=True)
+            if not read_only:
+                lease = scopes.take_lease(layout, key, "overlay")
             if manifest is not None and scope.exists():
                 scopes.touch_last_used(layout, key)
+    if base != scope and use_spares and manifest is not None:
+        spare.build_in_background(layout, key)  # the next overlay restore is a rename
     files_meta = manifest["files"] if manifest else {}
     return {
         "schema": STATE_SCHEMA,
@@ -130,13 +193,15 @@ def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[st
         "inductor_dir": str(base / "inductor"),
         "triton_dir": str(base / "triton"),
         "verify_dir": str(base / "verify"),
-        "overlay_dir": str(base) if read_only else None,
+        "overlay_dir": str(base) if base != scope else None,
+        "spare": checked.strategy is not None,
         "files": len(files_meta),
         "bytes": sum(int(m["size"]) for m in files_meta.values()),
         "verify_mode": "full" if opts.full_verify else "fast",
         "signed": bool(manifest and manifest.get("signature")),
         "signature_checked": bool(opts.signing_key),
         "invalidated": invalidated,
+        "set_aside": checked.set_aside,
         "quarantined": quarantined,
         "lease": str(lease) if lease else None,
         "fingerprint": fp.to_dict(),

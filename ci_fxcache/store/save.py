@@ -1,8 +1,10 @@
-"""Save: commit the scope a trusted in-place restore handed out, under the per-scope lock."""
+"""Save: add a trusted job's new files to its scope's manifest, under the per-scope lock.
+
+Committed files are immutable: they are checked, never re-hashed into the manifest or re-signed.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import time
@@ -12,7 +14,7 @@ from typing import Any
 
 from ci_fxcache import gha
 from ci_fxcache.store import manifest as mf
-from ci_fxcache.store import scopes
+from ci_fxcache.store import scopes, spare
 from ci_fxcache.store.layout import LOCKS, Layout
 
 # Fault injection for the reliability tests, never set in production: `pause:SECONDS` (so a
@@ -28,57 +30,143 @@ def _verification(scope: Path) -> list[str]:
     return sorted(p.parent.name for p in verify.glob("*/reference.json"))
 
 
-def build_manifest(
-    scope: Path, key: str, state: dict[str, Any], previous: dict[str, Any] | None
-) -> tuple[dict[str, Any], dict[str, os.stat_result]]:
-    """The new manifest of `scope`: every file hashed, symlinks and strays left out."""
-    files, problems = mf.scan(scope)
+class Refused(Exception):
+    """The scope's committed state cannot be extended (it was quarantined); why."""
+
+
+def _drop_symlinks(scope: Path, key: str, listed: dict[str, Any]) -> None:
+    """Symlinks are never cached: remove unlisted ones a job left in the cache dirs."""
+    _files, problems = mf.scan(scope)
     for problem in problems:
-        if problem.kind == "symlink" and "/" in problem.path:
+        if problem.kind == "symlink" and "/" in problem.path and problem.path not in listed:
             gha.warn(f"save: removed symlink {problem.path} from scope {key} (never cached)")
             (scope / problem.path).unlink(missing_ok=True)
-    entries = mf.file_entries(scope, files)
-    now = scopes.utc_now()
-    return {
-        "schema": mf.SCHEMA,
-        "scope_key": key,
-        "fingerprint": state.get("fingerprint"),
-        "created_at": (previous or {}).get("created_at") or now,
-        "updated_at": now,
-        "last_used_at": now,
-        "verification": {"references": _verification(scope)},
-        "files": entries,
-        "total_bytes": sum(e["size"] for e in entries.values()),
-    }, files
+
+
+def _committed(layout: Layout, key: str, signing_key: str | None) -> dict[str, Any] | None:
+    """The scope's current manifest, checked: committed files unchanged (size, mtime, and the
+    sha256 of any file whose mtime moved), signature valid. Refused (after quarantining the
+    scope) when not: a changed committed file is never re-recorded or re-signed."""
+    scope = layout.scope(key)
+    previous: dict[str, Any] | None = None
+    reason: str | None = None
+    lines: list[str] = []
+    if layout.manifest(key).exists():
+        try:
+            previous = mf.load(layout.manifest(key))
+        except mf.ManifestError as exc:
+            reason = str(exc)
+        if previous is not None and previous["scope_key"] != key:
+            reason = "manifest belongs to another scope"
+        elif previous is not None and signing_key:
+            reason = mf.signature_problem(previous, signing_key)
+    if reason is None:
+        listed = previous["files"] if previous else {}
+        _drop_symlinks(scope, key, listed)
+        broken = [p for p in mf.check(scope, {"files": listed}, False) if not mf.is_unlisted(p)]
+        if broken:
+            lines = [str(p) for p in broken]
+            reason = f"committed files changed since they were saved ({len(broken)})"
+    if reason is None:
+        return previous
+    where = scopes.quarantine(layout, key, reason, lines)
+    first = f"; first: {lines[0]}" if lines else ""
+    gha.warn(f"save: cache scope {key} quarantined ({reason}{first}); moved to {where}")
+    raise Refused(reason)
+
+
+def _merge(overlay_dir: Path, scope: Path, listed: dict[str, Any]) -> list[str]:
+    """Move the new files of a private overlay into the scope; their relative paths. A path
+    the scope already has (committed, or written by the job that has it in place) is kept."""
+    files, _problems = mf.scan(overlay_dir)
+    moved = []
+    for rel in sorted(files):
+        if rel in listed or os.path.lexists(scope / rel):
+            continue
+        (scope / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.rename(overlay_dir / rel, scope / rel)
+        moved.append(rel)
+    return moved
+
+
+def _new_entries(scope: Path, rels: list[str]) -> tuple[dict[str, Any], dict[str, os.stat_result]]:
+    stats = {rel: os.lstat(scope / rel) for rel in rels}
+    return mf.file_entries(scope, stats), stats
+
+
+def _torch_paths(previous: dict[str, Any] | None, state: dict[str, Any]) -> list[str]:
+    """The torch installations that have saved into this scope (upgrade invalidation removes a
+    scope only when the upgraded installation was its sole user)."""
+    paths = set((previous or {}).get("torch_paths") or [])
+    current = (state.get("fingerprint") or {}).get("torch_path")
+    if isinstance(current, str) and current:
+        paths.add(current)
+    return sorted(paths)
+
+
+def _release(lease: Path | None) -> None:
+    if lease is not None:
+        lease.unlink(missing_ok=True)
 
 
 def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict[str, Any]:
-    """Write the manifest atomically; return a summary. OSError propagates to the caller."""
+    """Add the job's new files to the scope's manifest atomically; return a summary.
+
+    Only new files are hashed and recorded: committed ones keep their entries. A job that had
+    the scope in place adds the unlisted files of the scope; a job that got a private overlay
+    (another job had the scope in place) has its overlay's new files moved in. OSError
+    propagates to the caller.
+    """
     key = state["scope_key"]
     scope = layout.scope(key)
+    overlay_dir = Path(state["overlay_dir"]) if state.get("overlay_dir") else None
+    lease = Path(state["lease"]) if state.get("lease") else None
     with scopes.lock(layout, key):
-        lease = Path(state["lease"]) if state.get("lease") else None
-        if not scope.is_dir():
-            if lease:
-                lease.unlink(missing_ok=True)
+        if scope.is_symlink() or not scope.is_dir():
+            _release(lease)
             return {"saved": False, "reason": f"scope {key} no longer exists (quarantined?)"}
-        previous = None
-        with contextlib.suppress(mf.ManifestError):
-            previous = mf.load(layout.manifest(key))
-        manifest, files = build_manifest(scope, key, state, previous)
+        try:
+            previous = _committed(layout, key, signing_key)
+        except Refused as exc:
+            _release(lease)
+            return {"saved": False, "reason": f"scope {key} quarantined: {exc}"}
+        listed: dict[str, Any] = dict(previous["files"]) if previous else {}
+        if overlay_dir is not None:
+            new = _merge(overlay_dir, scope, listed)
+        else:
+            new = sorted(
+                p.path for p in mf.check(scope, {"files": listed}, False) if mf.is_unlisted(p)
+            )
+        entries, stats = _new_entries(scope, new)
+        listed.update(entries)
+        now = scopes.utc_now()
+        manifest = {
+            "schema": mf.SCHEMA,
+            "scope_key": key,
+            "fingerprint": state.get("fingerprint"),
+            "torch_paths": _torch_paths(previous, state),
+            "created_at": (previous or {}).get("created_at") or now,
+            "updated_at": now,
+            "last_used_at": now,
+            "verification": {"references": _verification(scope)},
+            "files": dict(sorted(listed.items())),
+            "total_bytes": sum(e["size"] for e in listed.values()),
+        }
         if signing_key:
             mf.sign(manifest, signing_key)
-        mf.make_read_only(scope, files)
+        mf.make_read_only(scope, stats)
         _write(layout, key, manifest)
-        if lease:
-            lease.unlink(missing_ok=True)
+        _release(lease)
         scopes.touch_last_used(layout, key)
-    added = len(manifest["files"].keys() - (previous or {}).get("files", {}).keys())
+    if overlay_dir is not None:
+        scopes.remove_tree(overlay_dir)
+    if layout.spares.is_dir() and any(layout.spares.glob(f"{key}.*")):
+        spare.build_in_background(layout, key)  # overlays are in use: refresh the spare
     return {
         "saved": True,
         "scope_key": key,
         "files": len(manifest["files"]),
-        "added": added,
+        "added": len(new),
         "bytes": manifest["total_bytes"],
         "signed": bool(signing_key),
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import socket
@@ -13,6 +14,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ci_fxcache import gha
+from ci_fxcache.errors import UsageError
 from ci_fxcache.store.layout import LAST_USED, MANIFEST, Layout
 
 LEASE_TTL_ENV = "FXCACHE_LEASE_TTL"
@@ -32,8 +35,31 @@ def lock(layout: Layout, key: str) -> AbstractContextManager[Any]:
 
     path = layout.lock(key)
     path.parent.mkdir(parents=True, exist_ok=True)
-    timeout = float(os.environ.get(LOCK_TIMEOUT_ENV) or DEFAULT_LOCK_TIMEOUT_S)
-    return FileLock(str(path), timeout=timeout)
+    return FileLock(str(path), timeout=lock_timeout())
+
+
+def _env_seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{name}={raw!r} is not a number of seconds > 0: fix or unset it")
+    return value
+
+
+def lock_timeout() -> float:
+    """Seconds to wait for a scope's lock (env FXCACHE_LOCK_TIMEOUT); UsageError when bad."""
+    return _env_seconds(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT_S)
+
+
+def check_env() -> None:
+    """Fail early, as a usage error, on a malformed FXCACHE_LOCK_TIMEOUT / FXCACHE_LEASE_TTL."""
+    lock_timeout()
+    lease_ttl()
 
 
 def tree_bytes(path: Path) -> int:
@@ -67,38 +93,94 @@ def touch_last_used(layout: Layout, key: str) -> None:
 
 
 def lease_ttl() -> float:
-    """Seconds after which an unsaved in-place restore no longer counts as a live writer."""
-    return float(os.environ.get(LEASE_TTL_ENV) or DEFAULT_LEASE_TTL_S)
+    """Seconds after which an unsaved in-place restore no longer counts as a live writer, even
+    when its owner cannot be checked (another host); env FXCACHE_LEASE_TTL."""
+    return _env_seconds(LEASE_TTL_ENV, DEFAULT_LEASE_TTL_S)
 
 
-def live_leases(layout: Layout, key: str) -> list[Path]:
-    """Leases of trusted in-place restores that may still be writing the scope; drops old ones."""
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name (state first), or None."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[-1].split()
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of process `pid` in clock ticks since boot (tells a reused pid apart)."""
+    fields = _proc_stat(pid)
+    return fields[19] if fields and len(fields) > 19 else None
+
+
+def lease_owner() -> int | None:
+    """The process whose end ends the job: inside Actions the runner's job worker
+    (Runner.Worker; each step's shell exits at once), elsewhere the process that ran us.
+
+    None inside Actions when no Runner.Worker is among our ancestors (a container job's steps,
+    `act`, another runner implementation): no process there outlives the job's steps, so the
+    lease's TTL alone decides when it is dead."""
+    parent = os.getppid()
+    if not gha.in_actions():
+        return parent
+    pid = parent
+    for _ in range(64):
+        with suppress(OSError):
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "Runner.Worker":
+                return pid
+        fields = _proc_stat(pid)
+        if not fields or int(fields[1]) <= 1:
+            break
+        pid = int(fields[1])
+    return None
+
+
+def _lease_alive(path: Path, now: float) -> bool:
+    try:
+        age = now - path.stat().st_mtime
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if age > lease_ttl() or not isinstance(info, dict):
+        return False
+    pid, start = info.get("owner_pid"), info.get("owner_start")
+    if info.get("host") != socket.gethostname() or not isinstance(pid, int) or start is None:
+        return True  # cannot check from here: the TTL decides
+    return process_start(pid) == start
+
+
+def live_leases(layout: Layout, key: str, mode: str | None = None) -> list[Path]:
+    """Leases of restores that may still write for `key` (optionally of one mode: `in-place`
+    or `overlay`). A lease whose owner process is gone, or older than the TTL, is removed."""
     directory = layout.leases(key)
     if not directory.is_dir():
         return []
     live = []
     now = time.time()
     for path in directory.glob("*.json"):
-        try:
-            age = now - path.stat().st_mtime
-        except OSError:
-            continue
-        if age > lease_ttl():
+        if not _lease_alive(path, now):
             path.unlink(missing_ok=True)
-        else:
-            live.append(path)
+            continue
+        if mode is not None:
+            with suppress(OSError, ValueError, AttributeError):
+                if json.loads(path.read_text(encoding="utf-8")).get("mode") != mode:
+                    continue
+        live.append(path)
     return live
 
 
-def take_lease(layout: Layout, key: str) -> Path:
-    """Register a trusted in-place restore of `key`; `save` releases it."""
+def take_lease(layout: Layout, key: str, mode: str) -> Path:
+    """Register a trusted restore of `key` (`in-place` or `overlay`); `save` releases it."""
     directory = layout.leases(key)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{uuid.uuid4().hex}.json"
+    owner = lease_owner()
     info = {
         "created_at": utc_now(),
+        "mode": mode,
         "host": socket.gethostname(),
-        "pid": os.getppid(),
+        "owner_pid": owner,
+        "owner_start": process_start(owner) if owner is not None else None,
         "run_id": os.environ.get("GITHUB_RUN_ID"),
         "job": os.environ.get("GITHUB_JOB"),
     }
@@ -106,16 +188,38 @@ def take_lease(layout: Layout, key: str) -> Path:
     return path
 
 
-def quarantine(layout: Layout, key: str, reason: str, problems: list[str]) -> Path:
-    """Move the scope aside into `<root>/.quarantine/` with a note saying why; return where."""
+def _aside(layout: Layout, key: str, suffix: str = "") -> Path:
     layout.quarantine.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    target = layout.quarantine / f"{key}.{stamp}.{os.getpid()}"
-    os.rename(layout.scope(key), target)
-    note = {"scope": key, "reason": reason, "problems": problems[:200], "at": utc_now()}
+    return layout.quarantine / f"{key}.{stamp}.{os.getpid()}-{uuid.uuid4().hex[:6]}{suffix}"
+
+
+def _write_note(target: Path, note: dict[str, Any]) -> None:
     (target.parent / f"{target.name}.json").write_text(
         json.dumps(note, indent=1) + "\n", encoding="utf-8"
     )
+
+
+def set_aside(layout: Layout, key: str, rels: list[str], reason: str) -> Path:
+    """Move unsaved files (relative paths) of a scope into `.quarantine/` for inspection."""
+    target = _aside(layout, key, "-unsaved")
+    scope = layout.scope(key)
+    for rel in rels:
+        dest = target / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with suppress(FileNotFoundError):
+            os.rename(scope / rel, dest)
+    _write_note(target, {"scope": key, "reason": reason, "files": rels[:200], "at": utc_now()})
+    return target
+
+
+def quarantine(layout: Layout, key: str, reason: str, problems: list[str]) -> Path:
+    """Move the scope aside into `<root>/.quarantine/` with a note saying why; return where."""
+    target = _aside(layout, key)
+    os.rename(layout.scope(key), target)
+    drop_spares(layout, key)
+    note = {"scope": key, "reason": reason, "problems": problems[:200], "at": utc_now()}
+    _write_note(target, note)
     return target
 
 
@@ -127,11 +231,21 @@ def remove(layout: Layout, key: str) -> int:
     os.rename(scope, trash)
     _rmtree(trash)
     shutil.rmtree(layout.leases(key), ignore_errors=True)
+    drop_spares(layout, key)
     return size
+
+
+def drop_spares(layout: Layout, key: str) -> None:
+    """Remove the spare overlays of `key` (its files were moved or removed)."""
+    if layout.spares.is_dir():
+        for path in layout.spares.glob(f"{key}.*"):
+            remove_tree(path)
 
 
 def _rmtree(path: Path) -> None:
     def make_writable(func: Any, target: str, _exc: object) -> None:
+        if not os.path.lexists(target):
+            return
         os.chmod(os.path.dirname(target), 0o755)
         func(target)
 

@@ -1,9 +1,10 @@
-"""Stale-on-upgrade: scopes of this runner architecture built by other torch / CUDA / HIP /
-triton / Python versions than the current fingerprint."""
+"""Stale-on-upgrade: scopes saved only by this same environment (the same torch installation
+path, recorded in each manifest) when it had other torch / CUDA / HIP / triton / Python
+versions. Scopes of other interpreters, or shared with them, are left to `fxcache invalidate`."""
 
 from __future__ import annotations
 
-import contextlib
+import os
 import sys
 from collections import defaultdict
 from typing import Any
@@ -17,36 +18,38 @@ from ci_fxcache.store.layout import Layout
 # (label, fingerprint field) compared through each scope's stored fingerprint.
 _FIELDS = (
     ("torch", "torch_version"),
+    ("torch build", "torch_git_version"),
     ("CUDA", "cuda_version"),
     ("HIP", "hip_version"),
     ("triton", "triton_version"),
-    ("Python", "python_abi"),
+    ("Python", "python_version"),
 )
 
 
-def _differences(parsed: scopekey.ParsedKey, stored: dict[str, Any], fp: Fingerprint) -> list[str]:
-    current = scopekey.parse(scopekey.scope_key(fp))
-    assert current is not None
-    diffs: list[str] = []
-    # The readable parts of the key first: they work even without a manifest.
-    if parsed.torch != current.torch:
-        diffs.append(f"torch {parsed.torch} -> {current.torch}")
-    if parsed.accel != current.accel:
-        diffs.append(f"{parsed.accel} -> {current.accel}")
-    if parsed.abi != current.abi:
-        diffs.append(f"Python {parsed.abi} -> {current.abi}")
+def only_this_environment(manifest: dict[str, Any], fp: Fingerprint) -> bool:
+    """True when every torch installation that saved the scope is the one `fp` uses now."""
+    stored = manifest.get("fingerprint") or {}
+    paths = manifest.get("torch_paths") or [stored.get("torch_path")]
+    if not fp.torch_path or not all(isinstance(p, str) and p for p in paths):
+        return False
+    here = os.path.realpath(fp.torch_path)
+    return all(os.path.realpath(p) == here for p in paths)
+
+
+def version_changes(stored: dict[str, Any], fp: Fingerprint) -> list[str]:
+    """`torch 2.13.0+cpu -> 2.14.1+cu130`-style lines for each version that differs."""
+    changes: list[str] = []
     for label, name in _FIELDS:
         if name not in stored:
             continue
         old, new = stored.get(name), getattr(fp, name)
-        text = f"{label} {old or 'none'} -> {new or 'none'}"
-        if old != new and not any(d.startswith(label + " ") for d in diffs):
-            diffs.append(text)
-    return diffs
+        if old != new and not (label == "torch build" and changes):
+            changes.append(f"{label} {old or 'none'} -> {new or 'none'}")
+    return changes
 
 
 def find_stale(layout: Layout, current_key: str, fp: Fingerprint) -> list[tuple[str, str]]:
-    """(scope key, version change) of each stale scope in the root."""
+    """(scope key, version change) of each scope this environment saved before an upgrade."""
     current = scopekey.parse(current_key)
     assert current is not None
     stale = []
@@ -54,14 +57,17 @@ def find_stale(layout: Layout, current_key: str, fp: Fingerprint) -> list[tuple[
         parsed = scopekey.parse(key)
         if parsed is None or parsed.scope == current.scope:
             continue
-        if parsed.runner_arch != current.runner_arch:
+        if (parsed.os, parsed.machine) != (current.os, current.machine):
+            continue  # GPU archs may differ: a +cpu torch replaced by a CUDA build is an upgrade
+        try:
+            manifest = mf.load(layout.manifest(key))
+        except mf.ManifestError:
+            continue  # whose it was is unknown: left to `fxcache invalidate`
+        if not only_this_environment(manifest, fp):
             continue
-        stored: dict[str, Any] = {}
-        with contextlib.suppress(mf.ManifestError):
-            stored = mf.load(layout.manifest(key)).get("fingerprint") or {}
-        diffs = _differences(parsed, stored, fp)
-        if diffs:
-            stale.append((key, ", ".join(diffs)))
+        changes = version_changes(manifest.get("fingerprint") or {}, fp)
+        if changes:
+            stale.append((key, ", ".join(changes)))
     return stale
 
 
