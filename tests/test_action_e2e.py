@@ -360,7 +360,7 @@ def test_action_end_to_end(
     #    to an overlay, save writes nothing) and it leaves the comment to the workflow_run
     #    follow-up (its token could not write).
     manifest = (scope / "manifest.json").read_bytes()
-    writes = len(fake.calls("POST")) + len(fake.calls("PATCH"))
+    writes = len(fake.calls("POST", r".*/comments")) + len(fake.calls("PATCH"))
     fork = harness.run("fork", fork=True)
     assert fork.succeeded, fork.log()
     out4 = fork.json("outputs.json")
@@ -370,7 +370,7 @@ def test_action_end_to_end(
     assert fork.json("save.json") == {"saved": "false"}
     assert (scope / "manifest.json").read_bytes() == manifest, "a fork's run wrote the store"
     assert any("pull request from a fork" in n for n in fork.notices), fork.notices
-    assert len(fake.calls("POST")) + len(fake.calls("PATCH")) == writes
+    assert len(fake.calls("POST", r".*/comments")) + len(fake.calls("PATCH")) == writes
 
     # 5. The fleet: workflows/fxcache-verify.yml called with one pool (this runner). plan ->
     #    verify (the action at its release tag = this tree) uploads the pool's results -> merge
