@@ -257,6 +257,8 @@ def gha_upload() -> int:
     from ci_fxcache.store import actions_cache
 
     s = load()
+    if s.store != "github":
+        return 0
     done = (
         json.loads(s.saved_marker.read_text(encoding="utf-8")) if s.saved_marker.is_file() else {}
     )
