@@ -19,12 +19,13 @@ from __future__ import annotations
 import base64
 import json
 import re
-import threading
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.local_server import LocalServer
 
 SERVICE = "github.actions.results.api.v1.CacheService"
 FIELDS = {
@@ -52,7 +53,7 @@ class Blob:
     blocks: dict[str, bytes] = field(default_factory=dict)
 
 
-class FakeCacheService:
+class FakeCacheService(LocalServer):
     """The server plus its state; a context manager. `env()` gives the runtime variables."""
 
     def __init__(self, token: str = "fake-runtime-token") -> None:
@@ -62,27 +63,12 @@ class FakeCacheService:
         self.blobs: dict[int, Blob] = {}
         self.requests: list[tuple[str, str]] = []
         self.violations: list[str] = []
-        self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/"
-
-    def __enter__(self) -> FakeCacheService:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__()
 
     def env(self) -> dict[str, str]:
         """What the runner gives a JavaScript action's environment."""
         return {
-            "ACTIONS_RESULTS_URL": self.url,
+            "ACTIONS_RESULTS_URL": f"{self.url}/",
             "ACTIONS_RUNTIME_TOKEN": self.token,
             "ACTIONS_CACHE_SERVICE_V2": "True",
         }
@@ -99,20 +85,6 @@ class FakeCacheService:
         return sum(1 for _, path in self.requests if path.endswith(f"/{method}"))
 
     # -- HTTP ---------------------------------------------------------------------------------
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _dispatch(self) -> None:
-                fake._handle(self)
-
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _dispatch
-
-        return Handler
-
     def _send(self, h: BaseHTTPRequestHandler, status: int, body: Any = None,
               content_type: str = "application/json", headers: dict[str, str] | None = None
               ) -> None:  # fmt: skip
@@ -187,7 +159,7 @@ class FakeCacheService:
         blob = len(self.blobs) + 1
         self.blobs[blob] = Blob()
         self.entries.append(Entry(body["key"], body["version"], blob, order=len(self.entries)))
-        url = f"{self.url}blob/{blob}?sv={'2024-11-04'}&sp=cw&sig=signed{blob}"
+        url = f"{self.url}/blob/{blob}?sv={'2024-11-04'}&sp=cw&sig=signed{blob}"
         self._send(h, 200, {"ok": True, "signed_upload_url": url})
 
     def _finalize(self, h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
@@ -219,7 +191,7 @@ class FakeCacheService:
                 found = max(matches, key=lambda e: e.order) if matches else None
         if found is None:
             return self._send(h, 200, {})  # ok false: proto3 JSON leaves defaults out
-        url = f"{self.url}blob/{found.blob}?sv=2024-11-04&sp=r&sig=signed{found.blob}"
+        url = f"{self.url}/blob/{found.blob}?sv=2024-11-04&sp=r&sig=signed{found.blob}"
         self._send(h, 200, {"ok": True, "signed_download_url": url, "matched_key": found.key})
 
     # -- Azure blobs ------------------------------------------------------------------------------

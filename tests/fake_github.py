@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.local_server import LocalServer
 
 API_VERSION = "2022-11-28"
 MAX_COMMENT = 65536
@@ -57,7 +58,7 @@ class Recorded:
     status: int = 0
 
 
-class FakeGitHub:
+class FakeGitHub(LocalServer):
     """The server plus its state; use as a context manager (see the `fake_github` fixture)."""
 
     def __init__(
@@ -78,23 +79,7 @@ class FakeGitHub:
         self.violations: list[str] = []
         self.faults: list[Fault] = []
         self._next_id = 1000
-        self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    # -- lifecycle -------------------------------------------------------------------------
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def __enter__(self) -> FakeGitHub:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__()
 
     def env(self) -> dict[str, str]:
         """The Actions variables that point fxcache at this server."""
@@ -187,20 +172,6 @@ class FakeGitHub:
         }
 
     # -- HTTP ----------------------------------------------------------------------------------
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:  # keep test output quiet
-                pass
-
-            def _dispatch(self) -> None:
-                fake._handle(self)
-
-            do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = _dispatch
-
-        return Handler
-
     def _send(
         self,
         h: BaseHTTPRequestHandler,

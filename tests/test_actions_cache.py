@@ -149,7 +149,7 @@ def test_a_truncated_download_leaves_nothing(tmp_path: Path, fake: FakeCacheServ
 
 
 def test_the_fake_refuses_what_the_service_refuses(fake: FakeCacheService) -> None:
-    twirp = f"{fake.url}twirp/{ac.SERVICE}/CreateCacheEntry"
+    twirp = f"{fake.url}/twirp/{ac.SERVICE}/CreateCacheEntry"
     body = {"key": "k", "version": ac.ENTRY_VERSION}
     wrong_token = ac.CacheService(ac.Runtime(fake.url, "wrong"), max_attempts=1)
     with pytest.raises(ac.CacheServiceError, match="HTTP 401"):
