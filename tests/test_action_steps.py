@@ -518,3 +518,25 @@ def test_store_github_save_sub_action_decides_then_its_javascript_step_uploads(
                         **fake.env())  # fmt: skip
         assert "already saved" in post.proc.stdout and len(fake.committed()) == 1
         assert fake.violations == []
+
+
+def test_store_github_a_corrupt_entry_is_a_warning_and_a_cold_start(tmp_path: Path) -> None:
+    with FakeCacheService() as fake:
+        settings, _ = _github_job(tmp_path / "a", fake)
+        added = Path(json.loads(settings.read_text())["gha_path"]) / "inductor" / "new.bin"
+        added.write_bytes(os.urandom(4096))
+        run_step(tmp_path / "a", "post-save", FXCACHE_ACTION_SETTINGS=str(settings), **fake.env())
+        (entry,) = fake.committed()
+        data = fake.blob_bytes(entry)
+        fake.blobs[entry.blob].data = data[: len(data) // 2]
+        runner = tmp_path / "b"
+        runner.mkdir()
+        inputs = {"store": "github"}
+        settings_b = run_step(runner, "setup", inputs).outputs["settings"]
+        got = run_step(runner, "gha-restore", inputs, FXCACHE_ACTION_SETTINGS=settings_b,
+                       **fake.env())  # fmt: skip
+        assert got.proc.returncode == 0, got.lines
+        assert any("restoring from the GitHub cache failed" in line for line in got.lines)
+        assert not Path(json.loads(Path(settings_b).read_text())["gha_path"]).exists()
+        restored = run_step(runner, "restore", inputs, FXCACHE_ACTION_SETTINGS=settings_b)
+        assert restored.proc.returncode == 0 and restored.outputs["cache-hit"] == "false"

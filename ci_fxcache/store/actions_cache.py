@@ -24,6 +24,7 @@ import shutil
 import tarfile
 import tempfile
 import time
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -251,6 +252,9 @@ def unpack(archive: Path, directory: Path) -> None:
         with tarfile.open(archive, "r:gz") as tar:
             tar.extractall(staging, filter="data")
         staging.rename(directory)
+    except (tarfile.TarError, EOFError, zlib.error) as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise CacheServiceError(f"unusable cache archive: {exc}") from exc
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
