@@ -1,2 +1,6 @@
-// The fxcache action's end-of-job save: nothing to do until the post step (post.js).
-console.log("fxcache: the cache will be saved at the end of the job");
+// The step itself: `fxcache action <step>` (gha-restore for the fxcache action, gha-upload for
+// the save sub-action); the end-of-job save follows in post.js.
+"use strict";
+const { runFxcache } = require("./toolkit.js");
+
+process.exit(runFxcache(process.env.INPUT_STEP || "gha-restore"));

@@ -21,10 +21,9 @@ if TYPE_CHECKING:
     from ci_fxcache.github_api import GitHubClient
 
 FORK_WORKFLOW = "workflows/fxcache-comment-fork.yml"
-# GITHUB_TOKEN's comments are authored by this login; installation tokens start with ghs_
-# (GitHub's documented token prefixes) and cannot call GET /user.
-ACTIONS_BOT = "github-actions[bot]"
-INSTALLATION_TOKEN_PREFIX = "ghs_"
+# GraphQL's `viewer` answers for every kind of token; GET /user does not for installation
+# tokens (GITHUB_TOKEN, a custom GitHub App's), whose logins are `<app slug>[bot]`.
+VIEWER_QUERY = "query { viewer { login } }"
 # The fork follow-up posts artifacts named fxcache-report-<report id>, written by a fork's run:
 # hostile input, refused above this size before it is read.
 ARTIFACT_PREFIX = "fxcache-report-"
@@ -66,14 +65,13 @@ def pull_number_from_event(path: str | None) -> int | None:
     return None
 
 
-def token_author(client: GitHubClient, token: str) -> str:
-    """The login that comments made with `token` carry: `github-actions[bot]` for an
-    installation token (GITHUB_TOKEN), else the token's own user (GET /user)."""
-    if token.startswith(INSTALLATION_TOKEN_PREFIX):
-        return ACTIONS_BOT
-    login = client.request("GET", "/user").json().get("login")
+def token_author(client: GitHubClient) -> str:
+    """The login that comments made with the client's token carry: `github-actions[bot]`
+    for GITHUB_TOKEN, `<slug>[bot]` for a custom GitHub App's installation token, the user
+    for a personal token (GraphQL `viewer { login }`)."""
+    login = (client.graphql(VIEWER_QUERY).get("viewer") or {}).get("login")
     if not isinstance(login, str) or not login:
-        raise UsageError("GET /user gave no login for the token: pass --author LOGIN")
+        raise UsageError("GitHub named no login for the token (viewer): pass --author LOGIN")
     return login
 
 
@@ -184,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
         )
     client = GitHubClient(token, repository, os.environ.get("GITHUB_API_URL") or None)
     try:
-        author = args.author or token_author(client, token)
+        author = args.author or token_author(client)
         try:
             action, cid = upsert(client, number, body, report_id, author)
         except GitHubError as exc:

@@ -104,6 +104,23 @@ class GitHubClient:
             **kwargs,
         )
 
+    @property
+    def graphql_url(self) -> str:
+        """The GraphQL endpoint beside the REST API (GitHub Enterprise Server: /api/graphql)."""
+        if self.api_url.endswith("/api/v3"):
+            return self.api_url[: -len("/v3")] + "/graphql"
+        return self.api_url + "/graphql"
+
+    def graphql(self, query: str) -> dict[str, Any]:
+        """The `data` of a GraphQL query; GitHubError when GitHub answers with `errors`."""
+        response = self.request("POST", self.graphql_url, json={"query": query})
+        body = response.json()
+        errors = body.get("errors") if isinstance(body, dict) else None
+        if errors or not isinstance(body, dict) or not isinstance(body.get("data"), dict):
+            text = "; ".join(str(e.get("message", e)) for e in errors or [] if isinstance(e, dict))
+            raise GitHubError(response.status_code, "POST", "/graphql", text or "no data")
+        return dict(body["data"])
+
     def repo_path(self, suffix: str) -> str:
         """`/repos/{owner}/{repo}` + suffix."""
         return f"/repos/{self.repository}/{suffix.lstrip('/')}"

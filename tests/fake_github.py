@@ -8,21 +8,24 @@ stays empty) and answered the way GitHub would (400/401/404/422).
 
 Routes: actions caches (list with pagination/sort/key prefix, delete by id, delete by key,
 usage), issue comments (list with pagination, create, update, delete; comments by several
-authors) and `GET /user` (the token's user; 403 for an installation token such as
-GITHUB_TOKEN, whose comments are authored by `github-actions[bot]`). Faults are injected with
-`fail(...)`; `read_only=True` simulates a fork's read-only token.
+authors), `GET /user` (the token's user; 403 for an installation token such as
+GITHUB_TOKEN) and `POST /graphql` for `viewer { login }` (the token's own login: the user, or
+for an installation token (`ghs_`) its app's bot, `github-actions[bot]` unless `bot` names a
+custom GitHub App's `<slug>[bot]`). Faults are injected with `fail(...)`; `read_only=True`
+simulates a fork's read-only token.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.local_server import LocalServer
 
 API_VERSION = "2022-11-28"
 MAX_COMMENT = 65536
@@ -55,7 +58,7 @@ class Recorded:
     status: int = 0
 
 
-class FakeGitHub:
+class FakeGitHub(LocalServer):
     """The server plus its state; use as a context manager (see the `fake_github` fixture)."""
 
     def __init__(
@@ -63,10 +66,12 @@ class FakeGitHub:
         repository: str = "octo-org/fxcache-demo",
         token: str = "ghs_faketoken123",
         user: str = "octocat",
+        bot: str = "github-actions[bot]",
     ):
         self.repository = repository
         self.token = token
         self.user = user  # GET /user's login for a personal token
+        self.bot = bot  # the login of an installation token's app
         self.read_only = False
         self.caches: list[dict[str, Any]] = []
         self.comments: dict[int, list[dict[str, Any]]] = {}
@@ -74,23 +79,7 @@ class FakeGitHub:
         self.violations: list[str] = []
         self.faults: list[Fault] = []
         self._next_id = 1000
-        self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    # -- lifecycle -------------------------------------------------------------------------
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def __enter__(self) -> FakeGitHub:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__()
 
     def env(self) -> dict[str, str]:
         """The Actions variables that point fxcache at this server."""
@@ -156,8 +145,8 @@ class FakeGitHub:
 
     @property
     def identity(self) -> str:
-        """Who the token writes as: installation tokens (ghs_) as github-actions[bot]."""
-        return "github-actions[bot]" if self.token.startswith("ghs_") else self.user
+        """Who the token writes as: installation tokens (ghs_) as their app's bot."""
+        return self.bot if self.token.startswith("ghs_") else self.user
 
     def calls(self, method: str, path_regex: str = ".*") -> list[Recorded]:
         return [r for r in self.requests if r.method == method and re.fullmatch(path_regex, r.path)]
@@ -183,20 +172,6 @@ class FakeGitHub:
         }
 
     # -- HTTP ----------------------------------------------------------------------------------
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:  # keep test output quiet
-                pass
-
-            def _dispatch(self) -> None:
-                fake._handle(self)
-
-            do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = _dispatch
-
-        return Handler
-
     def _send(
         self,
         h: BaseHTTPRequestHandler,
@@ -263,6 +238,8 @@ class FakeGitHub:
                 return self._send(h, rec, fault.status, fault.body, fault.headers)
         if rec.path == "/user":
             return self._get_user(h, rec)
+        if rec.path == "/graphql":
+            return self._graphql(h, rec)
         prefix = f"/repos/{self.repository}/"
         if not rec.path.startswith(prefix):
             return self._send(h, rec, 404, {"message": "Not Found", "documentation_url": DOCS})
@@ -351,6 +328,22 @@ class FakeGitHub:
                 "html_url": f"https://github.com/{self.user}",
             },
         )
+
+    # -- GraphQL (docs: graphql/guides/forming-calls-with-graphql; only viewer { login }) --------
+    def _graphql(self, h: BaseHTTPRequestHandler, rec: Recorded) -> None:
+        if rec.method != "POST":
+            return self._violation(h, rec, 404, "GraphQL queries are POST /graphql")
+        body = rec.body
+        if rec.query or not isinstance(body, dict) or not isinstance(body.get("query"), str):
+            return self._violation(h, rec, 400, 'body must be JSON {"query": "..."}')
+        if set(body) - {"query", "variables", "operationName"}:
+            return self._violation(h, rec, 400, f"unexpected keys {sorted(body)}")
+        query = " ".join(body["query"].split())
+        if not re.fullmatch(r"(query( \w+)? )?\{ viewer \{ login \} \}", query):
+            self.violations.append(f"POST /graphql: query this fake does not serve: {query}")
+            errors = [{"message": f"fake serves only viewer {{ login }}, not {query}"}]
+            return self._send(h, rec, 200, {"errors": errors})
+        self._send(h, rec, 200, {"data": {"viewer": {"login": self.identity}}})
 
     # -- caches (docs: rest/actions/cache) ---------------------------------------------------------
     def _list_caches(self, h: BaseHTTPRequestHandler, rec: Recorded) -> None:

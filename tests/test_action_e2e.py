@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT, TORCH_PYTHON
+from tests.fake_cache_service import FakeCacheService
 from tests.fake_github import FakeGitHub
 
 pytestmark = pytest.mark.slow
@@ -49,16 +50,15 @@ def _pin(action: str, rel: str) -> str:
     return pins.pop()
 
 
-def _standins(src: Path, github_store: bool = False) -> list[str]:
+def _standins(src: Path) -> list[str]:
     """--local-repository mappings: act resolves every remote action before evaluating `if:`
-    and cannot fetch offline. actions/cache is skipped with store: local (its stand-in fails if
-    run), or for `store: github` a stand-in with its documented behaviour; so are the artifact
-    actions (see tests/act/standins); our own action at its release tag is the tree under test."""
+    and cannot fetch offline. The artifact actions get stand-ins with their documented
+    behaviour (see tests/act/standins); our own action at its release tag is the tree under
+    test. The GitHub cache needs none: the toolkit speaks the cache service itself, here
+    tests/fake_cache_service.py."""
     standins = ROOT / "tests" / "act" / "standins"
     fleet = "workflows/fxcache-verify.yml"
     maps = {
-        f"actions/cache@{_pin('actions/cache/restore', 'action.yml')}": standins
-        / ("cache-store" if github_store else "cache"),
         f"actions/upload-artifact@{_pin('actions/upload-artifact', fleet)}": standins
         / "upload-artifact",
         f"actions/download-artifact@{_pin('actions/download-artifact', fleet)}": standins
@@ -131,14 +131,14 @@ class ActRun:
 class Harness:
     """A repository checkout for act plus the state that survives between runs of one job."""
 
-    def __init__(self, base: Path, fake: FakeGitHub) -> None:
+    def __init__(self, base: Path, fake: FakeGitHub, cache: FakeCacheService) -> None:
         self.base = base
         self.fake = fake
+        self.cache = cache  # the Actions cache service (store github)
         self.src = base / "repo"
         self.cache_root = base / "store"
         self.xdg = base / "xdg"  # act's own cache: workspaces and RUNNER_TOOL_CACHE
         self.artifacts = base / "artifacts"
-        self.gha_cache = base / "gha-cache"  # the actions/cache stand-in's storage
         self.run_id = 4000
         self._make_repo()
 
@@ -210,9 +210,11 @@ class Harness:
             "-e", str(event),
             "-P", f"{LABEL}=-self-hosted",
             "--action-offline-mode",
-            *_standins(self.src, github_store=store == "github"),
+            *_standins(self.src),
             "--env", f"GITHUB_RUN_ID={self.run_id}",
-            "--env", f"E2E_GHA_CACHE={self.gha_cache}",
+            # A runner gives these to JavaScript steps only; act (which has no v2 cache
+            # service) passes --env values to every step.
+            *[arg for k, v in self.cache.env().items() for arg in ("--env", f"{k}={v}")],
             "--var", f"E2E_STORE={store}",
             "--var", f"E2E_SAVE={save}",
             "--var", f"E2E_REDIS_URL={redis_url}",
@@ -249,6 +251,12 @@ def fake() -> Iterator[FakeGitHub]:
         yield server
 
 
+@pytest.fixture
+def cache_service() -> Iterator[FakeCacheService]:
+    with FakeCacheService() as server:
+        yield server
+
+
 def _combo(results: dict[str, Any]) -> dict[str, Any]:
     combos = [c for c in results["combos"] if c["id"] == COMBO]
     assert len(combos) == 1, [c["id"] for c in results["combos"]]
@@ -263,8 +271,10 @@ def _scope_dirs(root: Path) -> list[Path]:
     return [p for p in root.iterdir() if p.is_dir() and p.name.startswith("fxcache-v1-")]
 
 
-def test_action_end_to_end(tmp_path: Path, fake: FakeGitHub) -> None:
-    harness = Harness(tmp_path, fake)
+def test_action_end_to_end(
+    tmp_path: Path, fake: FakeGitHub, cache_service: FakeCacheService
+) -> None:
+    harness = Harness(tmp_path, fake, cache_service)
 
     # 1. A cold runner: nothing to restore; verify compiles cold then hot; the report lands in
     #    the job summary and as a PR comment; save commits the store.
@@ -350,7 +360,7 @@ def test_action_end_to_end(tmp_path: Path, fake: FakeGitHub) -> None:
     #    to an overlay, save writes nothing) and it leaves the comment to the workflow_run
     #    follow-up (its token could not write).
     manifest = (scope / "manifest.json").read_bytes()
-    writes = len(fake.calls("POST")) + len(fake.calls("PATCH"))
+    writes = len(fake.calls("POST", r".*/comments")) + len(fake.calls("PATCH"))
     fork = harness.run("fork", fork=True)
     assert fork.succeeded, fork.log()
     out4 = fork.json("outputs.json")
@@ -360,7 +370,7 @@ def test_action_end_to_end(tmp_path: Path, fake: FakeGitHub) -> None:
     assert fork.json("save.json") == {"saved": "false"}
     assert (scope / "manifest.json").read_bytes() == manifest, "a fork's run wrote the store"
     assert any("pull request from a fork" in n for n in fork.notices), fork.notices
-    assert len(fake.calls("POST")) + len(fake.calls("PATCH")) == writes
+    assert len(fake.calls("POST", r".*/comments")) + len(fake.calls("PATCH")) == writes
 
     # 5. The fleet: workflows/fxcache-verify.yml called with one pool (this runner). plan ->
     #    verify (the action at its release tag = this tree) uploads the pool's results -> merge
@@ -412,8 +422,10 @@ def test_action_end_to_end(tmp_path: Path, fake: FakeGitHub) -> None:
     assert fake.violations == [], fake.violations
 
 
-def test_invalid_input_fails_with_one_clear_error(tmp_path: Path, fake: FakeGitHub) -> None:
-    harness = Harness(tmp_path, fake)
+def test_invalid_input_fails_with_one_clear_error(
+    tmp_path: Path, fake: FakeGitHub, cache_service: FakeCacheService
+) -> None:
+    harness = Harness(tmp_path, fake, cache_service)
     run = harness.run("invalid", dtypes="bf17")
     assert run.returncode != 0 and not run.succeeded, run.log()
     assert len(run.errors) == 1, run.errors
@@ -424,22 +436,22 @@ def test_invalid_input_fails_with_one_clear_error(tmp_path: Path, fake: FakeGitH
 
 
 def test_store_github_uploads_only_new_files_from_the_default_branch(
-    tmp_path: Path, fake: FakeGitHub
+    tmp_path: Path, fake: FakeGitHub, cache_service: FakeCacheService
 ) -> None:
     """`store: github` on fresh hosted runners, `save: auto` (pull requests never upload:
-    tests/test_action_steps.py::test_store_github_save_policy): a push to main uploads
-    under <scope key>-run<id>.<attempt>; the next push restores it by the scope prefix (a cache
-    hit for fxcache, though not an exact actions/cache key match), runs the hot phase only and,
-    having added nothing, uploads nothing."""
-    harness = Harness(tmp_path, fake)
+    tests/test_action_steps.py::test_store_github_save_policy), with the save sub-action: a
+    push to main uploads under <scope key>-run<id>.<attempt> through the cache service; the
+    next push restores it by the scope prefix (a cache hit for fxcache), runs the hot phase
+    only and, having added nothing, uploads nothing."""
+    harness = Harness(tmp_path, fake, cache_service)
     first = harness.run("gh-first", store="github", cache_root=tmp_path / "runner-1",
                         event_name="push")  # fmt: skip
     assert first.succeeded, first.log()
     out = first.json("outputs.json")
     assert out["CACHE_HIT"] == "false", out
     assert first.json("save.json") == {"saved": "true"}
-    saved = sorted(p.name for p in harness.gha_cache.iterdir())
-    assert saved == [f"{out['CACHE_KEY']}-run{harness.run_id}.1.tar"], saved
+    saved = [e.key for e in cache_service.committed()]
+    assert saved == [f"{out['CACHE_KEY']}-run{harness.run_id}.1"], saved
 
     second = harness.run("gh-second", store="github", cache_root=tmp_path / "runner-2",
                          event_name="push")  # fmt: skip
@@ -454,16 +466,40 @@ def test_store_github_uploads_only_new_files_from_the_default_branch(
     assert combo["hot"]["counters"].get("fxgraph_cache_hit", 0) >= 1, combo
     assert second.json("user.json")["inductor"].get("fxgraph_cache_miss", 0) == 0
     assert "this run added nothing to the cache" in second.raw, second.log()
-    assert sorted(p.name for p in harness.gha_cache.iterdir()) == saved
-    assert second.errors == [] and fake.violations == []
+    assert [e.key for e in cache_service.committed()] == saved
+    assert second.errors == [] and fake.violations == [] and cache_service.violations == []
+
+
+def test_store_github_end_of_job_save_uploads_when_a_test_step_fails(
+    tmp_path: Path, fake: FakeGitHub, cache_service: FakeCacheService
+) -> None:
+    """`store: github` without the save sub-action, and a failing test step: the action's
+    post step commits the scope and uploads it through the cache service; a job on another
+    fresh runner restores that entry and its own compile hits."""
+    harness = Harness(tmp_path, fake, cache_service)
+    failed = harness.run("gh-autosave", workflow="autosave.yml", store="github", save="always",
+                         cache_root=tmp_path / "runner-1")  # fmt: skip
+    assert failed.returncode != 0 and not failed.succeeded, failed.log()
+    key = (failed.out / "cache-key").read_text()
+    assert [e.key for e in cache_service.committed()] == [f"{key}-run{harness.run_id}.1"], (
+        failed.log()
+    )
+    again = harness.run("gh-autosave-again", workflow="autosave.yml", store="github",
+                        save="always", cache_root=tmp_path / "runner-2")  # fmt: skip
+    assert (tmp_path / "runner-2" / key / "manifest.json").is_file(), again.log()
+    user = again.json("user.json")
+    assert user["cache_dir"].startswith(str(tmp_path / "runner-2")), user
+    assert user["inductor"].get("fxgraph_cache_hit", 0) >= 1, user
+    assert user["inductor"].get("fxgraph_cache_miss", 0) == 0, user
+    assert cache_service.violations == [] and fake.violations == []
 
 
 def test_the_job_saves_at_its_end_even_when_a_test_step_fails(
-    tmp_path: Path, fake: FakeGitHub
+    tmp_path: Path, fake: FakeGitHub, cache_service: FakeCacheService
 ) -> None:
     """No save sub-action in the workflow and a failing test step: the action's own post step
     still commits the scope (with the user's compile in it), and the next job restores it."""
-    harness = Harness(tmp_path, fake)
+    harness = Harness(tmp_path, fake, cache_service)
     failed = harness.run("autosave", workflow="autosave.yml")
     assert failed.returncode != 0 and not failed.succeeded, failed.log()
     key = (failed.out / "cache-key").read_text()
@@ -489,13 +525,13 @@ def _pt2_keys(url: str) -> int:
 
 
 def test_store_redis_shares_compiles_between_runners(
-    tmp_path: Path, fake: FakeGitHub, redis_url: str
+    tmp_path: Path, fake: FakeGitHub, cache_service: FakeCacheService, redis_url: str
 ) -> None:
     """`store: redis` with a real redis-server: runner A (empty local root) compiles and writes
     through Redis; runner B (another empty root) gets the FX graphs from Redis, in its own
     compile step and in the report (the remote mechanism's hot phase hits); a fork's run on
     runner C never writes Redis."""
-    harness = Harness(tmp_path, fake)
+    harness = Harness(tmp_path, fake, cache_service)
     remote = COMBO.replace("-fxgraph-", "-remote-")
     before = _pt2_keys(redis_url)
     a = harness.run("redis-a", store="redis", cache_root=tmp_path / "runner-a",

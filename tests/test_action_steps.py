@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, TORCH_PYTHON
+from tests.fake_cache_service import FakeCacheService
 
 REPO_ID = 1296269
 DEFAULT_INPUTS = {
@@ -203,9 +204,10 @@ def test_store_github_keys(tmp_path: Path) -> None:
         text=True,
         check=True,
     ).stdout.strip()
-    assert s.outputs["gha-path"] == str(tmp_path / "store" / scope)
-    assert s.outputs["gha-restore-prefix"] == f"{scope}-llama-"
-    assert s.outputs["gha-key"] == f"{scope}-llama-run4242.2"
+    settings = s.settings()
+    assert settings["gha_path"] == str(tmp_path / "store" / scope)
+    assert settings["gha_prefix"] == f"{scope}-llama-"
+    assert settings["gha_key"] == f"{scope}-llama-run4242.2"
 
 
 @pytest.mark.parametrize(
@@ -428,3 +430,113 @@ def test_outputs_are_declared_once() -> None:
     assert {name: spec["value"] for name, spec in outputs.items()} == {
         name: f"${{{{ steps.{step}.outputs.{name} }}}}" for name, step in steps.OUTPUTS.items()
     }
+
+
+def _github_job(
+    runner: Path, fake: FakeCacheService, save: str = "always", **env: str
+) -> tuple[Path, Step]:
+    """setup, gha-restore (the JavaScript step, with the cache service's variables) and
+    restore of a `store: github` job on a fresh runner; (settings file, restore step)."""
+    runner.mkdir(parents=True, exist_ok=True)
+    inputs = {"store": "github", "save": save}
+    settings = run_step(runner, "setup", inputs).outputs["settings"]
+    got = run_step(runner, "gha-restore", inputs, FXCACHE_ACTION_SETTINGS=settings,
+                   **fake.env(), **env)  # fmt: skip
+    assert got.proc.returncode == 0 and got.errors == [], got.lines
+    restored = run_step(runner, "restore", inputs, FXCACHE_ACTION_SETTINGS=settings)
+    assert restored.proc.returncode == 0, restored.lines
+    return Path(settings), restored
+
+
+def test_store_github_end_of_job_save_uploads_and_the_next_runner_restores_it(
+    tmp_path: Path,
+) -> None:
+    """The post step (no save sub-action) uploads through the cache service itself; a fresh
+    runner's gha-restore finds the entry by the scope prefix; a run that adds nothing, a
+    `save: never` run and a step without the service's variables upload nothing."""
+    with FakeCacheService() as fake:
+        settings, first = _github_job(tmp_path / "a", fake)
+        assert first.outputs["cache-hit"] == "false"
+        s = json.loads(settings.read_text())
+        compiled = Path(s["gha_path"]) / "inductor" / "fxgraph" / "graph.bin"
+        compiled.parent.mkdir(parents=True, exist_ok=True)
+        compiled.write_bytes(b"compiled by the job")
+        post = run_step(tmp_path / "a", "post-save", {"store": "github"},
+                        FXCACHE_ACTION_SETTINGS=str(settings), **fake.env())  # fmt: skip
+        assert post.proc.returncode == 0 and post.errors == [], post.lines
+        assert [e.key for e in fake.committed()] == [s["gha_key"]], post.lines
+        assert "GitHub cache entry" in post.proc.stdout and "saved" in post.proc.stdout
+
+        settings_b, second = _github_job(tmp_path / "b", fake)
+        assert second.outputs["cache-hit"] == "true", second.lines
+        s_b = json.loads(settings_b.read_text())
+        again = Path(s_b["gha_path"]) / "inductor" / "fxgraph" / "graph.bin"
+        assert again.read_bytes() == b"compiled by the job"
+        post_b = run_step(tmp_path / "b", "post-save", {"store": "github"},
+                          FXCACHE_ACTION_SETTINGS=str(settings_b), **fake.env())  # fmt: skip
+        assert "this run added nothing to the cache" in post_b.proc.stdout, post_b.lines
+        assert len(fake.committed()) == 1
+
+        settings_c, _ = _github_job(tmp_path / "c", fake, save="never")
+        added = Path(json.loads(settings_c.read_text())["gha_path"]) / "inductor" / "new.bin"
+        added.write_bytes(b"new")
+        run_step(tmp_path / "c", "post-save", {"store": "github"},
+                 FXCACHE_ACTION_SETTINGS=str(settings_c), **fake.env())  # fmt: skip
+        assert len(fake.committed()) == 1
+        assert fake.violations == []
+
+
+def test_store_github_upload_without_the_service_variables_warns(tmp_path: Path) -> None:
+    with FakeCacheService() as fake:
+        settings, _ = _github_job(tmp_path, fake)
+        added = Path(json.loads(settings.read_text())["gha_path"]) / "inductor" / "new.bin"
+        added.write_bytes(b"new")
+        post = run_step(tmp_path, "post-save", {"store": "github"},
+                        FXCACHE_ACTION_SETTINGS=str(settings))  # fmt: skip
+        assert post.proc.returncode == 0, post.lines
+        warnings = [line for line in post.lines if line.startswith("::warning::")]
+        assert any("nothing was uploaded" in w and "JavaScript" in w for w in warnings), post.lines
+        assert fake.committed() == []
+
+
+def test_store_github_save_sub_action_decides_then_its_javascript_step_uploads(
+    tmp_path: Path,
+) -> None:
+    """The save sub-action's `run:` step commits and decides; its gha-upload step (a
+    JavaScript step) uploads; the end-of-job save then has nothing left to do."""
+    with FakeCacheService() as fake:
+        settings, _ = _github_job(tmp_path, fake)
+        added = Path(json.loads(settings.read_text())["gha_path"]) / "inductor" / "new.bin"
+        added.write_bytes(b"new")
+        save_inputs = json.dumps({"python": "", "signing-key": ""})
+        saved = run_step(tmp_path, "save", FXCACHE_INPUTS=save_inputs,
+                         FXCACHE_ACTION_SETTINGS=str(settings))  # fmt: skip
+        assert saved.outputs["saved"] == "true" and fake.committed() == [], saved.lines
+        up = run_step(tmp_path, "gha-upload", FXCACHE_ACTION_SETTINGS=str(settings), **fake.env())
+        assert up.proc.returncode == 0 and len(fake.committed()) == 1, up.lines
+        post = run_step(tmp_path, "post-save", FXCACHE_ACTION_SETTINGS=str(settings),
+                        **fake.env())  # fmt: skip
+        assert "already saved" in post.proc.stdout and len(fake.committed()) == 1
+        assert fake.violations == []
+
+
+def test_store_github_a_corrupt_entry_is_a_warning_and_a_cold_start(tmp_path: Path) -> None:
+    with FakeCacheService() as fake:
+        settings, _ = _github_job(tmp_path / "a", fake)
+        added = Path(json.loads(settings.read_text())["gha_path"]) / "inductor" / "new.bin"
+        added.write_bytes(os.urandom(4096))
+        run_step(tmp_path / "a", "post-save", FXCACHE_ACTION_SETTINGS=str(settings), **fake.env())
+        (entry,) = fake.committed()
+        data = fake.blob_bytes(entry)
+        fake.blobs[entry.blob].data = data[: len(data) // 2]
+        runner = tmp_path / "b"
+        runner.mkdir()
+        inputs = {"store": "github"}
+        settings_b = run_step(runner, "setup", inputs).outputs["settings"]
+        got = run_step(runner, "gha-restore", inputs, FXCACHE_ACTION_SETTINGS=settings_b,
+                       **fake.env())  # fmt: skip
+        assert got.proc.returncode == 0, got.lines
+        assert any("restoring from the GitHub cache failed" in line for line in got.lines)
+        assert not Path(json.loads(Path(settings_b).read_text())["gha_path"]).exists()
+        restored = run_step(runner, "restore", inputs, FXCACHE_ACTION_SETTINGS=settings_b)
+        assert restored.proc.returncode == 0 and restored.outputs["cache-hit"] == "false"

@@ -48,7 +48,9 @@ def test_creates_then_updates_one_comment(
     (mine,) = _mine(fake_github)
     assert "H200, sm90, torch 2.13.0+cu128 · sin\\_matmul" in str(mine["body"])
     assert "✅ **Cache:** fp32 static fxgraph" in str(mine["body"])
-    assert len(fake_github.calls("POST")) == 1 and len(fake_github.calls("PATCH")) == 1
+    assert (
+        len(fake_github.calls("POST", r".*/comments")) == 1 and len(fake_github.calls("PATCH")) == 1
+    )
     assert len(fake_github.comments[PR]) == 2  # the human's comment is untouched
     # Another report id keeps its own comment.
     third = run_fxcache("comment", RESULTS, "--report-id", "nightly", env=env)
@@ -74,7 +76,7 @@ def test_finds_earlier_comment_on_page_two(
     assert all(c.query["per_page"] == ["100"] for c in lists)
     (patch,) = fake_github.calls("PATCH")
     assert patch.path.endswith(f"/issues/comments/{old['id']}")
-    assert fake_github.calls("POST") == []
+    assert fake_github.calls("POST", r".*/comments") == []
     assert len(_mine(fake_github)) == 1 and "old report" not in str(_mine(fake_github)[0]["body"])
 
 
@@ -144,7 +146,7 @@ def test_body_too_long_422_falls_back_to_short_form(
     proc = run_fxcache("comment", RESULTS, env=_env(fake_github, tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert "body is too long" in proc.stderr and "short form" in proc.stderr
-    posts = fake_github.calls("POST")
+    posts = fake_github.calls("POST", r".*/comments")
     assert [p.status for p in posts] == [422, 201]
     short, full = posts[1].body["body"], posts[0].body["body"]
     assert len(short) <= comment.SHORT_LIMIT + len(comment.marker("fxcache")) + 1 < len(full)
@@ -246,8 +248,10 @@ def test_a_marker_in_someone_elses_comment_is_never_touched(
     }
     assert planted in fake_github.comments[PR] and late in fake_github.comments[PR]
     assert str(planted["body"]).endswith("all safe!") and str(late["body"]).endswith("fake")
-    # An installation token (GITHUB_TOKEN) is github-actions[bot]: GET /user is never asked.
+    # GITHUB_TOKEN (an installation token) learns it is github-actions[bot] from GraphQL's
+    # viewer; GET /user, which installation tokens cannot call, is never asked.
     assert fake_github.calls("GET", "/user") == []
+    assert [c.status for c in fake_github.calls("POST", "/graphql")] == [200, 200]
 
 
 def test_a_personal_token_matches_its_own_user(run_fxcache: RunFxcache, tmp_path: Path) -> None:
@@ -257,17 +261,57 @@ def test_a_personal_token_matches_its_own_user(run_fxcache: RunFxcache, tmp_path
         old = fake.add_comment(PR, f"{comment.marker('fxcache')}\nold", "release-bot")
         proc = run_fxcache("comment", RESULTS, env=_env(fake, tmp_path))
         assert proc.returncode == 0 and "updated comment" in proc.stdout, proc.stderr
-        (user_call,) = fake.calls("GET", "/user")
-        assert user_call.status == 200
+        (viewer,) = fake.calls("POST", "/graphql")
+        assert viewer.status == 200
         (patch,) = fake.calls("PATCH")
         assert patch.path.endswith(f"/issues/comments/{old['id']}")
         assert fake.calls("DELETE") == [] and str(bots["body"]).endswith("old")
         assert fake.violations == []
 
 
+def test_a_github_app_token_updates_only_its_own_comment(
+    run_fxcache: RunFxcache, tmp_path: Path
+) -> None:
+    """A custom GitHub App's installation token (ghs_, like GITHUB_TOKEN) writes as
+    `<slug>[bot]`: it finds its own comment through GraphQL's viewer, updates it on every run
+    (no new comment per run) and never touches github-actions[bot]'s or a user's."""
+    with FakeGitHub(token="ghs_appinstall456", bot="fxcache-ci[bot]") as fake:
+        fake.add_pull(PR)
+        tag = comment.marker("fxcache")
+        actions = fake.add_comment(PR, f"{tag}\nfrom GITHUB_TOKEN", "github-actions[bot]")
+        user = fake.add_comment(PR, f"{tag}\nfrom a user", "alice")
+        env = _env(fake, tmp_path)
+        first = run_fxcache("comment", RESULTS, env=env)
+        assert first.returncode == 0 and "created comment" in first.stdout, first.stderr
+        second = run_fxcache("comment", RESULTS, env=env)
+        assert second.returncode == 0 and "updated comment" in second.stdout, second.stderr
+        ours = [c for c in fake.comments[PR] if c["user"]["login"] == "fxcache-ci[bot]"]
+        assert len(ours) == 1, fake.comments[PR]
+        (patch,) = fake.calls("PATCH")
+        assert patch.path.endswith(f"/issues/comments/{ours[0]['id']}")
+        assert fake.calls("DELETE") == [] and fake.calls("GET", "/user") == []
+        assert str(actions["body"]).endswith("from GITHUB_TOKEN")
+        assert str(user["body"]).endswith("from a user")
+        assert fake.violations == []
+
+
+def test_fake_server_graphql_serves_viewer_login_only() -> None:
+    with FakeGitHub(token="ghs_app", bot="fxcache-ci[bot]") as fake:
+        client = GitHubClient(fake.token, fake.repository, fake.url)
+        assert client.graphql("query { viewer { login } }") == {
+            "viewer": {"login": "fxcache-ci[bot]"}
+        }
+        with pytest.raises(GitHubError, match="fake serves only"):
+            client.graphql('query { repository(owner: "o", name: "r") { id } }')
+        assert len(fake.violations) == 1
+    assert GitHubClient("t", "o/r", "https://ghe.example/api/v3").graphql_url == (
+        "https://ghe.example/api/graphql"
+    )
+
+
 def test_author_can_be_given(fake_github: FakeGitHub, run_fxcache: RunFxcache,
                              tmp_path: Path) -> None:  # fmt: skip
-    """A custom GitHub App's installation token comments as <app>[bot]: --author names it."""
+    """--author names the login whose comments are ours (no GraphQL question then)."""
     fake_github.add_pull(PR)
     app = fake_github.add_comment(PR, f"{comment.marker('fxcache')}\nold", "fxcache-app[bot]")
     proc = run_fxcache("comment", RESULTS, "--author", "fxcache-app[bot]",
@@ -275,6 +319,7 @@ def test_author_can_be_given(fake_github: FakeGitHub, run_fxcache: RunFxcache,
     assert proc.returncode == 0, proc.stderr
     (patch,) = fake_github.calls("PATCH")
     assert patch.path.endswith(f"/issues/comments/{app['id']}")
+    assert fake_github.calls("POST", "/graphql") == []
 
 
 def test_fake_server_user_endpoint_follows_the_documented_api(fake_github: FakeGitHub) -> None:
@@ -320,7 +365,7 @@ def test_artifact_report_id_must_match_its_name(
     assert "carries report id 'nightly', but its artifact fxcache-report-fleet names 'fleet'" in (
         bad.stderr
     )
-    assert len(fake_github.calls("POST")) == 1
+    assert len(fake_github.calls("POST", r".*/comments")) == 1
 
 
 @pytest.mark.parametrize("name", ["results", "fxcache-report-a b", "fxcache-report-"])

@@ -109,8 +109,8 @@ def setup() -> int:
         notes=notes,
     )
     if store == "github":
-        # actions/cache entries are immutable: save under a unique key (scope, suffix, run,
-        # attempt), restore the newest entry of this scope by prefix; `path` must not change.
+        # Actions cache entries are immutable: save under a unique key (scope, suffix, run,
+        # attempt), restore the newest entry of this scope by prefix (store/actions_cache.py).
         scope = scopekey.scope_key(fingerprint.collect(settings.python))
         suffix = values["key-suffix"]
         settings.gha_prefix = f"{scope}-{suffix + '-' if suffix else ''}"
@@ -120,9 +120,6 @@ def setup() -> int:
         settings.gha_path = str(root / scope)
     path = settings.write()
     gha.set_output("settings", str(path))
-    gha.set_output("gha-path", settings.gha_path)
-    gha.set_output("gha-key", settings.gha_key)
-    gha.set_output("gha-restore-prefix", settings.gha_prefix)
     gha.export_env(SETTINGS_ENV, str(path))  # for the save sub-action and the end-of-job save
     gha.export_env("FXCACHE_PYTHON", settings.python)  # later fxcache commands serve it too
     print(
@@ -229,7 +226,9 @@ def _save_result(s: Settings, post: bool) -> dict[str, Any]:
 
 def save(post: bool = False) -> int:
     """Commit the restored scope (save sub-action, or the end-of-job save with `post`), once
-    per job; outputs `saved`, and `upload` with `gha-path` / `gha-key` for store github."""
+    per job; outputs `saved`. For store github the upload is decided here (the save policy,
+    and only when the run added files) and done by `gha_upload`, in a step that has the cache
+    service's variables: the end-of-job save itself, or the save sub-action's next step."""
     if post and not os.environ.get(SETTINGS_ENV):
         print("fxcache: end-of-job save: the fxcache action did not set up (nothing to save)")
         return 0
@@ -237,7 +236,7 @@ def save(post: bool = False) -> int:
     if s.saved_marker.is_file():
         done = json.loads(s.saved_marker.read_text(encoding="utf-8"))
         print(f"fxcache: already saved in this job (saved: {str(done['saved']).lower()})")
-        return 0
+        return gha_upload() if post else 0
     result = _save_result(s, post)
     upload = bool(result["saved"]) and s.upload and int(result.get("added", 0)) > 0
     if s.store == "github" and result["saved"]:
@@ -245,18 +244,73 @@ def save(post: bool = False) -> int:
             print("fxcache: no new GitHub cache entry: the save policy does not upload this run")
         elif not upload:
             print("fxcache: no new GitHub cache entry: this run added nothing to the cache")
-        elif post:
-            upload = False
-            gha.warn(
-                "store github: this run added to the cache, but only the save sub-action "
-                "(uses: fxcache/fxcache-action/save@v1, last step of the job) can upload it"
-            )
+    result["upload"] = upload
     s.saved_marker.write_text(json.dumps(result) + "\n", encoding="utf-8")
     print(json.dumps(result, indent=2))
     gha.set_output("saved", str(bool(result["saved"])).lower())
-    gha.set_output("upload", str(upload).lower())
-    gha.set_output("gha-path", s.gha_path)
-    gha.set_output("gha-key", s.gha_key)
+    return gha_upload() if post else 0
+
+
+def gha_upload() -> int:
+    """Upload the committed scope as this run's GitHub cache entry when `save` decided so.
+    A failed upload is a warning: the job's own result stands, the next run compiles cold."""
+    from ci_fxcache.store import actions_cache
+
+    s = load()
+    if s.store != "github":
+        return 0
+    done = (
+        json.loads(s.saved_marker.read_text(encoding="utf-8")) if s.saved_marker.is_file() else {}
+    )
+    if not done.get("upload"):
+        print("fxcache: nothing to upload to the GitHub cache")
+        return 0
+    where, problem = actions_cache.runtime()
+    if where is None:
+        gha.warn(f"store github: this run added to the cache, but nothing was uploaded: {problem}")
+        return 0
+    try:
+        sent = actions_cache.save_directory(
+            actions_cache.CacheService(where), Path(s.gha_path), s.gha_key
+        )
+    except (actions_cache.CacheServiceError, OSError) as exc:
+        gha.warn(f"store github: uploading {s.gha_key} failed: {exc}")
+        return 0
+    done.update(upload=False, uploaded=sent)
+    s.saved_marker.write_text(json.dumps(done) + "\n", encoding="utf-8")
+    if sent["uploaded"]:
+        print(f"fxcache: GitHub cache entry {s.gha_key} saved ({sent['bytes']} bytes)")
+    else:
+        print(f"fxcache: GitHub cache entry {s.gha_key} not saved: {sent['reason']}")
+    return 0
+
+
+def gha_restore() -> int:
+    """Store github: download the newest entry of this scope (by key prefix) into the store
+    root before `restore` checks it. Nothing found, or a failed download, is a cold start."""
+    from ci_fxcache.store import actions_cache
+
+    s = load()
+    if s.store != "github":
+        return 0
+    where, problem = actions_cache.runtime()
+    if where is None:
+        gha.warn(f"store github: nothing restored from the GitHub cache: {problem}")
+        return 0
+    target = Path(s.gha_path)
+    if target.exists():
+        print(f"fxcache: {target} is already on this runner; not downloading")
+        return 0
+    service = actions_cache.CacheService(where)
+    try:
+        matched = actions_cache.restore_directory(service, target, s.gha_key, [s.gha_prefix])
+    except (actions_cache.CacheServiceError, OSError) as exc:
+        gha.warn(f"store github: restoring from the GitHub cache failed ({exc}); cold start")
+        return 0
+    if matched is None:
+        print(f"fxcache: no GitHub cache entry for {s.gha_prefix}*")
+    else:
+        print(f"fxcache: restored GitHub cache entry {matched} into {target}")
     return 0
 
 
@@ -294,6 +348,8 @@ STEPS: dict[str, Callable[[], int]] = {
     "conclude": conclude,
     "save": save,
     "post-save": lambda: save(post=True),
+    "gha-restore": gha_restore,
+    "gha-upload": gha_upload,
     "invalidate": invalidate,
 }
 

@@ -50,9 +50,9 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "--author",
         default=None,
         metavar="LOGIN",
-        help="the login whose comments are ours (default: github-actions[bot] for GITHUB_TOKEN "
-        "and other installation tokens, else the token's user from GET /user); comments by "
-        "anyone else are never edited or deleted",
+        help="the login whose comments are ours (default: the token's own login from GraphQL "
+        "viewer: github-actions[bot] for GITHUB_TOKEN, <slug>[bot] for a GitHub App's token, "
+        "the user for a personal token); comments by anyone else are never edited or deleted",
     )
     parser.add_argument(
         "--from-artifact",

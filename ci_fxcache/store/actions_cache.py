@@ -1,0 +1,289 @@
+"""GitHub's Actions cache service (v2, the one actions/cache speaks), spoken by the toolkit.
+
+The end-of-job save runs in a JavaScript action's post step, where actions/cache cannot be
+called, so the toolkit uploads and restores `store: github` entries itself. Protocol (read
+from the public actions/toolkit sources): Twirp JSON calls to
+`$ACTIONS_RESULTS_URL/twirp/github.actions.results.api.v1.CacheService/<Method>` with the
+job's `ACTIONS_RUNTIME_TOKEN` as bearer token; `CreateCacheEntry` returns a signed Azure blob
+URL, the archive is uploaded there (Put Blob, or Put Block + Put Block List when large), and
+`FinalizeCacheEntryUpload` commits it; `GetCacheEntryDownloadURL` finds the entry by exact key
+or, failing that, the newest entry whose key starts with a restore key. Only JavaScript (and
+container) actions receive those variables; `run:` steps do not.
+
+Entries are ours alone (a gzip tar of one scope directory under our own `version`), so both
+directions live here; actions/cache never reads them. The legacy v1 service
+(`_apis/artifactcache`, still the only one on GitHub Enterprise Server) is not spoken.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shutil
+import tarfile
+import tempfile
+import time
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from ci_fxcache import __version__
+from ci_fxcache.errors import FxcacheError
+
+if TYPE_CHECKING:
+    import requests
+
+SERVICE = "github.actions.results.api.v1.CacheService"
+# Our archive format and its version string: entries of another format never match.
+ARCHIVE_FORMAT = "fxcache-scope/1|tar|gzip"
+ENTRY_VERSION = hashlib.sha256(ARCHIVE_FORMAT.encode()).hexdigest()
+AZURE_API_VERSION = "2024-11-04"
+SINGLE_SHOT_BYTES = 128 * 1024 * 1024  # larger archives go up in blocks, like actions/cache
+BLOCK_BYTES = 64 * 1024 * 1024
+MAX_KEY_LENGTH = 512
+MAX_KEYS = 10
+
+
+class CacheServiceError(FxcacheError):
+    """A cache service or blob request that failed for good."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where the job's cache service is and the token for it."""
+
+    results_url: str
+    token: str
+
+
+def runtime(env: Mapping[str, str] | None = None) -> tuple[Runtime | None, str | None]:
+    """The cache service of this step, or None and why not (the one place that decides)."""
+    env = os.environ if env is None else env
+    url, token = env.get("ACTIONS_RESULTS_URL", ""), env.get("ACTIONS_RUNTIME_TOKEN", "")
+    if not url or not token:
+        return None, (
+            "no Actions cache service in this step's environment (ACTIONS_RESULTS_URL, "
+            "ACTIONS_RUNTIME_TOKEN): the runner gives them to JavaScript actions only"
+        )
+    if not env.get("ACTIONS_CACHE_SERVICE_V2"):
+        return None, (
+            "this runner offers only the legacy cache service (v1, e.g. GitHub Enterprise "
+            "Server), which fxcache does not speak: use store local there"
+        )
+    return Runtime(url, token), None
+
+
+def check_key(key: str) -> None:
+    """Keys as the service accepts them: at most 512 characters, no comma."""
+    if not key or len(key) > MAX_KEY_LENGTH or "," in key:
+        raise CacheServiceError(f"cache key {key!r} is empty, longer than 512, or has a comma")
+
+
+class CacheService:
+    """Twirp JSON client of the cache service plus the signed-URL blob transfers."""
+
+    def __init__(
+        self,
+        where: Runtime,
+        *,
+        max_attempts: int = 5,
+        backoff_s: float = 3.0,
+        timeout_s: float = 60.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        import requests
+
+        self._base = where.results_url
+        self._token = where.token
+        self._max_attempts = max_attempts
+        self._backoff_s = backoff_s
+        self._timeout_s = timeout_s
+        self._sleep = sleep
+        self._session = requests.Session()
+        self._session.headers["User-Agent"] = f"fxcache/{__version__}"
+
+    def _url(self, method: str) -> str:
+        split = urlsplit(self._base)  # the method path replaces any path of the base URL
+        return urlunsplit((split.scheme, split.netloc, f"/twirp/{SERVICE}/{method}", "", ""))
+
+    def _retrying(self, what: str, send: Callable[[], requests.Response]) -> requests.Response:
+        """`send()` until a final answer: 5xx and connection errors retry with backoff."""
+        import requests
+
+        for attempt in range(self._max_attempts):
+            try:
+                response = send()
+            except requests.RequestException as exc:
+                problem = type(exc).__name__
+            else:
+                if response.status_code < 500:
+                    return response
+                problem = f"HTTP {response.status_code}"
+            if attempt + 1 < self._max_attempts:
+                self._sleep(self._backoff_s * 1.5**attempt)
+        raise CacheServiceError(f"{what}: {problem} after {self._max_attempts} attempts")
+
+    def call(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One Twirp call; CacheServiceError on a Twirp error (`{"code", "msg"}`)."""
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "Authorization": f"Bearer {self._token}",
+        }
+        response = self._retrying(
+            method,
+            lambda: self._session.post(
+                self._url(method), json=body, headers=headers, timeout=self._timeout_s
+            ),
+        )
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise CacheServiceError(f"{method}: HTTP {response.status_code}, not a JSON object")
+        if response.status_code >= 300:
+            msg = answer.get("msg") or answer.get("code") or "error"
+            raise CacheServiceError(f"{method}: HTTP {response.status_code}: {msg}")
+        return answer
+
+    def lookup(self, key: str, restore_keys: list[str]) -> tuple[str, str] | None:
+        """(signed download URL, matched key) of the exact key or the newest entry whose key
+        starts with a restore key; None when there is none."""
+        for k in [key, *restore_keys]:
+            check_key(k)
+        if len(restore_keys) + 1 > MAX_KEYS:
+            raise CacheServiceError(f"at most {MAX_KEYS} keys per lookup")
+        body = {"key": key, "restore_keys": restore_keys, "version": ENTRY_VERSION}
+        answer = self.call("GetCacheEntryDownloadURL", body)
+        if not answer.get("ok"):
+            return None
+        return str(answer["signed_download_url"]), str(answer.get("matched_key") or key)
+
+    def create(self, key: str) -> str | None:
+        """Reserve `key`: the signed upload URL, or None when the key exists (entries are
+        immutable) or the service refused with a reason it gave."""
+        check_key(key)
+        try:
+            answer = self.call("CreateCacheEntry", {"key": key, "version": ENTRY_VERSION})
+        except CacheServiceError as exc:
+            if "HTTP 409" in str(exc):
+                return None
+            raise
+        if not answer.get("ok"):
+            return None
+        return str(answer["signed_upload_url"])
+
+    def finalize(self, key: str, size: int) -> int:
+        """Commit the uploaded archive of `size` bytes; the entry id."""
+        body = {"key": key, "size_bytes": str(size), "version": ENTRY_VERSION}
+        answer = self.call("FinalizeCacheEntryUpload", body)
+        if not answer.get("ok"):
+            raise CacheServiceError(f"FinalizeCacheEntryUpload refused: {answer.get('message')}")
+        return int(answer.get("entry_id") or 0)
+
+    # -- Azure blob transfers (the signed URLs carry their own authorization) ----------------
+    def _blob(self, method: str, url: str, **kwargs: Any) -> requests.Response:
+        headers = {"x-ms-version": AZURE_API_VERSION, **kwargs.pop("headers", {})}
+        response = self._retrying(
+            f"blob {method}",
+            lambda: self._session.request(
+                method, url, headers=headers, timeout=self._timeout_s, **kwargs
+            ),
+        )
+        if response.status_code >= 300:
+            raise CacheServiceError(f"blob {method}: HTTP {response.status_code}")
+        return response
+
+    def upload(self, url: str, archive: Path) -> None:
+        """Put Blob for an archive up to 128 MiB, else Put Block per 64 MiB + Put Block List."""
+        size = archive.stat().st_size
+        if size <= SINGLE_SHOT_BYTES:
+            data = archive.read_bytes()
+            headers = {"x-ms-blob-type": "BlockBlob", "Content-Type": "application/octet-stream"}
+            self._blob("PUT", url, data=data, headers=headers)
+            return
+        ids = []
+        with archive.open("rb") as f:
+            for index, chunk in enumerate(iter(lambda: f.read(BLOCK_BYTES), b"")):
+                block = base64.b64encode(f"{index:08d}".encode()).decode()
+                ids.append(block)
+                self._blob("PUT", url, params={"comp": "block", "blockid": block}, data=chunk,
+                           headers={"Content-Type": "application/octet-stream"})  # fmt: skip
+        xml = "".join(f"<Latest>{b}</Latest>" for b in ids)
+        body = f'<?xml version="1.0" encoding="utf-8"?><BlockList>{xml}</BlockList>'
+        self._blob("PUT", url, params={"comp": "blocklist"}, data=body.encode(),
+                   headers={"Content-Type": "application/xml"})  # fmt: skip
+
+    def download(self, url: str, dest: Path) -> None:
+        """Get Blob into `dest`, streamed."""
+        response = self._blob("GET", url, stream=True)
+        with dest.open("wb") as f:
+            for chunk in response.iter_content(1024 * 1024):
+                f.write(chunk)
+
+
+def pack(directory: Path, archive: Path) -> int:
+    """A gzip tar of `directory`'s contents (names relative to it); its size in bytes."""
+    with tarfile.open(archive, "w:gz", compresslevel=3) as tar:
+        for child in sorted(directory.iterdir()):
+            tar.add(child, arcname=child.name)
+    return archive.stat().st_size
+
+
+def unpack(archive: Path, directory: Path) -> None:
+    """Extract into a fresh `directory` (must not exist) through a sibling temporary one,
+    refusing absolute names, `..`, links out of it and device files (tarfile's data filter):
+    an archive that fails half-way leaves nothing behind."""
+    if not hasattr(tarfile, "data_filter"):
+        raise CacheServiceError(
+            "this Python lacks tarfile's extraction filters (3.10.12+ / 3.11.4+ needed): "
+            "not extracting a downloaded archive"
+        )
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            tar.extractall(staging, filter="data")
+        staging.rename(directory)
+    except (tarfile.TarError, EOFError, zlib.error) as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise CacheServiceError(f"unusable cache archive: {exc}") from exc
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def save_directory(service: CacheService, directory: Path, key: str) -> dict[str, Any]:
+    """Upload `directory` as a new entry `key`: {"uploaded": bool, "key", "bytes"?, "reason"?}."""
+    url = service.create(key)
+    if url is None:
+        return {"uploaded": False, "key": key, "reason": "the key exists or was refused"}
+    with tempfile.TemporaryDirectory(prefix="fxcache-upload-") as tmp:
+        archive = Path(tmp) / "scope.tar.gz"
+        size = pack(directory, archive)
+        service.upload(url, archive)
+        entry = service.finalize(key, size)
+    return {"uploaded": True, "key": key, "bytes": size, "entry_id": entry}
+
+
+def restore_directory(
+    service: CacheService, directory: Path, key: str, restore_keys: list[str]
+) -> str | None:
+    """Download the entry for `key` (else the newest by prefix) into `directory`, which must
+    not exist yet; the matched key, or None for no entry."""
+    found = service.lookup(key, restore_keys)
+    if found is None:
+        return None
+    url, matched = found
+    with tempfile.TemporaryDirectory(prefix="fxcache-download-") as tmp:
+        archive = Path(tmp) / "scope.tar.gz"
+        service.download(url, archive)
+        unpack(archive, directory)
+    return matched

@@ -1,0 +1,166 @@
+"""The toolkit's own client of the Actions cache service v2 (ci_fxcache/store/actions_cache.py)
+against the strict fake (tests/fake_cache_service.py)."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from ci_fxcache.store import actions_cache as ac
+from tests.fake_cache_service import FakeCacheService
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeCacheService]:
+    with FakeCacheService() as server:
+        yield server
+
+
+def _service(fake: FakeCacheService) -> ac.CacheService:
+    where, problem = ac.runtime(fake.env())
+    assert where is not None, problem
+    return ac.CacheService(where, max_attempts=2, sleep=lambda s: None)
+
+
+def _scope(root: Path, payload: bytes = b"kernel") -> Path:
+    scope = root / "fxcache-v1-linux-x"
+    (scope / "inductor" / "fx").mkdir(parents=True)
+    (scope / "inductor" / "fx" / "graph.bin").write_bytes(payload)
+    (scope / "manifest.json").write_text('{"files": {}}')
+    (scope / "inductor" / "latest").symlink_to("fx")
+    return scope
+
+
+def _tree(root: Path) -> dict[str, bytes | str]:
+    out: dict[str, bytes | str] = {}
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        if path.is_symlink():
+            out[rel] = "-> " + os.readlink(path)
+        elif path.is_file():
+            out[rel] = path.read_bytes()
+    return out
+
+
+def test_save_then_restore_by_prefix(tmp_path: Path, fake: FakeCacheService) -> None:
+    scope = _scope(tmp_path / "a")
+    service = _service(fake)
+    sent = ac.save_directory(service, scope, "fxcache-v1-linux-x-run1.1")
+    assert sent["uploaded"] and sent["bytes"] > 0, sent
+    [entry] = fake.committed()
+    assert entry.key == "fxcache-v1-linux-x-run1.1" and entry.version == ac.ENTRY_VERSION
+    with tarfile.open(fileobj=io.BytesIO(fake.blob_bytes(entry)), mode="r:gz") as tar:
+        assert "inductor/fx/graph.bin" in tar.getnames()
+
+    target = tmp_path / "b" / scope.name
+    matched = ac.restore_directory(service, target, "fxcache-v1-linux-x-run2.1",
+                                   ["fxcache-v1-linux-x-"])  # fmt: skip
+    assert matched == "fxcache-v1-linux-x-run1.1"
+    assert _tree(target) == _tree(scope)
+    assert fake.violations == []
+
+
+def test_newest_entry_wins_and_other_prefixes_miss(tmp_path: Path, fake: FakeCacheService) -> None:
+    service = _service(fake)
+    ac.save_directory(service, _scope(tmp_path / "old", b"old"), "fxcache-v1-linux-x-run1.1")
+    ac.save_directory(service, _scope(tmp_path / "new", b"new"), "fxcache-v1-linux-x-run2.1")
+    target = tmp_path / "r" / "s"
+    assert ac.restore_directory(service, target, "k-run3.1", ["fxcache-v1-linux-x-"]) == (
+        "fxcache-v1-linux-x-run2.1"
+    )
+    assert (target / "inductor/fx/graph.bin").read_bytes() == b"new"
+    assert ac.restore_directory(service, tmp_path / "r" / "t", "k", ["fxcache-v1-osx-"]) is None
+    assert not (tmp_path / "r" / "t").exists()
+    assert fake.violations == []
+
+
+def test_large_archives_go_up_in_blocks(
+    tmp_path: Path, fake: FakeCacheService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ac, "SINGLE_SHOT_BYTES", 4096)
+    monkeypatch.setattr(ac, "BLOCK_BYTES", 3000)
+    scope = _scope(tmp_path / "a", os.urandom(20000))  # incompressible: several blocks
+    service = _service(fake)
+    assert ac.save_directory(service, scope, "fxcache-v1-linux-x-run1.1")["uploaded"]
+    blocks = fake.blobs[fake.committed()[0].blob].blocks
+    assert len(blocks) >= 7, len(blocks)
+    target = tmp_path / "b" / "s"
+    ac.restore_directory(service, target, "x", ["fxcache-v1-linux-x-"])
+    assert _tree(target) == _tree(scope)
+    assert fake.violations == []
+
+
+def test_entries_are_immutable(tmp_path: Path, fake: FakeCacheService) -> None:
+    service = _service(fake)
+    scope = _scope(tmp_path)
+    assert ac.save_directory(service, scope, "fxcache-v1-linux-x-run1.1")["uploaded"]
+    again = ac.save_directory(service, scope, "fxcache-v1-linux-x-run1.1")
+    assert again["uploaded"] is False and len(fake.committed()) == 1
+
+
+def test_a_read_only_token_fails_the_upload_loudly(tmp_path: Path, fake: FakeCacheService) -> None:
+    fake.read_only = True
+    with pytest.raises(ac.CacheServiceError, match="HTTP 403"):
+        ac.save_directory(_service(fake), _scope(tmp_path), "fxcache-v1-linux-x-run1.1")
+    assert fake.committed() == []
+
+
+@pytest.mark.parametrize(
+    ("env", "reason"),
+    [
+        ({}, "JavaScript actions only"),
+        ({"ACTIONS_RESULTS_URL": "http://x/", "ACTIONS_RUNTIME_TOKEN": "t"}, "legacy"),
+    ],
+)
+def test_runtime_says_why_there_is_no_service(env: dict[str, str], reason: str) -> None:
+    where, problem = ac.runtime(env)
+    assert where is None and problem and reason in problem
+
+
+def test_a_hostile_archive_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
+    archive = tmp_path / "evil.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        info = tarfile.TarInfo("../../escaped")
+        info.size = 4
+        tar.addfile(info, io.BytesIO(b"evil"))
+    target = tmp_path / "root" / "scope"
+    with pytest.raises(ac.CacheServiceError, match="unusable cache archive"):
+        ac.unpack(archive, target)
+    assert not target.exists() and not (tmp_path / "escaped").exists()
+    assert list((tmp_path / "root").iterdir()) == []
+
+
+def test_a_truncated_download_leaves_nothing(tmp_path: Path, fake: FakeCacheService) -> None:
+    service = _service(fake)
+    ac.save_directory(service, _scope(tmp_path / "a", os.urandom(50000)), "fxcache-v1-l-run1.1")
+    blob = fake.blobs[fake.committed()[0].blob]
+    assert blob.data is not None
+    blob.data = blob.data[: len(blob.data) // 2]
+    target = tmp_path / "b" / "s"
+    with pytest.raises(ac.CacheServiceError, match="unusable cache archive"):
+        ac.restore_directory(service, target, "k", ["fxcache-v1-l-"])
+    assert not target.exists() and list(target.parent.iterdir()) == []
+
+
+def test_the_fake_refuses_what_the_service_refuses(fake: FakeCacheService) -> None:
+    twirp = f"{fake.url}/twirp/{ac.SERVICE}/CreateCacheEntry"
+    body = {"key": "k", "version": ac.ENTRY_VERSION}
+    wrong_token = ac.CacheService(ac.Runtime(fake.url, "wrong"), max_attempts=1)
+    with pytest.raises(ac.CacheServiceError, match="HTTP 401"):
+        wrong_token.create("k")
+    bearer = {"Authorization": f"Bearer {fake.token}"}
+    assert requests.post(twirp, data="{}", headers=bearer, timeout=5).status_code == 400
+    camel = {"key": "k", "version": ac.ENTRY_VERSION, "restoreKeys": ["k"]}
+    lookup = twirp.replace("CreateCacheEntry", "GetCacheEntryDownloadURL")
+    assert requests.post(lookup, json=camel, headers=bearer, timeout=5).status_code == 400
+    url = requests.post(twirp, json=body, headers=bearer, timeout=5).json()["signed_upload_url"]
+    no_type = {"x-ms-version": ac.AZURE_API_VERSION}
+    assert requests.put(url, data=b"x", headers=no_type, timeout=5).status_code == 400
+    assert requests.put(url.split("&sig=")[0], data=b"x", timeout=5).status_code == 403
+    assert len(fake.violations) == 5, fake.violations
