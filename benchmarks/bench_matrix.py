@@ -4,10 +4,12 @@ The naive baseline runs every phase of every combination in a fresh `python` tha
 torch, strictly one after another, with an eager reference in both phases (as a hand-written
 cold/hot script would). The product runs the same matrix with `fxcache verify`: a fork server
 that has imported torch (nothing compiled) forks one child per phase, combinations run in
-parallel, and only the cold phase runs eager. Both do the same compiles in fresh processes.
+parallel, only the cold phase runs eager, and fxgraph and mega share one cold phase per
+workload / dtype / dynamic / training (docs/verify.md). Every hot phase runs in a fresh process
+in both.
 
 Usage: python benchmarks/bench_matrix.py [--python PY] [--order naive-first|product-first]
-Prints both wall times and the ratio (target: product <= 0.5x naive).
+Prints both wall times and the ratio (target: product <= 0.35x naive).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 from ci_fxcache import matrix, workerpool
 
 ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+TARGET = 0.35
 
 
 def run_verify(python: str, work: Path, *axes: str) -> tuple[float, dict[str, Any]]:
@@ -87,6 +90,9 @@ def naive(python: str, work: Path) -> float:
                     "eager": True,
                     "redis_url": None,
                     "cache_tag": "",
+                    "artifacts": [str(cdir / "mega.bin")]
+                    if phase == "cold" and combo.mechanism in ("mega", "precompile")
+                    else [],
                 }
                 request = cdir / f"{phase}-request.json"
                 request.write_text(
@@ -132,9 +138,10 @@ def main() -> None:
     print(f"naive baseline (fresh python per phase, sequential): {base:7.1f} s")
     print(f"fxcache verify (fork server, parallel):              {prod:7.1f} s  {summary}")
     print(
-        f"ratio product / naive: {prod / base:.2f}  (target <= 0.50: "
-        f"{'met' if prod / base <= 0.5 else 'MISSED'})"
+        f"ratio product / naive: {prod / base:.2f}  (target <= {TARGET:.2f}: "
+        f"{'met' if prod / base <= TARGET else 'MISSED'})"
     )
+    print(f"load average (1, 5, 15 min) at the end: {os.getloadavg()}")
 
 
 if __name__ == "__main__":

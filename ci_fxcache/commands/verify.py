@@ -65,6 +65,13 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per phase")
     parser.add_argument("--jobs", type=int, metavar="N", help="parallel combinations")
     parser.add_argument(
+        "--separate-cold",
+        action="store_true",
+        default=os.environ.get("FXCACHE_SEPARATE_COLD") == "1",
+        help="one cold phase per combination; by default fxgraph and mega share one "
+        "(docs/verify.md; env FXCACHE_SEPARATE_COLD=1)",
+    )
+    parser.add_argument(
         "--cache-state",
         metavar="F",
         default=os.environ.get("FXCACHE_STATE_FILE") or None,
@@ -163,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         jobs=args.jobs,
         redis_url=args.redis_url,
+        share_cold=not args.separate_cold,
     )
     server = ForkServer(python, cache_dir)
     try:
