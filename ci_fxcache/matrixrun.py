@@ -20,6 +20,7 @@ from ci_fxcache import gpus, verdicts
 from ci_fxcache.env import torch_support
 from ci_fxcache.errors import UsageError
 from ci_fxcache.matrix import Combo, Matrix
+from ci_fxcache.verify import recheck
 from ci_fxcache.workerpool import ForkServer
 
 REDIS_CONNECT_TIMEOUT_S = 2.0
@@ -40,6 +41,7 @@ class Settings:
     jobs: int | None = None
     redis_url: str | None = None
     share_cold: bool = True
+    recheck_all: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """As the results document's `settings`."""
@@ -225,6 +227,7 @@ class Runner:
         self._visible_variable, self._gpus = gpu_slots(server.info, os.environ)
         self.compile_threads = 1  # until run() knows how many phases run at once
         self._free_gpus = list(self._gpus)
+        self.torch_version = str(server.info.get("torch") or "")
         self._gpu_lock = threading.Condition()
 
     def check_workloads(self, matrix: Matrix) -> None:
@@ -344,8 +347,19 @@ class Runner:
         }
 
     def run_combo(self, combo: Combo, hot_only: bool) -> dict[str, Any]:
-        """Cold (unless hot-only) then hot, and the verdict."""
+        """Cold (unless hot-only) then hot, and the verdict; a hot-only run carries what
+        `recheck.carried` allows (unless --recheck-all)."""
         if hot_only:
+            carried = None
+            if not self.settings.recheck_all:
+                carried = recheck.carried(
+                    self.settings.cache_dir / combo.id,
+                    combo.mechanism,
+                    self.settings.to_dict(),
+                    self.torch_version,
+                )
+            if carried is not None:
+                return self._result(combo, carried)
             recorded = self._recorded(combo)
             if recorded is None:
                 return self._result(
@@ -356,8 +370,8 @@ class Runner:
                         "--phase cold (or both) first",
                     ),
                 )
-            return self._hot_and_judge(combo, recorded)
-        return self._hot_and_judge(combo, self._cold(combo, ()))
+            return self._hot_and_judge(combo, recorded, cold_ran=False)
+        return self._hot_and_judge(combo, self._cold(combo, ()), cold_ran=True)
 
     def run_group(
         self,
@@ -375,8 +389,8 @@ class Runner:
         cold = self._cold(first, others)
         for combo in others:
             self._copy_reference(first, combo, cold)
-        pending = [(c, submit(self._hot_and_judge, c, cold)) for c in others]
-        return self._hot_and_judge(first, cold), pending
+        pending = [(c, submit(self._hot_and_judge, c, cold, True)) for c in others]
+        return self._hot_and_judge(first, cold, cold_ran=True), pending
 
     def _recorded(self, combo: Combo) -> ColdRecord | None:
         """The cold phase recorded for `combo` in its directory, or None."""
@@ -434,8 +448,9 @@ class Runner:
         )
         self._write_reference(combo, record)
 
-    def _hot_and_judge(self, combo: Combo, recorded: ColdRecord) -> dict[str, Any]:
-        """The hot phase (unless --phase cold or the cold phase failed), and the verdict."""
+    def _hot_and_judge(self, combo: Combo, recorded: ColdRecord, cold_ran: bool) -> dict[str, Any]:
+        """The hot phase (unless --phase cold or the cold phase failed), and the verdict; a run
+        that compiled cold records it for later hot-only runs (`recheck`)."""
         cold, cold_result = recorded.phase, recorded.result
         if self.settings.phase == "cold":
             hot: dict[str, Any] = verdicts.not_run("--phase cold: hot phase not requested")
@@ -455,6 +470,13 @@ class Runner:
                 verdict="skipped",
                 cause="unsupported",
                 reason="cold phase only (--phase cold): reference recorded, hot not run",
+            )
+        elif cold_ran:
+            recheck.record(
+                self.settings.cache_dir / combo.id,
+                judged,
+                self.settings.to_dict(),
+                self.torch_version,
             )
         return self._result(combo, judged)
 
