@@ -10,7 +10,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -20,6 +20,7 @@ from ci_fxcache import gpus, verdicts
 from ci_fxcache.env import torch_support
 from ci_fxcache.errors import UsageError
 from ci_fxcache.matrix import Combo, Matrix
+from ci_fxcache.verify import recheck
 from ci_fxcache.workerpool import ForkServer
 
 REDIS_CONNECT_TIMEOUT_S = 2.0
@@ -40,6 +41,8 @@ class Settings:
     timeout: float = 600.0
     jobs: int | None = None
     redis_url: str | None = None
+    share_cold: bool = True
+    recheck_all: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """As the results document's `settings`."""
@@ -165,6 +168,51 @@ def skip_reason(combo: Combo, info: dict[str, Any], redis: str | None) -> Skip |
     return None
 
 
+REFERENCE = "reference.json"
+ARTIFACT_MECHANISMS = ("mega", "precompile")
+# Mechanisms whose cold phases do the same compile work: both compile with the FX graph and
+# AOTAutograd caches on (caching_precompile off) into an empty directory; mega then only calls
+# torch.compiler.save_cache_artifacts(), which serializes what the compile recorded
+# (CacheArtifactManager.serialize) and changes neither the compile nor the cache directory.
+# precompile is not among them: caching_precompile bundles the AOTAutograd entries
+# (autograd_cache.should_bundle_autograd_cache) and drops ID_MATCH / DICT_VERSION guards
+# (torch/_dynamo/guards.py), so its cold compile is different work (checked in torch 2.13.0).
+# The first mechanism listed runs the shared cold phase: fxgraph's hot phase reads the cold
+# phase's own directory.
+SHARED_COLD = ("fxgraph", "mega")
+
+
+class ColdRecord(NamedTuple):
+    """A cold phase: its evidence, the worker's result, its cache tag, the device it ran on."""
+
+    phase: dict[str, Any]
+    result: dict[str, Any]
+    tag: str
+    gpu: GpuSlot | None
+
+
+def cold_groups(combos: list[Combo], share: bool) -> list[list[Combo]]:
+    """The combinations grouped by the cold phase that serves them, in matrix order.
+
+    With `share`, the `SHARED_COLD` mechanisms of one workload / device / dtype / dynamic /
+    training are served by one cold phase (the group's first combination runs it); every
+    other combination has a cold phase of its own."""
+    groups: list[list[Combo]] = []
+    shared: dict[tuple[Any, ...], list[Combo]] = {}
+    for combo in combos:
+        if not share or combo.mechanism not in SHARED_COLD:
+            groups.append([combo])
+            continue
+        key = (combo.workload, combo.device, combo.dtype, combo.dynamic, combo.training)
+        if key not in shared:
+            shared[key] = []
+            groups.append(shared[key])
+        shared[key].append(combo)
+    for group in shared.values():
+        group.sort(key=lambda c: SHARED_COLD.index(c.mechanism))
+    return groups
+
+
 class Runner:
     """Runs one matrix on one fork server."""
 
@@ -180,6 +228,7 @@ class Runner:
         self._visible_variable, self._gpus = gpu_slots(server.info, os.environ)
         self.compile_threads = 1  # until run() knows how many phases run at once
         self._free_gpus = list(self._gpus)
+        self.torch_version = str(server.info.get("torch") or "")
         self._gpu_lock = threading.Condition()
 
     def check_workloads(self, matrix: Matrix) -> None:
@@ -269,15 +318,26 @@ class Runner:
             self._free_gpus.append(slot)
             self._gpu_lock.notify_all()
 
-    def spec(self, combo: Combo, phase: str, tag: str) -> dict[str, Any]:
-        """The worker's phase spec. Hot phases of artifact / remote mechanisms get an empty dir
-        in this run's scratch: what a run writes besides the cold phase's genuine cache and
-        reference never goes into `cache_dir`, whose files a store may have committed."""
+    def spec(
+        self, combo: Combo, phase: str, tag: str, serves: tuple[Combo, ...] = ()
+    ) -> dict[str, Any]:
+        """The worker's phase spec.
+
+        Hot phases of artifact / remote mechanisms get an empty dir in this run's scratch: what
+        a run writes besides the cold phase's genuine cache and reference never goes into
+        `cache_dir`, whose files a store may have committed. A cold phase also writes the
+        mega-cache artifacts (`mega.bin`) into the directory of each combination it serves
+        (`combo` itself and `serves`) that loads them hot."""
         combo_dir = self.settings.cache_dir / combo.id
         base = combo_dir
         if phase == "hot" and combo.mechanism != "fxgraph":
             base = self.settings.run_dir / combo.id / "hot"
             shutil.rmtree(base, ignore_errors=True)
+        artifacts = [
+            str(self.settings.cache_dir / c.id / "mega.bin")
+            for c in (combo, *serves)
+            if phase == "cold" and c.mechanism in ARTIFACT_MECHANISMS
+        ]
         return {
             "phase": phase,
             "combo": combo.to_dict(),
@@ -287,48 +347,115 @@ class Runner:
             "eager": phase == "cold",
             "redis_url": self.settings.redis_url,
             "cache_tag": tag,
+            "artifacts": artifacts,
         }
 
     def run_combo(self, combo: Combo, hot_only: bool) -> dict[str, Any]:
-        """Cold (unless hot-only) then hot, and the verdict."""
-        combo_dir = self.settings.cache_dir / combo.id
-        reference = combo_dir / "reference.json"
+        """Cold (unless hot-only) then hot, and the verdict; a hot-only run carries what
+        `recheck.carried` allows (unless --recheck-all)."""
         if hot_only:
-            try:
-                recorded = json.loads(reference.read_text())
-            except (OSError, json.JSONDecodeError):
+            carried = None
+            if not self.settings.recheck_all:
+                carried = recheck.carried(
+                    self.settings.cache_dir / combo.id,
+                    combo.mechanism,
+                    self.settings.to_dict(),
+                    self.torch_version,
+                )
+            if carried is not None:
+                return self._result(combo, carried)
+            recorded = self._recorded(combo)
+            if recorded is None:
                 return self._result(
                     combo,
                     verdicts.not_judged(
                         "not-run",
-                        f"no reference recorded in {combo_dir}: run --phase cold (or both) first",
+                        f"no reference recorded in {self.settings.cache_dir / combo.id}: run "
+                        "--phase cold (or both) first",
                     ),
                 )
-            cold, cold_result, tag = (
+            return self._hot_and_judge(combo, recorded, cold_ran=False)
+        return self._hot_and_judge(combo, self._cold(combo, ()), cold_ran=True)
+
+    def run_group(
+        self,
+        group: list[Combo],
+        hot_only: bool,
+        submit: Callable[..., Future[dict[str, Any]]],
+    ) -> tuple[dict[str, Any], list[tuple[Combo, Future[dict[str, Any]]]]]:
+        """One cold phase for every combination of `group` (see `cold_groups`), then the hot
+        phase of each in a fresh process: the first's here, the others' through `submit`
+        (never waited on here, so a full pool cannot deadlock). Returns the first's result and
+        the others' futures."""
+        first, others = group[0], tuple(group[1:])
+        if not others:
+            return self.run_combo(first, hot_only), []
+        cold = self._cold(first, others)
+        for combo in others:
+            self._copy_reference(first, combo, cold)
+        pending = [(c, submit(self._hot_and_judge, c, cold, True)) for c in others]
+        return self._hot_and_judge(first, cold, cold_ran=True), pending
+
+    def _recorded(self, combo: Combo) -> ColdRecord | None:
+        """The cold phase recorded for `combo` in its directory, or None."""
+        try:
+            recorded = json.loads((self.settings.cache_dir / combo.id / REFERENCE).read_text())
+            return ColdRecord(
                 recorded["cold"],
                 recorded["cold_result"],
                 recorded["cache_tag"],
+                _recorded_gpu(recorded["cold"]),
             )
-            cold_gpu = _recorded_gpu(cold)
-        else:
-            shutil.rmtree(combo_dir, ignore_errors=True)
-            combo_dir.mkdir(parents=True)
-            tag = f"fxcache-{uuid.uuid4().hex[:12]}" if combo.mechanism == "remote" else ""
-            cold, cold_result, cold_gpu = self._phase(combo, "cold", self.spec(combo, "cold", tag))
-            if cold["status"] == "ok":
-                reference.write_text(
-                    json.dumps(
-                        {
-                            "combo": combo.to_dict(),
-                            "torch_version": cold_result.get("torch_version"),
-                            "cache_tag": tag,
-                            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                            "cold": cold,
-                            "cold_result": cold_result,
-                        },
-                        indent=1,
-                    )
-                )
+        except (OSError, json.JSONDecodeError, KeyError, TypeError):
+            return None
+
+    def _cold(self, combo: Combo, serves: tuple[Combo, ...]) -> ColdRecord:
+        """Run the cold phase in `combo`'s fresh directory (also serving `serves`) and record
+        its reference there when it succeeded."""
+        for c in (combo, *serves):
+            shutil.rmtree(self.settings.cache_dir / c.id, ignore_errors=True)
+            (self.settings.cache_dir / c.id).mkdir(parents=True)
+        tag = f"fxcache-{uuid.uuid4().hex[:12]}" if combo.mechanism == "remote" else ""
+        cold, cold_result, cold_gpu = self._phase(
+            combo, "cold", self.spec(combo, "cold", tag, serves)
+        )
+        if serves:
+            cold["serves"] = [c.id for c in (combo, *serves)]
+        record = ColdRecord(cold, cold_result, tag, cold_gpu)
+        if cold["status"] == "ok":
+            self._write_reference(combo, record)
+        return record
+
+    def _write_reference(self, combo: Combo, record: ColdRecord) -> None:
+        (self.settings.cache_dir / combo.id / REFERENCE).write_text(
+            json.dumps(
+                {
+                    "combo": combo.to_dict(),
+                    "torch_version": record.result.get("torch_version"),
+                    "cache_tag": record.tag,
+                    "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "cold": record.phase,
+                    "cold_result": record.result,
+                },
+                indent=1,
+            )
+        )
+
+    def _copy_reference(self, source: Combo, combo: Combo, record: ColdRecord) -> None:
+        """Give `combo` the reference of the cold phase that ran in `source`'s directory (its
+        mega-cache artifacts were written there by that phase)."""
+        if record.phase["status"] != "ok":
+            return
+        shutil.copyfile(
+            self.settings.cache_dir / source.id / "reference.pt",
+            self.settings.cache_dir / combo.id / "reference.pt",
+        )
+        self._write_reference(combo, record)
+
+    def _hot_and_judge(self, combo: Combo, recorded: ColdRecord, cold_ran: bool) -> dict[str, Any]:
+        """The hot phase (unless --phase cold or the cold phase failed), and the verdict; a run
+        that compiled cold records it for later hot-only runs (`recheck`)."""
+        cold, cold_result = recorded.phase, recorded.result
         if self.settings.phase == "cold":
             hot: dict[str, Any] = verdicts.not_run("--phase cold: hot phase not requested")
             hot_result: dict[str, Any] = {}
@@ -336,7 +463,7 @@ class Runner:
             hot, hot_result = verdicts.not_run("cold phase failed"), {}
         else:
             hot, hot_result, _ = self._phase(
-                combo, "hot", self.spec(combo, "hot", tag), like=cold_gpu
+                combo, "hot", self.spec(combo, "hot", recorded.tag), like=recorded.gpu
             )
         judged = verdicts.judge(
             combo.to_dict(), cold, hot, cold_result, hot_result, self.settings.to_dict()
@@ -347,6 +474,13 @@ class Runner:
                 verdict="skipped",
                 cause="unsupported",
                 reason="cold phase only (--phase cold): reference recorded, hot not run",
+            )
+        elif cold_ran:
+            recheck.record(
+                self.settings.cache_dir / combo.id,
+                judged,
+                self.settings.to_dict(),
+                self.torch_version,
             )
         return self._result(combo, judged)
 
@@ -370,7 +504,7 @@ def _recorded_gpu(cold: dict[str, Any]) -> GpuSlot | None:
 
 def has_reference(cache_dir: Path, combo: Combo) -> bool:
     """Whether a cold phase recorded a reference for `combo` under `cache_dir`."""
-    return (cache_dir / combo.id / "reference.json").is_file() and (
+    return (cache_dir / combo.id / REFERENCE).is_file() and (
         cache_dir / combo.id / "reference.pt"
     ).is_file()
 
@@ -443,8 +577,13 @@ def run(
             results[c.id] = runner._result(c, verdicts.not_judged(*skips[c.id]))
     jobs = settings.jobs or default_jobs(runnable, server.info)
     runner.compile_threads = compile_threads(min(jobs, len(runnable)))
+    hot_only = phase == "hot"
+    groups = cold_groups(runnable, settings.share_cold and not hot_only)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {c.id: pool.submit(runner.run_combo, c, phase == "hot") for c in runnable}
-        for cid, fut in futures.items():
-            results[cid] = fut.result()
+        started = [pool.submit(runner.run_group, g, hot_only, pool.submit) for g in groups]
+        for group, fut in zip(groups, started, strict=True):
+            first, others = fut.result()
+            results[group[0].id] = first
+            for combo, other in others:
+                results[combo.id] = other.result()
     return [results[c.id] for c in combos], phase

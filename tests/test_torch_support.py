@@ -155,6 +155,7 @@ def test_worker_without_a_required_option_fails_with_a_clear_error(tmp_path: Pat
         "eager": True,
         "redis_url": None,
         "cache_tag": "",
+        "artifacts": [str(tmp_path / "mega.bin")],
     }
     env, private = worker_env()
     try:

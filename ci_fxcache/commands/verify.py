@@ -22,6 +22,7 @@ from ci_fxcache import (
     userfiles,
 )
 from ci_fxcache.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
+from ci_fxcache.report import labels
 from ci_fxcache.verify import causes
 from ci_fxcache.workerpool import ForkServer
 
@@ -64,6 +65,21 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per phase")
     parser.add_argument("--jobs", type=int, metavar="N", help="parallel combinations")
+    parser.add_argument(
+        "--recheck-all",
+        action="store_true",
+        default=os.environ.get("FXCACHE_RECHECK_ALL") == "1",
+        help="a hot-only run re-checks every combination; by default it carries the no-gain "
+        "verdicts of mega and precompile from the run that built the cache (docs/verify.md; "
+        "env FXCACHE_RECHECK_ALL=1)",
+    )
+    parser.add_argument(
+        "--separate-cold",
+        action="store_true",
+        default=os.environ.get("FXCACHE_SEPARATE_COLD") == "1",
+        help="one cold phase per combination; by default fxgraph and mega share one "
+        "(docs/verify.md; env FXCACHE_SEPARATE_COLD=1)",
+    )
     parser.add_argument(
         "--cache-state",
         metavar="F",
@@ -126,9 +142,11 @@ def line(combo: dict[str, Any]) -> str:
         combo["training"],
     ).label
     speed = f"{combo['speedup']:.1f}x" if combo.get("speedup") is not None else "-"
+    judged_at = labels.carried_from(combo)
+    carried = f"[{labels.NOT_RECHECKED}, judged {judged_at}] " if judged_at else ""
     return (
         f"{label:<44} {combo['verdict']:<8} cold {_secs(combo.get('cold')):>6} "
-        f"hot {_secs(combo.get('hot')):>6} {speed:>6}  {combo['reason']}"
+        f"hot {_secs(combo.get('hot')):>6} {speed:>6}  {carried}{combo['reason']}"
     )
 
 
@@ -167,6 +185,8 @@ def run(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         jobs=args.jobs,
         redis_url=args.redis_url,
+        share_cold=not args.separate_cold,
+        recheck_all=args.recheck_all,
     )
     try:
         server = ForkServer(python, run_dir)

@@ -17,6 +17,17 @@ _DYNAMIC_WORD = {"false": "static", "true": "dynamic", "mark": "mark_dynamic"}
 # The fields that only enter a label (and a table column) when they vary within a report.
 VARYING_FIELDS = ("workload", "device", "training")
 
+NOT_RECHECKED = "not re-checked this run"
+
+
+def carried_from(combo: dict[str, Any]) -> str | None:
+    """When a combination carried into this run (note kind `carried`) was judged, else None."""
+    for note in combo.get("notes") or []:
+        if isinstance(note, dict) and note.get("kind") == "carried":
+            return str(note.get("judged_at") or "an earlier run")
+    return None
+
+
 # What each cause means, in a few words (schema v2 `cause`; docs/reports.md lists them).
 CAUSE_WORDS = {
     "hit": "hot load hit",

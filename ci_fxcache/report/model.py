@@ -78,7 +78,11 @@ class Row:
 
     @property
     def why(self) -> str:
-        return why_text(self.combo, self.cause)
+        why = why_text(self.combo, self.cause)
+        judged_at = labels.carried_from(self.combo)
+        if judged_at is None:
+            return why
+        return f"{labels.NOT_RECHECKED}, judged {judged_at[:10]}: {why}"
 
     @property
     def notes(self) -> list[dict[str, Any]]:

@@ -29,6 +29,7 @@ NOTE_KINDS = (
     "eager-unreproducible",
     "random-ops",
     "fp64-accuracy",
+    "carried",
 )
 
 # Which verdicts fail `--fail-on X` (each level includes the ones before it).

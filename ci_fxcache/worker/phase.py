@@ -251,7 +251,11 @@ def _timed(fn: Any) -> tuple[Any, float]:
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     """Run the phase described by `spec`; return the evidence (never raises)."""
-    result: dict[str, Any] = {"status": "ok", "torch_version": torch.__version__}
+    result: dict[str, Any] = {
+        "status": "ok",
+        "torch_version": torch.__version__,
+        "pid": os.getpid(),
+    }
     keyinfo.install()
     triton_builds.install(in_process=spec["phase"] == "hot" and spec["combo"]["device"] == "cuda")
     try:
@@ -429,11 +433,13 @@ def record(
     reference["outputs"] = outs
     reference["dynamic_outputs"] = outs2
     torch.save(reference, run.path / "reference.pt")
-    if run.combo["mechanism"] in ("mega", "precompile"):
+    # The spec names each combination this cold phase serves that loads mega-cache artifacts.
+    if run.spec["artifacts"]:
         saved = require(torch.compiler, "save_cache_artifacts")()
         if saved is None:
             raise RuntimeError("torch.compiler.save_cache_artifacts() returned nothing")
-        (run.path / "mega.bin").write_bytes(saved[0])
+        for path in run.spec["artifacts"]:
+            Path(path).write_bytes(saved[0])
 
 
 def compare_with_cold(

@@ -1,0 +1,72 @@
+"""What a hot-only run re-checks, and the verdicts it carries from the run that built the cache.
+
+A run that compiled cold records each combination's verdict beside its reference
+(`verdict.json`). A later hot-only run on that cache re-checks every combination except a
+`no-gain` one whose hot phase would read exactly what the recorded hot phase read; that one is
+carried with a `carried` note. docs/verify.md says why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ci_fxcache.verify import causes
+
+VERDICT_FILE = "verdict.json"
+CARRIED_VERDICTS = ("no-gain",)
+# Their hot phase starts from an empty directory and the artifacts file the cold phase wrote:
+# every hot-only run feeds it the same bytes. fxgraph's hot phase reads (and a miss writes) the
+# cold phase's directory in place, and remote reads a shared Redis: both change between jobs.
+CARRIED_MECHANISMS = ("mega", "precompile")
+# The settings a verdict depends on (besides the evidence): a change re-checks.
+JUDGING_SETTINGS = ("min_speedup", "compare")
+
+
+def record(
+    combo_dir: Path, judged: dict[str, Any], settings: dict[str, Any], torch_version: str
+) -> None:
+    """Record the verdict of a run that compiled `combo_dir`'s cache cold."""
+    (combo_dir / VERDICT_FILE).write_text(
+        json.dumps(
+            {
+                "judged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "run_id": os.environ.get("GITHUB_RUN_ID"),
+                "torch_version": torch_version,
+                "settings": {k: settings[k] for k in JUDGING_SETTINGS},
+                "judged": judged,
+            },
+            indent=1,
+        )
+    )
+
+
+def carried(
+    combo_dir: Path, mechanism: str, settings: dict[str, Any], torch_version: str
+) -> dict[str, Any] | None:
+    """The recorded judgement to carry into this hot-only run, with its `carried` note; None
+    when the combination must be re-checked (anything unreadable or unexpected included)."""
+    if mechanism not in CARRIED_MECHANISMS:
+        return None
+    try:
+        recorded = json.loads((combo_dir / VERDICT_FILE).read_text())
+        judged = dict(recorded["judged"])
+        same = recorded["torch_version"] == torch_version and all(
+            recorded["settings"][k] == settings[k] for k in JUDGING_SETTINGS
+        )
+        judged_at, run_id = str(recorded["judged_at"]), recorded.get("run_id")
+        if judged.get("verdict") not in CARRIED_VERDICTS or not same:
+            return None
+        notes = [n for n in judged.get("notes") or [] if n.get("kind") != "carried"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    source = f"run {run_id} at {judged_at}" if run_id else judged_at
+    text = (
+        f"not re-checked this run: {judged['verdict']} as judged when the cache was built "
+        f"({source}); re-checked when the cache is rebuilt or with --recheck-all"
+    )
+    judged["notes"] = [*notes, causes.note("carried", text, judged_at=judged_at, run_id=run_id)]
+    return judged

@@ -1,0 +1,148 @@
+"""A hot-only run re-checks what users rely on and carries the recorded no-gain verdicts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ci_fxcache.report import render
+from ci_fxcache.verify import recheck
+from tests.conftest import RunFxcache
+from tests.test_report import build
+from tests.test_verify import load, verify
+
+SETTINGS = {"min_speedup": 2.0, "compare": "bitwise", "fail_on": "unsafe"}
+TORCH = "2.13.0+cpu"
+
+
+def _judged(verdict: str, cause: str) -> dict[str, Any]:
+    return {"verdict": verdict, "cause": cause, "reason": f"{cause} here", "notes": []}
+
+
+def _recorded(tmp_path: Path, verdict: str = "no-gain", cause: str = "rebuilt") -> Path:
+    recheck.record(tmp_path, _judged(verdict, cause), SETTINGS, TORCH)
+    return tmp_path
+
+
+def test_a_recorded_no_gain_artifact_mechanism_is_carried_with_a_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITHUB_RUN_ID", "4242")
+    found = recheck.carried(_recorded(tmp_path), "mega", SETTINGS, TORCH)
+    assert found is not None
+    assert (found["verdict"], found["cause"]) == ("no-gain", "rebuilt")
+    (note,) = found["notes"]
+    assert note["kind"] == "carried" and note["run_id"] == "4242"
+    assert note["judged_at"] in note["text"] and "not re-checked this run" in note["text"]
+    # carrying twice keeps one note
+    (tmp_path / recheck.VERDICT_FILE).write_text(
+        json.dumps({**json.loads((tmp_path / recheck.VERDICT_FILE).read_text()), "judged": found})
+    )
+    again = recheck.carried(tmp_path, "precompile", SETTINGS, TORCH)
+    assert again is not None and [n["kind"] for n in again["notes"]] == ["carried"]
+
+
+@pytest.mark.parametrize(
+    ("verdict", "cause", "mechanism", "settings", "torch"),
+    [
+        ("safe", "hit", "mega", SETTINGS, TORCH),  # users rely on it: a regression must show
+        ("unsafe", "hot-mismatch", "mega", SETTINGS, TORCH),
+        ("error", "compiler-mismatch", "precompile", SETTINGS, TORCH),
+        ("no-gain", "miss", "fxgraph", SETTINGS, TORCH),  # its hot phase wrote into the cache
+        ("no-gain", "miss", "remote", SETTINGS, TORCH),  # Redis changes between jobs
+        ("no-gain", "slow", "mega", {**SETTINGS, "min_speedup": 1.2}, TORCH),
+        ("no-gain", "rebuilt", "mega", {**SETTINGS, "compare": "close"}, TORCH),
+        ("no-gain", "rebuilt", "mega", SETTINGS, "2.14.1+cu130"),
+    ],
+)
+def test_everything_else_is_rechecked(
+    tmp_path: Path,
+    verdict: str,
+    cause: str,
+    mechanism: str,
+    settings: dict[str, Any],
+    torch: str,
+) -> None:
+    _recorded(tmp_path, verdict, cause)
+    assert recheck.carried(tmp_path, mechanism, settings, torch) is None
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda p: p.unlink(),
+        lambda p: p.write_text("{not json"),
+        lambda p: p.write_text(p.read_text()[:40]),
+        lambda p: p.write_text(json.dumps({"judged": "no-gain"})),
+        lambda p: p.write_text("[]"),
+    ],
+)
+def test_a_missing_or_damaged_record_is_rechecked(tmp_path: Path, damage: Any) -> None:
+    damage(_recorded(tmp_path) / recheck.VERDICT_FILE)
+    assert recheck.carried(tmp_path, "mega", SETTINGS, TORCH) is None
+
+
+def _pid(cache: Path, cid: str) -> int:
+    return int(json.loads((cache / cid / "hot.json").read_text())["pid"])
+
+
+@pytest.mark.slow
+def test_hot_only_run_carries_no_gain_rechecks_safe_and_recheck_all_rechecks_everything(
+    run_fxcache: RunFxcache, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    args = ("--dtypes", "float32", "--dynamic", "false", "--mechanisms", "fxgraph,mega")
+    args += ("--training", "true", "--cache-dir", str(cache))
+
+    def run(name: str, env: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+        proc = verify(run_fxcache, *args, "--json", str(tmp_path / f"{name}.json"), env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        doc = load(tmp_path / f"{name}.json")
+        return {c["mechanism"]: c for c in doc["combos"]} | {"doc": doc, "stdout": proc.stdout}
+
+    built = run("built", {"GITHUB_RUN_ID": "77"})
+    assert built["doc"]["settings"]["phase"] == "both"
+    assert built["fxgraph"]["verdict"] == "safe", built["fxgraph"]["reason"]
+    # on the CPU a mega-cache load rebuilds the C++ kernels (DESIGN.md)
+    assert (built["mega"]["verdict"], built["mega"]["cause"]) == ("no-gain", "rebuilt")
+    ids = {m: built[m]["id"] for m in ("fxgraph", "mega")}
+    pids = {m: _pid(cache, cid) for m, cid in ids.items()}
+
+    job = run("job")
+    assert job["doc"]["settings"]["phase"] == "hot"
+    assert _pid(cache, ids["fxgraph"]) != pids["fxgraph"]  # re-checked
+    assert _pid(cache, ids["mega"]) == pids["mega"]  # not run again
+    assert "carried" not in [n["kind"] for n in job["fxgraph"]["notes"]]
+    mega = job["mega"]
+    assert (mega["verdict"], mega["cause"]) == ("no-gain", "rebuilt")
+    (note,) = [n for n in mega["notes"] if n["kind"] == "carried"]
+    assert note["run_id"] == "77"
+    assert "not re-checked this run" in job["stdout"]
+    report = render.markdown(build(job["doc"]))
+    assert "not re-checked this run" in report
+
+    full = run("full", {"FXCACHE_RECHECK_ALL": "1"})
+    assert full["doc"]["settings"]["phase"] == "hot"
+    assert _pid(cache, ids["mega"]) != pids["mega"]
+    assert (full["mega"]["verdict"], full["mega"]["cause"]) == ("no-gain", "rebuilt")
+    assert all(n["kind"] != "carried" for n in full["mega"]["notes"])
+    # a hot-only run does not replace the record of the run that built the cache
+    assert recheck.carried(cache / ids["mega"], "mega", full["doc"]["settings"], "") is None
+    assert json.loads((cache / ids["mega"] / recheck.VERDICT_FILE).read_text())["run_id"] == "77"
+
+
+def test_the_report_and_text_say_a_carried_combination_was_not_rechecked() -> None:
+    doc = json.loads((Path(__file__).parent / "data" / "verify_real_cpu.json").read_text())
+    combo = next(c for c in doc["combos"] if c["verdict"] == "no-gain")
+    before = render.markdown(build(doc))
+    assert "not re-checked this run" not in before
+    combo["notes"] = [
+        *combo.get("notes", []),
+        {"kind": "carried", "text": "t", "judged_at": "2026-11-30T10:00:00Z", "run_id": None},
+    ]
+    load_doc = build(doc)
+    for shown in (render.markdown(load_doc), render.text(load_doc)):
+        assert "not re-checked this run, judged 2026-11-30: " in shown, shown

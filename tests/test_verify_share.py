@@ -1,0 +1,84 @@
+"""One cold phase shared by fxgraph and mega: the same verdicts as separate cold phases."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ci_fxcache import matrix, matrixrun
+from tests.conftest import RunFxcache
+from tests.test_verify import load, verify
+
+
+def test_default_matrix_shares_fxgraph_and_mega_cold_phases_only() -> None:
+    combos = matrix.build(dict.fromkeys(matrix.FLAGS), None)
+    combos.devices = ["cpu"]
+    groups = matrixrun.cold_groups(combos.combos(), share=True)
+    shared = [[c.mechanism for c in g] for g in groups if len(g) > 1]
+    assert shared == [["fxgraph", "mega"]] * 4
+    alone = [g[0].mechanism for g in groups if len(g) == 1]
+    assert alone == ["precompile"] * 4
+    for group in groups:  # one workload / dtype / dynamic / training per group
+        assert len({(c.dtype, c.dynamic, c.workload, c.training) for c in group}) == 1
+    assert all(len(g) == 1 for g in matrixrun.cold_groups(combos.combos(), share=False))
+
+
+def test_the_fxgraph_combination_runs_the_shared_cold_phase_whatever_the_order() -> None:
+    plan = matrix.build({**dict.fromkeys(matrix.FLAGS), "mechanisms": "mega,fxgraph"}, None)
+    plan.devices = ["cpu"]
+    groups = matrixrun.cold_groups(plan.combos(), share=True)
+    assert [[c.mechanism for c in g] for g in groups] == [["fxgraph", "mega"]] * 4
+    # a group of one (no fxgraph to share with) keeps its own cold phase
+    plan.mechanisms = ["mega", "precompile"]
+    assert all(len(g) == 1 for g in matrixrun.cold_groups(plan.combos(), share=True))
+
+
+def _pids(cache: Path, cid: str) -> dict[str, int]:
+    return {
+        phase: json.loads((cache / cid / f"{phase}.json").read_text())["pid"]
+        for phase in ("cold", "hot")
+        if (cache / cid / f"{phase}.json").exists()
+    }
+
+
+@pytest.mark.slow
+def test_shared_cold_phases_give_the_same_verdicts_as_separate_ones(
+    run_fxcache: RunFxcache, tmp_path: Path
+) -> None:
+    """bfloat16 static and dynamic (the weak spot upstream), fxgraph and mega, trained: once
+    with one cold phase per group, once with one per combination (FXCACHE_SEPARATE_COLD=1)."""
+    docs = {}
+    for mode, env in (("shared", {}), ("separate", {"FXCACHE_SEPARATE_COLD": "1"})):
+        args = ("--dtypes", "bfloat16", "--dynamic", "false,true", "--mechanisms", "fxgraph,mega")
+        out = tmp_path / f"{mode}.json"
+        proc = verify(
+            run_fxcache,
+            *args,
+            *("--training", "true", "--cache-dir", str(tmp_path / mode), "--json", str(out)),
+            env=env,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        docs[mode] = load(out)
+    shared, separate = ({c["id"]: c for c in docs[m]["combos"]} for m in ("shared", "separate"))
+    assert len(shared) == 4
+    assert {i: (c["verdict"], c["cause"]) for i, c in shared.items()} == {
+        i: (c["verdict"], c["cause"]) for i, c in separate.items()
+    }
+    for cid, combo in shared.items():
+        assert combo["cold"]["status"] == "ok", combo["reason"]
+        fx = cid.replace("-mega-", "-fxgraph-")
+        assert combo["cold"]["serves"] == [fx, fx.replace("-fxgraph-", "-mega-")]
+        assert "serves" not in separate[cid]["cold"]
+        # both combinations are judged on the evidence of one cold process
+        assert combo["cold"] == shared[fx]["cold"]
+        assert (tmp_path / "shared" / cid / "reference.json").is_file()
+    for cid in shared:
+        if "-mega-" not in cid:
+            continue
+        fx = cid.replace("-mega-", "-fxgraph-")
+        pids = [*_pids(tmp_path / "shared", fx).values(), *_pids(tmp_path / "shared", cid).values()]
+        # one cold, two hot phases, each in a process of its own
+        assert len(pids) == 3 and len(set(pids)) == 3, pids
+        assert len(set(_pids(tmp_path / "separate", cid).values())) == 2
