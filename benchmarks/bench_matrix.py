@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import matrix, workerpool
+from ci_fxcache.verify import forkserver, matrix
 
 ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 TARGET = 0.35
@@ -91,7 +91,7 @@ def naive(python: str, work: Path) -> float:
     """Wall time of the naive baseline over the same 12 combinations."""
     combos = matrix.build(dict.fromkeys(matrix.FLAGS), None)
     combos.devices = ["cpu"]
-    env, private = workerpool.worker_env({**os.environ, **ENV})
+    env, private = forkserver.worker_env({**os.environ, **ENV})
     start = time.perf_counter()
     try:
         for combo in combos.combos():
@@ -125,7 +125,7 @@ def naive(python: str, work: Path) -> float:
                     )
                 )
                 subprocess.run(
-                    [python, "-m", workerpool.WORKER_NAME, "phase", str(request)],
+                    [python, "-m", forkserver.WORKER_NAME, "phase", str(request)],
                     check=True,
                     env=env,
                     stdout=subprocess.DEVNULL,

@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import matrixrun
+from ci_fxcache.verify import runner
 
 
 def compile_workers(root: int) -> int:
@@ -60,7 +60,7 @@ def watch(peak_file: Path, argv: list[str]) -> int:
     """Run `argv` and write its compile-worker peak to `peak_file`; its exit status."""
     status, peak = peak_compile_workers(argv)
     # one GPU: one phase at a time
-    seen = {"peak_compile_workers": peak, "threads": matrixrun.compile_threads(1)}
+    seen = {"peak_compile_workers": peak, "threads": runner.compile_threads(1)}
     peak_file.write_text(json.dumps(seen))
     return status
 

@@ -250,7 +250,8 @@ def test_documented_matrix_defaults_are_verifys() -> None:
     which, and must keep saying the truth."""
     import argparse
 
-    from ci_fxcache import cli, matrix
+    from ci_fxcache import cli
+    from ci_fxcache.verify import matrix
 
     action_inputs = _load("action.yml")["inputs"]
     descriptions = {k: " ".join(v["description"].split()) for k, v in action_inputs.items()}

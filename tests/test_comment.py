@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ci_fxcache import comment
 from ci_fxcache.github_api import GitHubClient, GitHubError
+from ci_fxcache.report import pr_comment
 from tests.conftest import RunFxcache
 from tests.fake_github import FakeGitHub
 
@@ -30,7 +30,7 @@ def _env(
 
 
 def _mine(fake: FakeGitHub, report_id: str = "fxcache") -> list[dict[str, object]]:
-    return [c for c in fake.comments[PR] if comment.marker(report_id) in str(c["body"])]
+    return [c for c in fake.comments[PR] if pr_comment.marker(report_id) in str(c["body"])]
 
 
 def test_creates_then_updates_one_comment(
@@ -65,7 +65,7 @@ def test_finds_earlier_comment_on_page_two(
     for i in range(130):
         fake_github.add_comment(PR, f"comment {i}")
     old = fake_github.add_comment(
-        PR, f"{comment.marker('fxcache')}\nold report", "github-actions[bot]"
+        PR, f"{pr_comment.marker('fxcache')}\nold report", "github-actions[bot]"
     )
     for i in range(5):
         fake_github.add_comment(PR, f"later {i}")
@@ -149,7 +149,7 @@ def test_body_too_long_422_falls_back_to_short_form(
     posts = fake_github.calls("POST", r".*/comments")
     assert [p.status for p in posts] == [422, 201]
     short, full = posts[1].body["body"], posts[0].body["body"]
-    assert len(short) <= comment.SHORT_LIMIT + len(comment.marker("fxcache")) + 1 < len(full)
+    assert len(short) <= pr_comment.SHORT_LIMIT + len(pr_comment.marker("fxcache")) + 1 < len(full)
     body = str(_mine(fake_github)[0]["body"])
     assert "Shortened to fit 4,000 characters" in body
     assert "❌ **Do not cache:** bf16 dynamic precompile (wrong values on hot load)" in body
@@ -159,16 +159,16 @@ def test_fake_server_rejects_a_body_over_65536(fake_github: FakeGitHub) -> None:
     fake_github.add_pull(PR)
     client = GitHubClient(fake_github.token, fake_github.repository, fake_github.url)
     with pytest.raises(GitHubError) as info:
-        comment.upsert(client, PR, "x" * 70_000, "fxcache", "github-actions[bot]")
+        pr_comment.upsert(client, PR, "x" * 70_000, "fxcache", "github-actions[bot]")
     assert info.value.status == 422 and "too long" in info.value.api_message
 
 
 def test_duplicates_from_a_race_are_removed(fake_github: FakeGitHub) -> None:
     fake_github.add_pull(PR)
     for _ in range(3):
-        fake_github.add_comment(PR, f"{comment.marker('fxcache')}\nold", "github-actions[bot]")
+        fake_github.add_comment(PR, f"{pr_comment.marker('fxcache')}\nold", "github-actions[bot]")
     client = GitHubClient(fake_github.token, fake_github.repository, fake_github.url)
-    action, _ = comment.upsert(client, PR, "new", "fxcache", "github-actions[bot]")
+    action, _ = pr_comment.upsert(client, PR, "new", "fxcache", "github-actions[bot]")
     assert action == "updated"
     (only,) = _mine(fake_github)
     assert str(only["body"]).endswith("\nnew")
@@ -213,7 +213,7 @@ def test_pull_number_from_event(
 ) -> None:
     path = tmp_path / "e.json"
     path.write_text(json.dumps(event))
-    assert comment.pull_number_from_event(str(path)) == number
+    assert pr_comment.pull_number_from_event(str(path)) == number
 
 
 def test_comments_a_captured_verify_document(
@@ -234,11 +234,11 @@ def test_a_marker_in_someone_elses_comment_is_never_touched(
     """A user who plants the hidden marker (before or after our comment) cannot get their
     comment edited into the report, nor get ours deleted as a 'duplicate'."""
     fake_github.add_pull(PR)
-    planted = fake_github.add_comment(PR, f"{comment.marker('fxcache')}\nall safe!", "mallory")
+    planted = fake_github.add_comment(PR, f"{pr_comment.marker('fxcache')}\nall safe!", "mallory")
     env = _env(fake_github, tmp_path)
     first = run_fxcache("comment", RESULTS, env=env)
     assert first.returncode == 0 and "created comment" in first.stdout, first.stderr
-    late = fake_github.add_comment(PR, f"{comment.marker('fxcache')}\nfake", "mallory")
+    late = fake_github.add_comment(PR, f"{pr_comment.marker('fxcache')}\nfake", "mallory")
     second = run_fxcache("comment", RESULTS, env=env)
     assert second.returncode == 0 and "updated comment" in second.stdout, second.stderr
     touched = {c.path for c in fake_github.calls("PATCH") + fake_github.calls("DELETE")}
@@ -257,8 +257,8 @@ def test_a_marker_in_someone_elses_comment_is_never_touched(
 def test_a_personal_token_matches_its_own_user(run_fxcache: RunFxcache, tmp_path: Path) -> None:
     with FakeGitHub(token="ghp_personal123", user="release-bot") as fake:
         fake.add_pull(PR)
-        bots = fake.add_comment(PR, f"{comment.marker('fxcache')}\nold", "github-actions[bot]")
-        old = fake.add_comment(PR, f"{comment.marker('fxcache')}\nold", "release-bot")
+        bots = fake.add_comment(PR, f"{pr_comment.marker('fxcache')}\nold", "github-actions[bot]")
+        old = fake.add_comment(PR, f"{pr_comment.marker('fxcache')}\nold", "release-bot")
         proc = run_fxcache("comment", RESULTS, env=_env(fake, tmp_path))
         assert proc.returncode == 0 and "updated comment" in proc.stdout, proc.stderr
         (viewer,) = fake.calls("POST", "/graphql")
@@ -277,7 +277,7 @@ def test_a_github_app_token_updates_only_its_own_comment(
     (no new comment per run) and never touches github-actions[bot]'s or a user's."""
     with FakeGitHub(token="ghs_appinstall456", bot="fxcache-ci[bot]") as fake:
         fake.add_pull(PR)
-        tag = comment.marker("fxcache")
+        tag = pr_comment.marker("fxcache")
         actions = fake.add_comment(PR, f"{tag}\nfrom GITHUB_TOKEN", "github-actions[bot]")
         user = fake.add_comment(PR, f"{tag}\nfrom a user", "alice")
         env = _env(fake, tmp_path)
@@ -313,7 +313,7 @@ def test_author_can_be_given(fake_github: FakeGitHub, run_fxcache: RunFxcache,
                              tmp_path: Path) -> None:  # fmt: skip
     """--author names the login whose comments are ours (no GraphQL question then)."""
     fake_github.add_pull(PR)
-    app = fake_github.add_comment(PR, f"{comment.marker('fxcache')}\nold", "fxcache-app[bot]")
+    app = fake_github.add_comment(PR, f"{pr_comment.marker('fxcache')}\nold", "fxcache-app[bot]")
     proc = run_fxcache("comment", RESULTS, "--author", "fxcache-app[bot]",
                        env=_env(fake_github, tmp_path))  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -381,7 +381,7 @@ def test_artifact_with_a_bad_name_is_refused(
 def test_oversized_artifact_is_refused_before_it_is_read(
     fake_github: FakeGitHub, run_fxcache: RunFxcache, tmp_path: Path
 ) -> None:
-    path = _artifact(tmp_path, "fxcache-report-x", "x", pad=comment.MAX_ARTIFACT_BYTES)
+    path = _artifact(tmp_path, "fxcache-report-x", "x", pad=pr_comment.MAX_ARTIFACT_BYTES)
     proc = run_fxcache("comment", path, "--pr", str(PR), "--from-artifact", "fxcache-report-x",
                        env=_env(fake_github, tmp_path))  # fmt: skip
     assert proc.returncode == 2 and "more than 20971520" in proc.stderr

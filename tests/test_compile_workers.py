@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.gpu_check import peak_compile_workers
-from ci_fxcache import matrixrun
+from ci_fxcache.verify import runner
 from tests.conftest import ROOT, _clean_env
 
 pytestmark = pytest.mark.slow
@@ -35,7 +35,7 @@ def test_parallel_phases_share_the_cores_for_compile_workers(tmp_path: Path) -> 
     common = ["--device", "cpu", "--dtypes", "float32", "--dynamic", "false"]
     common += ["--mechanisms", "fxgraph", "--training", "false", "--phase", "cold"]
     jobs = 2
-    threads = max(1, matrixrun._cores() // jobs)
+    threads = max(1, runner._cores() // jobs)
     workloads = f"{WORKLOAD},{WORKLOAD}_b"
     with ThreadPoolExecutor(2) as pool:  # two runs side by side, each counted in its own tree
         # The pool is there to be counted: a user's own TORCHINDUCTOR_COMPILE_THREADS is kept.
@@ -57,5 +57,5 @@ def test_parallel_phases_share_the_cores_for_compile_workers(tmp_path: Path) -> 
 
 
 def test_compile_threads_divide_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(matrixrun, "_cores", lambda: 64)
-    assert [matrixrun.compile_threads(j) for j in (1, 2, 8, 64, 100)] == [64, 32, 8, 1, 1]
+    monkeypatch.setattr(runner, "_cores", lambda: 64)
+    assert [runner.compile_threads(j) for j in (1, 2, 8, 64, 100)] == [64, 32, 8, 1, 1]

@@ -317,7 +317,7 @@ def _lookup(cache: str, state: str, reason: str = "") -> dict[str, Any]:
 
 
 def test_a_triton_rebuild_on_hot_load_is_no_gain_with_the_count() -> None:
-    from ci_fxcache import verdicts
+    from ci_fxcache.verify import verdicts
 
     hits = {"fxgraph_cache_hit": 2, "aot_autograd_cache_hit": 1}
     hot = _evidence(hits, 1.0, triton_kernels_built=3)
@@ -328,7 +328,7 @@ def test_a_triton_rebuild_on_hot_load_is_no_gain_with_the_count() -> None:
 
 
 def test_a_bypass_the_cold_phase_did_not_have_is_a_miss_not_a_partial_hit() -> None:
-    from ci_fxcache import verdicts
+    from ci_fxcache.verify import verdicts
 
     cold = {"keyinfo": {"lookups": [_lookup("fxgraph", "miss"), _lookup("fxgraph", "miss")]}}
     hot_lookups = [_lookup("fxgraph", "hit"), _lookup("fxgraph", "bypass", "Can't cache cond")]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ci_fxcache import cpu, gpus
-from ci_fxcache.fingerprint import python_abi_tag
+from ci_fxcache.env import cpu, gpus
+from ci_fxcache.env.fingerprint import python_abi_tag
 from tests.conftest import TORCH_PYTHON, RunFxcache
 
 
@@ -213,7 +213,8 @@ def test_rocminfo_parsing() -> None:
 
 # Flag sets as /proc/cpuinfo shows them on each kind (trimmed to the ISA-relevant part, plus
 # neighbours that must not matter). The expected values follow Inductor's selection rules, which
-# live once in ci_fxcache.cpu (x86: AMX > AVX-512 VNNI > AVX-512 > AVX2; aarch64: SVE with BF16 at
+# live once in ci_fxcache.env.cpu (x86: AMX > AVX-512 VNNI > AVX-512 > AVX2; aarch64: SVE with BF16
+# at
 # the kernel's vector length, else NEON).
 _X86_BASE = "fpu sse sse2 ssse3 sse4_1 sse4_2 avx f16c fma bmi1 bmi2 avx2"
 _AVX512 = "avx512f avx512dq avx512cd avx512bw avx512vl"

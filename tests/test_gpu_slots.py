@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from ci_fxcache import matrix, matrixrun
-from ci_fxcache.workerpool import Outcome
+from ci_fxcache.verify import matrix
+from ci_fxcache.verify import runner as verify_runner
+from ci_fxcache.verify.forkserver import Outcome
 
 A100 = ("NVIDIA A100-SXM4-80GB", [8, 0])
 H100 = ("NVIDIA H100 80GB HBM3", [9, 0])
@@ -66,10 +67,10 @@ def _run(
         training=[False],
         workloads=[f"w{i}" for i in range(workloads)],
     )
-    runner_settings = matrixrun.Settings(cache_dir=tmp_path, jobs=3)
+    runner_settings = verify_runner.Settings(cache_dir=tmp_path, jobs=3)
     combos = plan.combos()
-    runner = matrixrun.Runner(server, runner_settings, lambda _: None)  # type: ignore[arg-type]
-    reasons = {c.id: matrixrun.skip_reason(c, server.info, None) for c in combos}
+    runner = verify_runner.Runner(server, runner_settings, lambda _: None)  # type: ignore[arg-type]
+    reasons = {c.id: verify_runner.skip_reason(c, server.info, None) for c in combos}
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=3) as pool:
@@ -142,7 +143,7 @@ def test_hot_runs_on_a_device_like_cold_on_a_mixed_host(
 def test_hot_waits_for_a_device_of_cold_model(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     server = StubForkServer([A100, H100, A100])
-    runner = matrixrun.Runner(server, matrixrun.Settings(), lambda _: None)  # type: ignore[arg-type]
+    runner = verify_runner.Runner(server, verify_runner.Settings(), lambda _: None)  # type: ignore[arg-type]
     combo = matrix.Combo("w", "cuda", "float32", "false", "fxgraph", False)
     cold, h100, a100 = (runner._take_gpu(combo, None) for _ in range(3))
     assert [cold.visible, h100.name, a100.visible] == ["0", H100[0], "2"]
@@ -150,7 +151,7 @@ def test_hot_waits_for_a_device_of_cold_model(monkeypatch: pytest.MonkeyPatch) -
     runner._give_gpu(a100)
     twin = runner._take_gpu(combo, cold)
     assert twin is a100  # same model, not the free H100
-    got: list[matrixrun.GpuSlot] = []
+    got: list[verify_runner.GpuSlot] = []
     waiter = threading.Thread(target=lambda: got.append(runner._take_gpu(combo, cold)))
     waiter.start()
     waiter.join(0.3)
@@ -185,7 +186,7 @@ def test_skips_name_their_cause(
     devices: list[tuple[str, list[int]]], dtype: str, cause: str, words: str
 ) -> None:
     combo = matrix.Combo("sin_matmul", "cuda", dtype, "false", "fxgraph", True)
-    skip = matrixrun.skip_reason(combo, StubForkServer(devices).info, None)
+    skip = verify_runner.skip_reason(combo, StubForkServer(devices).info, None)
     assert skip is not None and skip.cause == cause and words in skip.reason
 
 
@@ -195,7 +196,7 @@ def test_old_gpu_beside_a_new_one_is_not_used(
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     server = StubForkServer([P100, H100])
     combo = matrix.Combo("sin_matmul", "cuda", "float32", "false", "fxgraph", False)
-    assert matrixrun.skip_reason(combo, server.info, None) is None
+    assert verify_runner.skip_reason(combo, server.info, None) is None
     _run(server, tmp_path, ["float32"])
     assert _visible(server) == {"1"}
 
@@ -204,4 +205,4 @@ def test_rocm_ignores_nvidia_capability_limits() -> None:
     combo = matrix.Combo("sin_matmul", "cuda", "bfloat16", "false", "fxgraph", False)
     info = StubForkServer([("AMD Instinct MI100", [9, 0])], hip=True).info
     info["cuda_capabilities"] = [[6, 0]]  # a gfx version, not an NVIDIA capability
-    assert matrixrun.skip_reason(combo, info, None) is None
+    assert verify_runner.skip_reason(combo, info, None) is None

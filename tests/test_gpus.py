@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ci_fxcache import gpus
+from ci_fxcache.env import gpus
 from tests.conftest import TORCH_PYTHON, RunFxcache
 
 DATA = Path(__file__).parent / "data" / "gpu"

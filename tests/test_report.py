@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ci_fxcache import resultsdoc
 from ci_fxcache.report import known_issues, labels, model, recommendations, render
+from ci_fxcache.results import reader
 from tests.conftest import RunFxcache
 
 DATA = Path(__file__).parent / "data"
@@ -38,9 +38,9 @@ def check_golden(name: str, actual: str) -> None:
 
 def build(doc_or_path: Any) -> model.Report:
     if isinstance(doc_or_path, Path):
-        loaded = resultsdoc.load(doc_or_path)
+        loaded = reader.load(doc_or_path)
     else:
-        loaded = resultsdoc.from_document(doc_or_path, "test")
+        loaded = reader.from_document(doc_or_path, "test")
     return model.build(loaded, known_issues.load_builtin())
 
 
@@ -53,7 +53,7 @@ def _top_lines(md: str) -> list[str]:
 
 def test_markdown_golden_every_verdict(run_fxcache: RunFxcache) -> None:
     doc = json.loads((DATA / "results_h200.json").read_text())
-    assert {c["verdict"] for c in doc["combos"]} == set(resultsdoc.VERDICTS)
+    assert {c["verdict"] for c in doc["combos"]} == set(reader.VERDICTS)
     proc = run_fxcache("report", str(DATA / "results_h200.json"), "--format", "md")
     assert proc.returncode == 0, proc.stderr
     check_golden("report_h200.md", proc.stdout)
@@ -75,7 +75,7 @@ def test_markdown_golden_every_verdict(run_fxcache: RunFxcache) -> None:
     assert header.count("|") - 1 == 7
     rows = [line for line in md.splitlines() if re.match(r"^\| (✅|🟡|❌|💥)&nbsp;", line)]
     verdicts = [row.split("&nbsp;")[1].split(" |")[0].replace("\u2011", "-") for row in rows]
-    order = [resultsdoc.VERDICT_ORDER[v] for v in verdicts]
+    order = [reader.VERDICT_ORDER[v] for v in verdicts]
     assert order == sorted(order) and verdicts[0] == "unsafe"
     for row in rows:
         if "unsafe" in row.split("|")[1]:
@@ -327,7 +327,7 @@ def test_nothing_safe_says_so() -> None:
     assert section.advice[-1] == recommendations.DISABLE_LINE
 
 
-_VERDICTS = st.sampled_from(resultsdoc.VERDICTS)
+_VERDICTS = st.sampled_from(reader.VERDICTS)
 
 
 @settings(max_examples=60, deadline=None)
@@ -336,7 +336,7 @@ def test_recommendations_only_name_verified_safe_combos(verdicts: list[str]) -> 
     doc = json.loads((DATA / "results_h200.json").read_text())
     for combo, verdict in zip(doc["combos"], verdicts, strict=True):
         combo["verdict"] = verdict
-        combo["cause"] = resultsdoc.v1_cause(combo)
+        combo["cause"] = reader.v1_cause(combo)
     section = build(doc).sections[0]
     safe_labels = {r.label for r in section.rows if r.verdict == "safe"}
     for row in section.rows:
@@ -364,7 +364,7 @@ def test_merge_three_shards_keeps_environments_apart(
     proc = run_fxcache("merge", *map(str, SHARDS), str(DATA / "shard_h200_b.json"), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     merged = json.loads(out.read_text())
-    assert merged["schema"] == resultsdoc.MERGED_SCHEMA
+    assert merged["schema"] == reader.MERGED_SCHEMA
     assert [g["arch"] for g in merged["groups"]] == ["sm75", "sm80", "sm90"]
     assert [g["runners"] for g in merged["groups"]][2] == ["gpu-h200-01", "gpu-h200-02"]
     # Shards are carried verbatim: nothing averaged.
@@ -406,7 +406,7 @@ def test_runners_that_disagree_count_as_the_worst(tmp_path: Path) -> None:
     bad = next(c for c in b["combos"] if c["dtype"] == "bfloat16")
     bad["verdict"], bad["reason"] = "unsafe", "hot-loaded outputs differ from the cold compile"
     bad["cause"] = "hot-mismatch"
-    from ci_fxcache import merge
+    from ci_fxcache.fleet import merge
 
     paths = []
     for i, d in enumerate((a, b)):
@@ -436,7 +436,7 @@ def _fleet(n: int, log_lines: int) -> model.Report:
                 if c.get(phase):
                     c[phase]["log_tail"] = "x" * 60 + "\n" + "line\n" * log_lines
         groups.append({"key": str(i), "shards": [doc]})
-    return build({"schema": resultsdoc.MERGED_SCHEMA, "report_id": "big", "groups": groups})
+    return build({"schema": reader.MERGED_SCHEMA, "report_id": "big", "groups": groups})
 
 
 @pytest.mark.parametrize(
@@ -621,12 +621,12 @@ def test_fixtures_follow_verifys_json_schema(name: str) -> None:
     """The hand-made fixtures must be documents `fxcache verify` could have written."""
     import jsonschema
 
-    schema_file = Path(resultsdoc.__file__).with_name("schemas") / "results.schema.json"
+    schema_file = Path(reader.__file__).with_name("results.schema.json")
     if not schema_file.exists():
         pytest.skip("verify's results.schema.json is not on this branch yet (the matrix issue)")
     schema = json.loads(schema_file.read_text())
     doc = json.loads((DATA / name).read_text())
-    assert doc["schema"] in resultsdoc.RESULTS_SCHEMAS
+    assert doc["schema"] in reader.RESULTS_SCHEMAS
     validator = jsonschema.Draft202012Validator(schema)
     errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(doc)]
     assert errors == []
@@ -697,7 +697,7 @@ def test_free_text_from_results_is_escaped(fleet: bool) -> None:
     if fleet:
         other = json.loads((DATA / "shard_a100.json").read_text())
         doc = {
-            "schema": resultsdoc.MERGED_SCHEMA,
+            "schema": reader.MERGED_SCHEMA,
             "report_id": HOSTILE["report_id"],
             "groups": [{"key": "a", "shards": [doc]}, {"key": "b", "shards": [other]}],
             "key_diffs": [{"a": HOSTILE["runner"], "b": "sm80", "differs": [HOSTILE["workload"]]}],
@@ -738,7 +738,7 @@ def test_free_text_from_results_is_escaped(fleet: bool) -> None:
 
 
 def test_key_diffs_render_one_line_per_pair(tmp_path: Path) -> None:
-    from ci_fxcache import merge
+    from ci_fxcache.fleet import merge
 
     merged = merge.merge([str(p) for p in SHARDS])
     merged["key_diffs"] = [

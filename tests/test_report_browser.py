@@ -172,7 +172,7 @@ def _report_md(path: Path) -> str:
 
 
 def _fleet_md() -> str:
-    from ci_fxcache import merge
+    from ci_fxcache.fleet import merge
 
     return render.markdown(
         build(merge.merge([str(p) for p in [*SHARDS, DATA / "shard_h200_b.json"]]))

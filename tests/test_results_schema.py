@@ -9,9 +9,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from ci_fxcache import results
+from ci_fxcache.results import writer
 
-SCHEMA = json.loads(results.SCHEMA_FILE.read_text())
+SCHEMA = json.loads(writer.SCHEMA_FILE.read_text())
 
 
 def validate(doc: dict[str, Any]) -> None:
@@ -69,7 +69,7 @@ def example() -> dict[str, Any]:
         "misses": 0,
         "max_abs_err": {"hot_vs_cold": None, "cold_vs_eager": None},
     }
-    return results.document(
+    return writer.document(
         fingerprint={"torch_version": "2.13.0+cpu"},
         scope_key="fxcache-v1-x",
         cache=None,

@@ -9,9 +9,9 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ci_fxcache import scopekey
-from ci_fxcache.fingerprint import Fingerprint
-from ci_fxcache.gpus import Gpu
+from ci_fxcache.env import scopekey
+from ci_fxcache.env.fingerprint import Fingerprint
+from ci_fxcache.env.gpus import Gpu
 from tests.conftest import TORCH_PYTHON, RunFxcache
 
 text = st.text(

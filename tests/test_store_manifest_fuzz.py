@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ci_fxcache import fingerprint
+from ci_fxcache.env import fingerprint
 from ci_fxcache.store import restore as store_restore
 from ci_fxcache.store import scopes
 from ci_fxcache.store.layout import CACHE_DIRS, Layout

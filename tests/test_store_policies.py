@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ci_fxcache import scopekey
+from ci_fxcache.env import scopekey
 from ci_fxcache.errors import UsageError
 from ci_fxcache.store.policies import Entry, Policy, parse_duration, parse_size, select
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import tomllib
 
-from ci_fxcache import matrix, matrixrun
 from ci_fxcache.env import torch_support
 from ci_fxcache.report import known_issues
-from ci_fxcache.workerpool import worker_env
+from ci_fxcache.verify import matrix, runner
+from ci_fxcache.verify.forkserver import worker_env
 from tests.conftest import ROOT, TORCH2_VERSION, RunFxcache, torch2_python
 
 
@@ -109,8 +109,8 @@ class _NoServer:
 
 def test_the_matrix_on_an_older_torch_skips_instead_of_running(tmp_path: Path) -> None:
     plan = matrix.Matrix(devices=["cpu"], mechanisms=["mega", "precompile"])
-    settings = matrixrun.Settings(cache_dir=tmp_path)
-    combos, _ = matrixrun.run(_NoServer(), plan, settings, lambda _: None)  # type: ignore[arg-type]
+    settings = runner.Settings(cache_dir=tmp_path)
+    combos, _ = runner.run(_NoServer(), plan, settings, lambda _: None)  # type: ignore[arg-type]
     assert len(combos) == 8
     for combo in combos:
         assert combo["verdict"] == "skipped" and combo["cause"] == "torch-too-old"
@@ -240,7 +240,7 @@ def test_the_supported_range_is_stated_where_users_look() -> None:
 def test_every_known_issue_says_how_its_torch_range_was_checked() -> None:
     import yaml
 
-    data = yaml.safe_load((ROOT / "ci_fxcache" / "data" / "known_issues.yaml").read_text())
+    data = yaml.safe_load((ROOT / "ci_fxcache" / "report" / "known_issues.yaml").read_text())
     assert all(entry.get("checked") for entry in data["issues"])
     issues = {i.id: i for i in known_issues.load_builtin()}
     unverified = {i for i, issue in issues.items() if issue.title.endswith(known_issues.UNVERIFIED)}

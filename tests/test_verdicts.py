@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from ci_fxcache import resultsdoc, verdicts
-from ci_fxcache.verify import causes
+from ci_fxcache.results import reader
+from ci_fxcache.verify import causes, verdicts
 
 DATA = Path(__file__).parent / "data"
 COMBO = {"dtype": "float16", "mechanism": "fxgraph", "device": "cpu"}
@@ -146,7 +146,7 @@ def test_version_1_documents_get_causes_and_version_2_requires_them() -> None:
     # A version-1 document as fxcache 0.1 wrote it (the H200 fixture before schema v2).
     doc = json.loads((DATA / "v1" / "results_h200_v1.json").read_text())
     assert doc["schema"] == "fxcache-results/1"
-    loaded = resultsdoc.from_document(doc, "v1")
+    loaded = reader.from_document(doc, "v1")
     combos = loaded.groups[0].shards[0].combos
     assert loaded.schema == "fxcache-results/2"
     for combo in combos:
@@ -157,7 +157,7 @@ def test_version_1_documents_get_causes_and_version_2_requires_them() -> None:
     # a version-2 document must carry a cause that fits its verdict
     v2 = {**loaded.doc, "combos": [{**combos[0], "cause": "no-device"}]}
     with pytest.raises(Exception, match="has cause 'no-device'"):
-        resultsdoc.from_document(v2, "v2")
+        reader.from_document(v2, "v2")
 
 
 @pytest.mark.parametrize(
@@ -192,7 +192,7 @@ def test_version_1_documents_get_causes_and_version_2_requires_them() -> None:
     ],
 )
 def test_version_1_cause_mapping(combo: dict[str, Any], cause: str) -> None:
-    upgraded = resultsdoc.upgrade_combo(combo)
+    upgraded = reader.upgrade_combo(combo)
     assert upgraded["cause"] == cause and upgraded["verdict"] == combo["verdict"]
 
 
@@ -203,7 +203,7 @@ def test_version_1_cold_differs_from_eager_becomes_compiler_mismatch() -> None:
         "tolerance": {"atol": 2.0**-10, "rtol": 1e-3},
         "max_abs_err": {"hot_vs_cold": 0.0, "cold_vs_eager": 0.0625},
     }
-    upgraded = resultsdoc.upgrade_combo(combo)
+    upgraded = reader.upgrade_combo(combo)
     assert (upgraded["verdict"], upgraded["cause"]) == ("error", "compiler-mismatch")
 
 

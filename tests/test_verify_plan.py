@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ci_fxcache import matrix, matrixrun, workerpool
 from ci_fxcache.errors import UsageError
+from ci_fxcache.verify import forkserver, matrix, runner
 from tests.conftest import TORCH_PYTHON, RunFxcache, free_port
 
 
@@ -121,55 +121,55 @@ def test_matrix_file_then_flags_override(tmp_path: Path) -> None:
 
 def test_default_matrix_is_the_twelve_combo_cpu_matrix() -> None:
     plan = matrix.build(dict.fromkeys(matrix.FLAGS), None)
-    matrixrun.expand_devices(plan, {"cuda_capabilities": []})
+    runner.expand_devices(plan, {"cuda_capabilities": []})
     combos = plan.combos()
     assert len(combos) == 12
     assert {c.device for c in combos} == {"cpu"}
-    matrixrun.expand_devices(plan, {"cuda_capabilities": [[9, 0]]})  # idempotent on cpu
+    runner.expand_devices(plan, {"cuda_capabilities": [[9, 0]]})  # idempotent on cpu
     assert plan.devices == ["cpu"]
 
 
 def test_skip_reasons() -> None:
     combo = matrix.Combo("sin_matmul", "cuda", "bfloat16", "false", "fxgraph", True)
-    assert matrixrun.skip_reason(combo, {"cuda_capabilities": []}, None) == (
+    assert runner.skip_reason(combo, {"cuda_capabilities": []}, None) == (
         "no-device",
         "no CUDA device",
     )
-    cause, reason = matrixrun.skip_reason(combo, {"cuda_capabilities": [[7, 5]]}, None) or ("", "")
+    cause, reason = runner.skip_reason(combo, {"cuda_capabilities": [[7, 5]]}, None) or ("", "")
     assert cause == "gpu-too-old" and "compute capability 8.0" in reason
-    assert matrixrun.skip_reason(combo, {"cuda_capabilities": [[9, 0]]}, None) is None
+    assert runner.skip_reason(combo, {"cuda_capabilities": [[9, 0]]}, None) is None
 
 
 def test_redis_problem_is_bounded_and_says_why() -> None:
-    assert str(matrixrun.redis_problem(None, True, "py")).startswith("Redis not configured")
+    assert str(runner.redis_problem(None, True, "py")).startswith("Redis not configured")
     started = time.monotonic()
-    why = matrixrun.redis_problem(f"redis://127.0.0.1:{free_port()}/0", True, "py")
+    why = runner.redis_problem(f"redis://127.0.0.1:{free_port()}/0", True, "py")
     assert "unreachable" in str(why)
     # a server that accepts the connection and never answers: the timeout bounds the wait
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(1)
         port = silent.getsockname()[1]
-        why = matrixrun.redis_problem(f"redis://127.0.0.1:{port}/0", True, "py")
+        why = runner.redis_problem(f"redis://127.0.0.1:{port}/0", True, "py")
     assert "unreachable" in str(why) and "timed out" in str(why)
-    assert time.monotonic() - started < 2 * matrixrun.REDIS_CONNECT_TIMEOUT_S + 2
+    assert time.monotonic() - started < 2 * runner.REDIS_CONNECT_TIMEOUT_S + 2
     with pytest.raises(UsageError):
-        matrixrun.redis_problem("http://x", True, "py")
+        runner.redis_problem("http://x", True, "py")
 
 
 def test_redis_problem_reports_missing_redis_package(redis_url: str) -> None:
-    assert matrixrun.redis_problem(redis_url, True, "py") is None
-    assert "redis package is not installed" in str(matrixrun.redis_problem(redis_url, False, "py"))
+    assert runner.redis_problem(redis_url, True, "py") is None
+    assert "redis package is not installed" in str(runner.redis_problem(redis_url, False, "py"))
 
 
 def test_worker_env_exposes_only_the_worker_package() -> None:
-    env, private = workerpool.worker_env({"PYTHONPATH": "/user/path"})
+    env, private = forkserver.worker_env({"PYTHONPATH": "/user/path"})
     try:
         first, rest = env["PYTHONPATH"].split(os.pathsep, 1)
         assert first == private and rest == "/user/path"
-        assert os.listdir(private) == [workerpool.WORKER_NAME]
-        link = Path(private) / workerpool.WORKER_NAME
-        assert link.resolve() == workerpool.WORKER_DIR
+        assert os.listdir(private) == [forkserver.WORKER_NAME]
+        link = Path(private) / forkserver.WORKER_NAME
+        assert link.resolve() == forkserver.WORKER_DIR
     finally:
         import shutil
 
@@ -182,7 +182,7 @@ def test_worker_imports_only_stdlib_torch_and_itself() -> None:
 
     # triton: torch's own GPU compiler, imported only where the user's torch has it
     allowed = set(sys.stdlib_module_names) | {"torch", "triton"}
-    for path in workerpool.WORKER_DIR.glob("*.py"):
+    for path in forkserver.WORKER_DIR.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ci_fxcache import matrix, matrixrun
+from ci_fxcache.verify import matrix, runner
 from tests.conftest import RunFxcache
 from tests.test_verify import load, verify
 
@@ -15,24 +15,24 @@ from tests.test_verify import load, verify
 def test_default_matrix_shares_fxgraph_and_mega_cold_phases_only() -> None:
     combos = matrix.build(dict.fromkeys(matrix.FLAGS), None)
     combos.devices = ["cpu"]
-    groups = matrixrun.cold_groups(combos.combos(), share=True)
+    groups = runner.cold_groups(combos.combos(), share=True)
     shared = [[c.mechanism for c in g] for g in groups if len(g) > 1]
     assert shared == [["fxgraph", "mega"]] * 4
     alone = [g[0].mechanism for g in groups if len(g) == 1]
     assert alone == ["precompile"] * 4
     for group in groups:  # one workload / dtype / dynamic / training per group
         assert len({(c.dtype, c.dynamic, c.workload, c.training) for c in group}) == 1
-    assert all(len(g) == 1 for g in matrixrun.cold_groups(combos.combos(), share=False))
+    assert all(len(g) == 1 for g in runner.cold_groups(combos.combos(), share=False))
 
 
 def test_the_fxgraph_combination_runs_the_shared_cold_phase_whatever_the_order() -> None:
     plan = matrix.build({**dict.fromkeys(matrix.FLAGS), "mechanisms": "mega,fxgraph"}, None)
     plan.devices = ["cpu"]
-    groups = matrixrun.cold_groups(plan.combos(), share=True)
+    groups = runner.cold_groups(plan.combos(), share=True)
     assert [[c.mechanism for c in g] for g in groups] == [["fxgraph", "mega"]] * 4
     # a group of one (no fxgraph to share with) keeps its own cold phase
     plan.mechanisms = ["mega", "precompile"]
-    assert all(len(g) == 1 for g in matrixrun.cold_groups(plan.combos(), share=True))
+    assert all(len(g) == 1 for g in runner.cold_groups(plan.combos(), share=True))
 
 
 def _pids(cache: Path, cid: str) -> dict[str, int]:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import cli, comment, gha
+from ci_fxcache import cli, gha
 from ci_fxcache.action import inputs as inp
 from ci_fxcache.action.settings import (
     SETTINGS_ENV,
@@ -24,6 +24,7 @@ from ci_fxcache.action.settings import (
     upload_decision,
 )
 from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
+from ci_fxcache.report import pr_comment
 from ci_fxcache.store import trust
 
 # The main action's outputs: name -> id of the step that writes it (action.yml's `outputs:`
@@ -57,7 +58,8 @@ def _matrix_flags(values: dict[str, Any]) -> list[str]:
 def setup() -> int:
     """Check every input (and the verification matrix) before anything is touched, decide
     trust and defaults, write the settings file and the step outputs."""
-    from ci_fxcache import fingerprint, plan, scopekey
+    from ci_fxcache.env import fingerprint, scopekey
+    from ci_fxcache.fleet import plan
 
     values = inp.from_env(inp.MAIN)
     axes = {axis: values[name] or None for name, axis in inp.MATRIX_AXES.items()}
@@ -89,7 +91,7 @@ def setup() -> int:
         gha.warn(problem)
     work = runner_temp() / "fxcache" / values["report-id"]
     work.mkdir(parents=True, exist_ok=True)
-    number = comment.pull_number_from_event(os.environ.get("GITHUB_EVENT_PATH"))
+    number = pr_comment.pull_number_from_event(os.environ.get("GITHUB_EVENT_PATH"))
     if number is not None:  # for the fork follow-up workflow (it uploads this directory)
         (work / "pr-number").write_text(f"{number}\n", encoding="utf-8")
     settings = Settings(

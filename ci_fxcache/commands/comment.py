@@ -68,6 +68,6 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Post or update the comment."""
-    from ci_fxcache import comment
+    from ci_fxcache.report import pr_comment
 
-    return comment.run(args)
+    return pr_comment.run(args)

@@ -6,7 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from ci_fxcache import cli, fingerprint, probe, scopekey
+from ci_fxcache import cli
+from ci_fxcache.env import fingerprint, probe, scopekey
 from ci_fxcache.errors import EXIT_CHECK_FAILED, EXIT_OK
 
 

@@ -7,10 +7,12 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from ci_fxcache import cli, fingerprint, redis_cache
+from ci_fxcache import cli
 from ci_fxcache.commands import _store_options as opts
+from ci_fxcache.env import fingerprint
 from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
 from ci_fxcache.store import invalidate as local
+from ci_fxcache.store import redis_cache
 from ci_fxcache.store.layout import Layout
 from ci_fxcache.store.policies import Policy, parse_duration, parse_size, parse_torch_version
 from ci_fxcache.store.scopes import check_env, human_bytes, lease_ttl
@@ -78,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         except Exception as exc:  # redis errors: report, do not crash the scheduled job
             raise UsageError(f"Redis at {redis_cache.redact(url)}: {exc}") from exc
     if args.github:
-        from ci_fxcache.github_caches import run as github_run
+        from ci_fxcache.store.github_caches import run as github_run
 
         result["rows"] += github_run(policy, args.dry_run)
     if not args.redis and not args.github:

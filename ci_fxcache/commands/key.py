@@ -6,10 +6,11 @@ import argparse
 import json
 from typing import Any
 
-from ci_fxcache import cli, fingerprint, scopekey
+from ci_fxcache import cli
 from ci_fxcache.commands.fingerprint import salt_option
-from ci_fxcache.env import keydiff
+from ci_fxcache.env import fingerprint, scopekey
 from ci_fxcache.errors import UsageError
+from ci_fxcache.fleet import keydiff
 
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:

@@ -32,7 +32,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the merged document."""
-    from ci_fxcache import merge
+    from ci_fxcache.fleet import merge
 
     userfiles.output_file(args.output, "-o")
     doc = merge.merge(list(args.shards), args.report_id)

@@ -44,7 +44,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print {"matrix": job matrix or null, "combos": [...]}; set step outputs in Actions."""
-    from ci_fxcache import plan
+    from ci_fxcache.fleet import plan
 
     axes = ("devices", "dtypes", "dynamic", "mechanisms", "training", "workloads")
     combos = plan.combos({axis: getattr(args, axis) for axis in axes}, args.matrix_file)

@@ -11,11 +11,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import cli, fingerprint, gha, redis_cache, scopekey
+from ci_fxcache import cli, gha
 from ci_fxcache.commands import _store_options as opts
 from ci_fxcache.commands.fingerprint import salt_option
+from ci_fxcache.env import fingerprint, scopekey
 from ci_fxcache.errors import UsageError
-from ci_fxcache.store import overlay, scopes, trust
+from ci_fxcache.store import overlay, redis_cache, scopes, trust
 from ci_fxcache.store import restore as store_restore
 from ci_fxcache.store.layout import Layout
 

@@ -10,21 +10,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import (
-    cli,
-    fingerprint,
-    interpreter,
-    matrix,
-    matrixrun,
-    names,
-    results,
-    scopekey,
-    userfiles,
-)
+from ci_fxcache import cli, names, userfiles
+from ci_fxcache.env import fingerprint, interpreter, scopekey
 from ci_fxcache.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 from ci_fxcache.report import labels
-from ci_fxcache.verify import causes
-from ci_fxcache.workerpool import ForkServer
+from ci_fxcache.results import writer
+from ci_fxcache.verify import causes, matrix, runner
+from ci_fxcache.verify.forkserver import ForkServer
 
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
@@ -175,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     userfiles.output_dir(cache_dir, "--cache-dir")
     cache_dir.mkdir(parents=True, exist_ok=True)
     run_dir = Path(tempfile.mkdtemp(prefix="fxcache-run-"))
-    settings = matrixrun.Settings(
+    settings = runner.Settings(
         phase=args.phase,
         cache_dir=cache_dir,
         run_dir=run_dir,
@@ -193,9 +185,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             total = len(plan.combos())
             if "auto" in plan.devices:
-                matrixrun.expand_devices(plan, server.info)
+                runner.expand_devices(plan, server.info)
                 total = len(plan.combos())
-            combos, phase = matrixrun.run(server, plan, settings, _progress(total))
+            combos, phase = runner.run(server, plan, settings, _progress(total))
         finally:
             server.close()
     finally:
@@ -203,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
         if temporary:
             shutil.rmtree(cache_dir, ignore_errors=True)
     settings.phase = phase
-    doc = results.document(
+    doc = writer.document(
         fingerprint=fp.to_dict(),
         scope_key=scopekey.scope_key(fp),
         cache=cache_state,
@@ -213,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
         report_id=args.report_id,
     )
     if args.json:
-        results.write(doc, args.json)
+        writer.write(doc, args.json)
     if args.json != "-":
         _table(doc)
     return _exit_status(doc, args.fail_on)

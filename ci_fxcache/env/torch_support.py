@@ -181,7 +181,7 @@ def skip(torch_version: str, combo: dict[str, Any]) -> dict[str, str] | None:
 
 def probe(python: str, timeout: float = 300.0) -> tuple[str, dict[str, bool]]:
     """The torch version of `python` and which OPTIONS it really has (imports torch there)."""
-    from ci_fxcache import interpreter
+    from ci_fxcache.env import interpreter
 
     probes = {name: list(option.probe) for name, option in OPTIONS.items()}
     answer = interpreter.run_snippet(python, "probe_options", timeout, (json.dumps(probes),))

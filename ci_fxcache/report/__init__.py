@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from ci_fxcache import resultsdoc
 from ci_fxcache.report import known_issues, model
+from ci_fxcache.results import reader
 
 
-def build(path: str) -> tuple[resultsdoc.Results, model.Report]:
+def build(path: str) -> tuple[reader.Results, model.Report]:
     """Load a results document of either schema and build its report model."""
-    loaded = resultsdoc.load(path)
+    loaded = reader.load(path)
     return loaded, model.build(loaded, known_issues.load_builtin())
 
 
@@ -19,9 +19,6 @@ def safe_combo_ids(report: model.Report) -> list[str]:
         if row.verdict == "skipped":
             continue
         cid = str(row.combo["id"])
-        if (
-            cid not in worst
-            or resultsdoc.VERDICT_ORDER[row.verdict] < resultsdoc.VERDICT_ORDER[worst[cid]]
-        ):
+        if cid not in worst or reader.VERDICT_ORDER[row.verdict] < reader.VERDICT_ORDER[worst[cid]]:
             worst[cid] = row.verdict
     return sorted(cid for cid, v in worst.items() if v == "safe")

@@ -110,8 +110,8 @@ def parse(data: Any) -> list[KnownIssue]:
 
 
 def load_builtin() -> list[KnownIssue]:
-    """The issues shipped in `ci_fxcache/data/known_issues.yaml`."""
+    """The issues shipped in `ci_fxcache/report/known_issues.yaml`."""
     import yaml
 
-    text = resources.files("ci_fxcache").joinpath("data/known_issues.yaml").read_text("utf-8")
+    text = resources.files("ci_fxcache.report").joinpath("known_issues.yaml").read_text("utf-8")
     return parse(yaml.safe_load(text))

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ci_fxcache import resultsdoc
 from ci_fxcache.report import labels, recommendations
 from ci_fxcache.report.known_issues import KnownIssue
-from ci_fxcache.resultsdoc import VERDICT_ORDER, Group, Results
+from ci_fxcache.results import reader
+from ci_fxcache.results.reader import VERDICT_ORDER, Group, Results
 
 TOP_ENTRIES = 8  # entries a top line names before "and N more in the table"
 # The three top lines, in this order: (emoji, heading, verdicts it lists).
@@ -27,7 +27,7 @@ TOP_LINES = (
 def cause_of(combo: dict[str, Any]) -> str:
     """The combination's cause: the document's `cause`, derived only where it has none."""
     cause = combo.get("cause")
-    return str(cause) if cause else resultsdoc.v1_cause(combo)
+    return str(cause) if cause else reader.v1_cause(combo)
 
 
 def why_text(combo: dict[str, Any], cause: str) -> str:

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import scopekey
+from ci_fxcache.env import scopekey
 from ci_fxcache.store import scopes
 from ci_fxcache.store.layout import Layout
 from ci_fxcache.store.policies import Entry, Policy, select

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ci_fxcache import gha, scopekey
+from ci_fxcache import gha
+from ci_fxcache.env import scopekey
 
 CACHE_DIRS = ("inductor", "triton", "verify")
 MANIFEST = "manifest.json"

@@ -10,7 +10,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ci_fxcache import scopekey
+from ci_fxcache.env import scopekey
 from ci_fxcache.errors import UsageError
 from ci_fxcache.store.scopes import human_bytes
 

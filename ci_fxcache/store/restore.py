@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ci_fxcache import gha
-from ci_fxcache.fingerprint import Fingerprint
+from ci_fxcache.env.fingerprint import Fingerprint
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store import overlay, scopes, spare, upgrade
 from ci_fxcache.store.layout import CACHE_DIRS, Layout

@@ -9,8 +9,9 @@ import sys
 from collections import defaultdict
 from typing import Any
 
-from ci_fxcache import gha, scopekey
-from ci_fxcache.fingerprint import Fingerprint
+from ci_fxcache import gha
+from ci_fxcache.env import scopekey
+from ci_fxcache.env.fingerprint import Fingerprint
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store import scopes
 from ci_fxcache.store.layout import Layout

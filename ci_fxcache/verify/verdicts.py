@@ -7,7 +7,7 @@ from typing import Any
 
 from ci_fxcache.verify import causes
 from ci_fxcache.verify import explain as key_explain
-from ci_fxcache.workerpool import Outcome
+from ci_fxcache.verify.forkserver import Outcome
 
 
 def evidence(outcome: Outcome, timeout: float) -> dict[str, Any]:

@@ -10,15 +10,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ci_fxcache import __version__, gha, resultsdoc
+from ci_fxcache import __version__, gha
 from ci_fxcache.errors import UsageError
+from ci_fxcache.results import reader
 from ci_fxcache.verify import causes
 
 
 def _shard_docs(path: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """Each shard of the file: (as written, verbatim; as read, upgraded to version 2)."""
-    doc = resultsdoc.read_json(path)
-    loaded = resultsdoc.from_document(doc, path)
+    doc = reader.read_json(path)
+    loaded = reader.from_document(doc, path)
     raw = [doc] if "groups" not in doc else [s for g in doc["groups"] for s in g["shards"]]
     return list(zip(raw, [s.doc for g in loaded.groups for s in g.shards], strict=True))
 
@@ -30,7 +31,7 @@ def key_diffs(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
     `combos` the ids concerned. Runners of one scope are compared too: torch keys on facts the
     scope key leaves out (the GPU name), and those show among the reported fields.
     """
-    from ci_fxcache.env import keydiff
+    from ci_fxcache.fleet import keydiff
     from ci_fxcache.verify import explain
 
     shards = [shard for group in groups for shard in group["shards"]]
@@ -72,7 +73,7 @@ def merge(paths: list[str], report_id: str | None = None) -> dict[str, Any]:
         for doc, upgraded in _shard_docs(path):
             read.append(upgraded)
             ids.append(str(doc.get("report_id") or "fxcache"))
-            key = resultsdoc.group_key(doc)
+            key = reader.group_key(doc)
             title, arch = environment_title(doc.get("fingerprint") or {})
             group = groups.setdefault(
                 key,
@@ -98,7 +99,7 @@ def merge(paths: list[str], report_id: str | None = None) -> dict[str, Any]:
     ordered = sorted(groups.values(), key=lambda g: (g["arch"], g["title"], g["key"]))
     return {
         "key_diffs": key_diffs(ordered),
-        "schema": resultsdoc.MERGED_SCHEMA,
+        "schema": reader.MERGED_SCHEMA,
         "fxcache_version": __version__,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "report_id": report_id or ids[0],

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import snippets
+from ci_fxcache.env import snippets
 from ci_fxcache.errors import UsageError
 
 

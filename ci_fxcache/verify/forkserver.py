@@ -25,7 +25,7 @@ from typing import IO, Any
 from ci_fxcache.errors import UsageError
 
 WORKER_NAME = "_fxcache_worker"
-WORKER_DIR = Path(__file__).resolve().parent / "worker"
+WORKER_DIR = Path(__file__).resolve().parents[1] / "worker"
 START_TIMEOUT_S = 300.0
 
 

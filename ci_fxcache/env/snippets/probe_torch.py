@@ -40,7 +40,8 @@ try:
     from torch._inductor import cpu_vec_isa
 
     # The class Inductor picked (and its width: SVE comes in 128 and 256 bits); the
-    # orchestrator names it (ci_fxcache.cpu.from_inductor_class), so the names live in one place.
+    # orchestrator names it (ci_fxcache.env.cpu.from_inductor_class), so the names live in one
+    # place.
     picked = cpu_vec_isa.pick_vec_isa()
     out["cpu_isa_class"] = type(picked).__name__
     out["cpu_isa_bits"] = picked.bit_width() if picked else None

@@ -12,7 +12,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ci_fxcache import cpu, gpus, interpreter
+from ci_fxcache.env import cpu, gpus, interpreter
 from ci_fxcache.errors import UsageError
 
 SCHEMA_VERSION = 1

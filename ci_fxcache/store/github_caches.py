@@ -10,7 +10,7 @@ import time
 from datetime import datetime
 from typing import Any
 
-from ci_fxcache import scopekey
+from ci_fxcache.env import scopekey
 from ci_fxcache.errors import UsageError
 from ci_fxcache.github_api import GitHubClient, GitHubError
 from ci_fxcache.store.policies import Entry, Policy, select

@@ -85,7 +85,7 @@ class Results:
 
 def group_key(doc: dict[str, Any]) -> str:
     """What keeps environments apart: the scope key without its free-form suffix."""
-    from ci_fxcache import scopekey
+    from ci_fxcache.env import scopekey
 
     key = str(doc.get("scope_key") or "")
     parsed = scopekey.parse(key) if key else None

@@ -100,6 +100,6 @@ def matrix(pools: list[Pool]) -> dict[str, Any]:
 
 def combos(flags: dict[str, str | None], matrix_file: str | None) -> list[str]:
     """Check the verification matrix exactly as `fxcache verify` reads it; its combination ids."""
-    from ci_fxcache import matrix as verify_matrix
+    from ci_fxcache.verify import matrix as verify_matrix
 
     return [c.id for c in verify_matrix.build(flags, matrix_file).combos()]

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from ci_fxcache import __version__, userfiles
-from ci_fxcache.resultsdoc import RESULTS_SCHEMA as SCHEMA
+from ci_fxcache.results.reader import RESULTS_SCHEMA as SCHEMA
 from ci_fxcache.verify import causes
 
-SCHEMA_FILE = Path(__file__).resolve().parent / "schemas" / "results.schema.json"
+SCHEMA_FILE = Path(__file__).resolve().parent / "results.schema.json"
 
 
 def document(

@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ci_fxcache.env.fingerprint import Fingerprint
 from ci_fxcache.errors import UsageError
-from ci_fxcache.fingerprint import Fingerprint
 
 KEY_VERSION = 1
 PREFIX = f"fxcache-v{KEY_VERSION}"

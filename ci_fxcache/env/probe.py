@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ci_fxcache import cpu, interpreter
-from ci_fxcache.fingerprint import Fingerprint
+from ci_fxcache.env import cpu, interpreter
+from ci_fxcache.env.fingerprint import Fingerprint
 
 PROBE_TIMEOUT_S = 300.0
 

@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import urlparse
 
-from ci_fxcache import gpus, verdicts
-from ci_fxcache.env import torch_support
+from ci_fxcache.env import gpus, torch_support
 from ci_fxcache.errors import UsageError
-from ci_fxcache.matrix import Combo, Matrix
-from ci_fxcache.verify import recheck
-from ci_fxcache.workerpool import ForkServer
+from ci_fxcache.verify import recheck, verdicts
+from ci_fxcache.verify.forkserver import ForkServer
+from ci_fxcache.verify.matrix import Combo, Matrix
 
 REDIS_CONNECT_TIMEOUT_S = 2.0
 CHECK_TIMEOUT_S = 120.0

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import resultsdoc, scopekey
+from ci_fxcache.env import scopekey
+from ci_fxcache.env.fingerprint import Fingerprint
 from ci_fxcache.errors import UsageError
-from ci_fxcache.fingerprint import Fingerprint
+from ci_fxcache.results import reader
 
 # What a bare key's readable parts stand for.
 KEY_PARTS = {
@@ -45,7 +46,7 @@ def from_document(doc: Any, source: str) -> Side:
     """A side from a fingerprint or results document (UsageError when it is neither)."""
     if not isinstance(doc, dict):
         raise UsageError(f"{source}: not a fingerprint or results document (expected an object)")
-    if doc.get("schema") == resultsdoc.MERGED_SCHEMA:
+    if doc.get("schema") == reader.MERGED_SCHEMA:
         raise UsageError(
             f"{source}: a merged document holds several environments; pass one shard's results"
         )

@@ -1,0 +1,1 @@
+"""Results documents: the schema, writing one runner's results, reading any version."""
