@@ -62,16 +62,6 @@ def common_options() -> argparse.ArgumentParser:
     return parent
 
 
-def python_option(parser: argparse.ArgumentParser) -> None:
-    """`--python`: the interpreter whose torch is served (env FXCACHE_PYTHON)."""
-    parser.add_argument(
-        "--python",
-        metavar="PATH",
-        default=os.environ.get("FXCACHE_PYTHON") or "python3",
-        help="interpreter whose torch is served (env FXCACHE_PYTHON; default: python3 on PATH)",
-    )
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The full parser with every subcommand registered."""
     parser = _Parser(

@@ -1,12 +1,11 @@
 """Naming rules for values that become file names, artifact names, markers or cache keys.
 
-Each rule lives here once; commands use these as argparse types and the action's input
-validation calls them, so a bad value gets the same one-line error everywhere.
+Each rule lives here once; the command line's options (`commands/options.py`) and the action's
+input validation call them, so a bad value gets the same one-line error everywhere.
 """
 
 from __future__ import annotations
 
-import argparse
 import re
 
 from ci_fxcache.errors import UsageError
@@ -34,11 +33,3 @@ def check_key_suffix(value: str) -> str:
             "(no ',' or '/')"
         )
     return value
-
-
-def report_id_type(value: str) -> str:
-    """argparse type for --report-id."""
-    try:
-        return check_report_id(value)
-    except UsageError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -7,7 +7,6 @@ that names the file and the problem, never a traceback.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -61,14 +60,14 @@ def parse_yaml(text: str, label: str) -> Any:
         raise UsageError(f"{label}: nested too deeply to be a real document") from None
 
 
-def finite_float(text: str) -> float:
-    """argparse type: a finite number (`nan` and `inf` are usage errors)."""
+def finite_number(text: str) -> float:
+    """A finite number (`nan` and `inf` are usage errors)."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        raise UsageError(f"{text!r} is not a number") from None
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number") from None
+        raise UsageError(f"{text!r} is not a finite number")
     return value
 
 

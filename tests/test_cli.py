@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import TORCH_PYTHON, RunFxcache
 
 
@@ -114,3 +116,21 @@ def test_python_m_entry_point_matches_console_script(run_fxcache: RunFxcache) ->
     via_module = run_fxcache("key", "--python", TORCH_PYTHON)
     assert via_module.returncode == 0
     assert direct.stdout == via_module.stdout
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["verify", "--device", "cpu"],
+        ["plan", "--runners", "a100"],
+        ["merge", "shard.json", "-o", "out.json"],
+        ["comment", "results.json"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_every_report_id_option_is_checked(run_fxcache: RunFxcache, argv: list[str]) -> None:
+    # --report-id names files, artifacts and the comment's marker: one rule, wherever accepted.
+    proc = run_fxcache(*argv, "--report-id", "../x")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "invalid report id '../x'" in lines[0], proc.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ci_fxcache import names
+from ci_fxcache.commands import options
 
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
@@ -19,10 +19,9 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "of the current event. Needs 'permissions: pull-requests: write'.",
     )
     parser.add_argument("results", metavar="RESULTS", help="results JSON (or rendered .md)")
-    parser.add_argument(
-        "--report-id",
+    options.report_id_option(
+        parser,
         default=None,
-        type=names.report_id_type,
         help="which sticky comment to keep (default: the document's report_id); one comment "
         "per id, so several workflows can each keep their own",
     )

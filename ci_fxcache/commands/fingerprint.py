@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from ci_fxcache import cli
+from ci_fxcache.commands import options
 from ci_fxcache.env import fingerprint, probe, scopekey
 from ci_fxcache.errors import EXIT_CHECK_FAILED, EXIT_OK
 
@@ -20,8 +21,8 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         description="Read the target interpreter's torch/triton versions without importing "
         "torch, plus GPUs (nvidia-smi / rocminfo) and the CPU ISA.",
     )
-    cli.python_option(parser)
-    salt_option(parser)
+    options.python_option(parser)
+    options.salt_option(parser)
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument(
         "--probe",
@@ -30,16 +31,6 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "(exit 1 on a mismatch)",
     )
     parser.set_defaults(func=run)
-
-
-def salt_option(parser: argparse.ArgumentParser) -> None:
-    """`--salt`: a user string mixed into the key (env FXCACHE_KEY_SALT)."""
-    parser.add_argument(
-        "--salt",
-        default=None,
-        help="user salt mixed into the scope key (env FXCACHE_KEY_SALT); change it to start "
-        "a fresh cache",
-    )
 
 
 def _text(fp: fingerprint.Fingerprint) -> str:

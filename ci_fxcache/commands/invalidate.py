@@ -7,8 +7,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from ci_fxcache import cli
 from ci_fxcache.commands import _store_options as opts
+from ci_fxcache.commands import options
 from ci_fxcache.env import fingerprint
 from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
 from ci_fxcache.store import invalidate as local
@@ -28,7 +28,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "evicts the least recently used until the rest fits. --dry-run lists what would go.",
     )
     opts.root_option(parser)
-    cli.python_option(parser)
+    options.python_option(parser)
     parser.add_argument("--max-age", metavar="AGE", help="unused for longer than AGE (14d, 12h)")
     parser.add_argument("--max-size", metavar="SIZE", help="evict LRU until the total fits (50G)")
     parser.add_argument("--keep-latest", metavar="N", type=int, help="keep N per architecture")

@@ -6,8 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from ci_fxcache import cli
-from ci_fxcache.commands.fingerprint import salt_option
+from ci_fxcache.commands import options
 from ci_fxcache.env import fingerprint, scopekey
 from ci_fxcache.errors import UsageError
 from ci_fxcache.fleet import keydiff
@@ -22,8 +21,8 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         description="Print the scope key: a readable prefix plus a hash of the canonical "
         "fingerprint. The same environment always gives the same key.",
     )
-    cli.python_option(parser)
-    salt_option(parser)
+    options.python_option(parser)
+    options.salt_option(parser)
     parser.add_argument("--suffix", default="", help="free-form suffix appended to the key")
     parser.add_argument("--json", action="store_true", help="print the key, its parts and fields")
     parser.add_argument(

@@ -6,7 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from ci_fxcache import names, userfiles
+from ci_fxcache import userfiles
+from ci_fxcache.commands import options
 
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
@@ -21,10 +22,9 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("shards", nargs="+", metavar="SHARD", help="results JSON files")
     parser.add_argument("-o", "--output", required=True, metavar="OUT", help="merged JSON file")
-    parser.add_argument(
-        "--report-id",
+    options.report_id_option(
+        parser,
         default=None,
-        type=names.report_id_type,
         help="report id of the merged document",
     )
     parser.set_defaults(func=run)

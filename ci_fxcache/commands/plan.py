@@ -9,8 +9,8 @@ import json
 import os
 from typing import Any
 
-from ci_fxcache import gha, names
-from ci_fxcache.commands import verify
+from ci_fxcache import gha
+from ci_fxcache.commands import options, verify
 
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
@@ -32,10 +32,9 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "pool (self-hosted+gpu-a100), or a JSON list of labels / label lists "
         "(env FXCACHE_RUNNERS); without it only the verification matrix is checked",
     )
-    parser.add_argument(
-        "--report-id",
+    options.report_id_option(
+        parser,
         default="fxcache",
-        type=names.report_id_type,
         help="names the artifacts (default: fxcache)",
     )
     verify.add_matrix_options(parser, "verification matrix (as for 'fxcache verify')")

@@ -11,9 +11,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import cli, gha
+from ci_fxcache import gha
 from ci_fxcache.commands import _store_options as opts
-from ci_fxcache.commands.fingerprint import salt_option
+from ci_fxcache.commands import options
 from ci_fxcache.env import fingerprint, scopekey
 from ci_fxcache.errors import UsageError
 from ci_fxcache.store import overlay, redis_cache, scopes, trust
@@ -33,8 +33,8 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "export TORCHINDUCTOR_CACHE_DIR / TRITON_CACHE_DIR ($GITHUB_ENV inside Actions, "
         "'export' lines or --json elsewhere).",
     )
-    cli.python_option(parser)
-    salt_option(parser)
+    options.python_option(parser)
+    options.salt_option(parser)
     opts.root_option(parser)
     parser.add_argument(
         "--read-only",

@@ -10,7 +10,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import cli, names, userfiles
+from ci_fxcache import cli, userfiles
+from ci_fxcache.commands import options
 from ci_fxcache.env import fingerprint, interpreter, scopekey
 from ci_fxcache.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 from ci_fxcache.report import labels
@@ -29,7 +30,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "cold in a fresh process, hot-load in another, compare outputs and counters, and give "
         "a verdict (safe, no-gain, unsafe, error, skipped).",
     )
-    cli.python_option(parser)
+    options.python_option(parser)
     add_matrix_options(parser, "matrix (comma-separated; override --matrix-file)")
     parser.add_argument(
         "--phase",
@@ -46,7 +47,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "`fxcache restore` exports; default: a temporary directory)",
     )
     parser.add_argument("--json", metavar="PATH", help="write the results document (- = stdout)")
-    parser.add_argument("--min-speedup", type=userfiles.finite_float, default=2.0, metavar="X")
+    parser.add_argument("--min-speedup", type=options.finite_float, default=2.0, metavar="X")
     parser.add_argument("--compare", choices=("bitwise", "close"), default="bitwise")
     parser.add_argument(
         "--fail-on",
@@ -83,10 +84,9 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         default=os.environ.get("FXCACHE_REDIS_URL") or None,
         help="Redis for the remote mechanism (env FXCACHE_REDIS_URL)",
     )
-    parser.add_argument(
-        "--report-id",
+    options.report_id_option(
+        parser,
         default="fxcache",
-        type=names.report_id_type,
         help="id of this report (default: fxcache); report, comment and merge keep one sticky "
         "comment per id",
     )

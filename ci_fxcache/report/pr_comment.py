@@ -8,11 +8,10 @@ failure: the job summary still has the report.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ci_fxcache import gha, names
 from ci_fxcache.errors import CheckFailed, UsageError
@@ -154,7 +153,20 @@ def _fork_warning(number: int, message: str) -> None:
     gha.append_summary(f"> [!WARNING]\n> fxcache: {text}\n")
 
 
-def run(args: argparse.Namespace) -> int:
+class CommentOptions(Protocol):
+    """What `fxcache comment` hands over (its parsed options; the command line stays there)."""
+
+    results: str
+    template: str | None
+    pr: int | None
+    token_env: str
+    from_artifact: str | None
+    report_id: str | None
+    repo: str | None
+    author: str | None
+
+
+def run(args: CommentOptions) -> int:
     """The `fxcache comment` command."""
     from ci_fxcache.github_api import GitHubClient, GitHubError
     from ci_fxcache.report import render

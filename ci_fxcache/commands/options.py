@@ -1,0 +1,63 @@
+"""Command-line options that several commands accept, each declared once.
+
+The rules behind them live outside the command line (`names`, `userfiles`); this module only
+turns them into argparse options, so a bad value is a one-line usage error (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from typing import TypeVar
+
+from ci_fxcache import names, userfiles
+from ci_fxcache.errors import UsageError
+
+T = TypeVar("T")
+
+
+def argument_type(check: Callable[[str], T], name: str) -> Callable[[str], T]:
+    """An argparse `type=` from a checker that raises UsageError (its message is kept)."""
+
+    def convert(text: str) -> T:
+        try:
+            return check(text)
+        except UsageError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = name  # argparse names the type in some messages
+    return convert
+
+
+finite_float = argument_type(userfiles.finite_number, "number")
+
+
+def report_id_option(parser: argparse.ArgumentParser, default: str | None, help: str) -> None:
+    """`--report-id`: names files, artifacts and the sticky comment (checked by names)."""
+    parser.add_argument(
+        "--report-id",
+        default=default,
+        type=argument_type(names.check_report_id, "report id"),
+        help=help,
+    )
+
+
+def python_option(parser: argparse.ArgumentParser) -> None:
+    """`--python`: the interpreter whose torch is served (env FXCACHE_PYTHON)."""
+    parser.add_argument(
+        "--python",
+        metavar="PATH",
+        default=os.environ.get("FXCACHE_PYTHON") or "python3",
+        help="interpreter whose torch is served (env FXCACHE_PYTHON; default: python3 on PATH)",
+    )
+
+
+def salt_option(parser: argparse.ArgumentParser) -> None:
+    """`--salt`: a user string mixed into the key (env FXCACHE_KEY_SALT)."""
+    parser.add_argument(
+        "--salt",
+        default=None,
+        help="user salt mixed into the scope key (env FXCACHE_KEY_SALT); change it to start "
+        "a fresh cache",
+    )
