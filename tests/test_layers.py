@@ -1,0 +1,140 @@
+"""The package's layers, checked on its import statements (an `ast` walk, imports inside
+functions included): data flows one way, and each rule below names where a thing may live."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "ci_fxcache"
+
+# Stages in the order data flows through them (environment -> scope key -> store -> matrix ->
+# worker -> evidence -> verdict -> results -> report / comment), lowest first; a module may
+# import its own stage and earlier ones only. The worker runs in the user's interpreter and is
+# driven by verify (which also judges its evidence), so it sits below verify. The fleet plans the
+# fan-out and merges shards after the report's environment names; the entry points come last.
+STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # cross-cutting helpers: errors, Actions I/O, naming rules, user files, GitHub's REST API
+    ("helpers", ("__init__", "errors", "gha", "names", "userfiles", "github_api")),
+    ("env", ("env",)),  # fingerprint, GPUs, CPU, interpreter, probe, scope key, torch support
+    ("store", ("store",)),  # local store + GitHub and Redis backends
+    ("worker", ("worker", "guard")),  # everything that imports torch
+    ("verify", ("verify",)),  # matrix, runner, fork server, evidence, verdicts
+    ("results", ("results",)),
+    ("report", ("report",)),  # model, labels, recommendations, render, PR comment
+    ("fleet", ("fleet",)),  # plan, merge, environment diff
+    ("entry", ("cli", "__main__", "commands", "action")),
+)
+ORCHESTRATOR_FREE = ("worker",)  # imports nothing of ci_fxcache outside itself
+ARGPARSE_HOMES = ("commands", "cli")
+TORCH_HOMES = ("worker", "guard", "env.snippets")  # the only code that runs beside torch
+
+
+def _unit(module: str) -> str:
+    """The top-level unit of `ci_fxcache.<unit>[...]` (a subpackage or a flat module)."""
+    return module.split(".")[1] if "." in module else "__init__"
+
+
+STAGE_OF = {unit: index for index, (_, units) in enumerate(STAGES) for unit in units}
+
+
+def _modules() -> Iterator[tuple[str, Path]]:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        yield ".".join(rel.parts), path
+
+
+def _imports(name: str, path: Path) -> Iterator[tuple[str, int]]:
+    """Absolute names of everything a module imports, with the line (relative imports resolved)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, *([base] if base else [])])
+            yield base, node.lineno
+            for alias in node.names:  # `from ci_fxcache import gha`: the module is gha
+                yield f"{base}.{alias.name}", node.lineno
+
+
+def _internal(imported: str) -> str | None:
+    """`ci_fxcache.x.y` -> its unit `x`; None for a name outside the package or unknown to it."""
+    if not imported.startswith("ci_fxcache."):
+        return None
+    unit = imported.split(".")[1]
+    exists = (PACKAGE / unit).is_dir() or (PACKAGE / f"{unit}.py").is_file()
+    return unit if exists else None
+
+
+MODULES = list(_modules())
+
+
+def test_every_unit_has_a_stage() -> None:
+    units = {_unit(name) for name, _ in MODULES}
+    assert units - STAGE_OF.keys() == set(), "give each new package or module a stage above"
+
+
+def test_no_module_imports_a_later_stage() -> None:
+    wrong = []
+    for name, path in MODULES:
+        here = STAGE_OF[_unit(name)]
+        for imported, line in _imports(name, path):
+            unit = _internal(imported)
+            if unit is not None and STAGE_OF[unit] > here:
+                wrong.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {imported}")
+    assert wrong == []
+
+
+@pytest.mark.parametrize("unit", ORCHESTRATOR_FREE)
+def test_worker_imports_nothing_of_the_orchestrator(unit: str) -> None:
+    wrong = [
+        f"{path.relative_to(PACKAGE.parent)}:{line} imports {imported}"
+        for name, path in MODULES
+        if _unit(name) == unit
+        for imported, line in _imports(name, path)
+        if _internal(imported) not in (None, unit)
+    ]
+    assert wrong == []
+
+
+def test_only_the_command_line_imports_argparse() -> None:
+    wrong = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}"
+        for name, path in MODULES
+        if _unit(name) not in ARGPARSE_HOMES
+        for imported, line in _imports(name, path)
+        if imported == "argparse" or imported.startswith("argparse.")
+    ]
+    assert wrong == []
+
+
+def test_only_the_worker_side_imports_torch() -> None:
+    def beside_torch(name: str) -> bool:
+        return any(
+            name == f"ci_fxcache.{h}" or name.startswith(f"ci_fxcache.{h}.") for h in TORCH_HOMES
+        )
+
+    wrong = [
+        f"{path.relative_to(PACKAGE.parent)}:{line} imports {imported}"
+        for name, path in MODULES
+        if not beside_torch(name)
+        for imported, line in _imports(name, path)
+        if imported.split(".")[0] in ("torch", "triton")
+    ]
+    assert wrong == []
+
+
+def test_the_walk_sees_imports() -> None:
+    # The rules above pass vacuously if the walk finds nothing: it must see known edges.
+    edges = {(name, imported) for name, path in MODULES for imported, _ in _imports(name, path)}
+    assert ("ci_fxcache.verify.runner", "ci_fxcache.verify.forkserver") in edges
+    assert ("ci_fxcache.worker.phase", "ci_fxcache.worker.tensors") in edges
+    assert ("ci_fxcache.cli", "argparse") in edges
+    assert any(n.startswith("ci_fxcache.worker.") and i == "torch" for n, i in edges)
