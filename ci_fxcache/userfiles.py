@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
+from ci_fxcache import atomic_write
 from ci_fxcache.errors import UsageError
 
 
@@ -99,11 +99,7 @@ def write_output(path: str | Path, text: str, label: str, make_parents: bool = F
     """Write a command's output file atomically (a temporary file beside it, then a rename);
     a usage error when it cannot be written (see `output_file`)."""
     p = output_file(path, label, make_parents)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(p)
+        atomic_write.write_text(p, text)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise UsageError(f"{label}: cannot write {p} ({exc.strerror})") from None

@@ -16,9 +16,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "ci_fxcache"
 # import its own stage and earlier ones only. The worker runs in the user's interpreter and is
 # driven by verify (which also judges its evidence), so it sits below verify. The fleet plans the
 # fan-out and merges shards after the report's environment names; the entry points come last.
+# Cross-cutting helpers: the package's version, errors, Actions I/O, naming rules, user files,
+# GitHub's REST API, atomic writes, the timestamp format.
+HELPERS = ("__init__", "errors", "gha", "names", "userfiles", "github_api", "atomic_write")
+HELPERS += ("timestamps",)
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    # cross-cutting helpers: errors, Actions I/O, naming rules, user files, GitHub's REST API
-    ("helpers", ("__init__", "errors", "gha", "names", "userfiles", "github_api")),
+    ("helpers", HELPERS),
     ("env", ("env",)),  # fingerprint, GPUs, CPU, interpreter, probe, scope key, torch support
     ("store", ("store",)),  # local store + GitHub and Redis backends
     ("worker", ("worker", "guard")),  # everything that imports torch

@@ -7,10 +7,9 @@ one environment (several identical runners) sit side by side in their group.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from ci_fxcache import __version__, gha
+from ci_fxcache import __version__, gha, timestamps
 from ci_fxcache.errors import UsageError
 from ci_fxcache.results import reader
 from ci_fxcache.verify import causes
@@ -101,7 +100,7 @@ def merge(paths: list[str], report_id: str | None = None) -> dict[str, Any]:
         "key_diffs": key_diffs(ordered),
         "schema": reader.MERGED_SCHEMA,
         "fxcache_version": __version__,
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created_at": timestamps.utc_now(),
         "report_id": report_id or ids[0],
         "groups": ordered,
         "summary": summary,

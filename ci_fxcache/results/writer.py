@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import os
 import platform
-import time
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import __version__, userfiles
+from ci_fxcache import __version__, timestamps, userfiles
 from ci_fxcache.results.reader import RESULTS_SCHEMA as SCHEMA
 from ci_fxcache.verify import causes
 
@@ -30,7 +29,7 @@ def document(
     return {
         "schema": SCHEMA,
         "fxcache_version": __version__,
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created_at": timestamps.utc_now(),
         "report_id": report_id,
         "runner": {
             "name": os.environ.get("RUNNER_NAME") or platform.node(),

@@ -11,12 +11,12 @@ import hmac
 import json
 import os
 import stat
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ci_fxcache import atomic_write
 from ci_fxcache.store.layout import CACHE_DIRS, SCOPE_ENTRIES
 
 SCHEMA = "fxcache-manifest/1"
@@ -222,26 +222,9 @@ def write_atomic(
     tmp_dir: Path,
     before_rename: Callable[[], None] | None = None,
 ) -> None:
-    """Write JSON to a temporary file in `tmp_dir` (same filesystem), fsync, rename over `path`."""
-    tmp_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f"{path.parent.name}.", suffix=".manifest.tmp", dir=tmp_dir)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(manifest, fh, indent=1, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        if before_rename is not None:
-            before_rename()
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """Write the manifest as JSON through a temporary file in `tmp_dir` (same filesystem)."""
+    text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
+    atomic_write.write_text(path, text, tmp_dir, before_rename)
 
 
 def check(scope_dir: Path, manifest: dict[str, Any], full: bool) -> list[Problem]:

@@ -17,16 +17,12 @@ from typing import Any
 from ci_fxcache import gha
 from ci_fxcache.errors import UsageError
 from ci_fxcache.store.layout import LAST_USED, MANIFEST, Layout
+from ci_fxcache.timestamps import utc_now
 
 LEASE_TTL_ENV = "FXCACHE_LEASE_TTL"
 DEFAULT_LEASE_TTL_S = 6 * 3600
 LOCK_TIMEOUT_ENV = "FXCACHE_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT_S = 300.0
-
-
-def utc_now() -> str:
-    """Now, as an ISO 8601 UTC timestamp with a Z."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def lock(layout: Layout, key: str) -> AbstractContextManager[Any]:

@@ -7,7 +7,6 @@ import os
 import shutil
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import urlparse
 
+from ci_fxcache import timestamps
 from ci_fxcache.env import gpus, torch_support
 from ci_fxcache.errors import UsageError
 from ci_fxcache.verify import recheck, verdicts
@@ -432,7 +432,7 @@ class Runner:
                     "combo": combo.to_dict(),
                     "torch_version": record.result.get("torch_version"),
                     "cache_tag": record.tag,
-                    "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "created_at": timestamps.utc_now(),
                     "cold": record.phase,
                     "cold_result": record.result,
                 },
