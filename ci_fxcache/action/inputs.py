@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ci_fxcache import gha, names
 from ci_fxcache.errors import UsageError
+from ci_fxcache.store import redis_cache
 from ci_fxcache.verify import causes
 
 INPUTS_ENV = "FXCACHE_INPUTS"
@@ -89,8 +89,8 @@ def key_suffix(name: str, value: str) -> str:
 
 def redis_url(name: str, value: str) -> str:
     """Empty (local only), or a Redis URL (masked in the log)."""
-    if value and not re.match(r"^(rediss?|unix)://", value):
-        raise UsageError(f"input {name} is not a Redis URL (use redis://host:port/db)")
+    if value:
+        redis_cache.check_url(value, f"input {name}")
     gha.mask(value)
     return value
 

@@ -17,14 +17,20 @@ KEY_PATTERN = "pt2:*"
 CONNECT_TIMEOUT_S = 2.0
 
 
+def check_url(url: str, what: str = "--redis-url") -> str:
+    """`url` when it is a Redis URL (redis://, rediss://, unix://), else a UsageError."""
+    if not re.match(r"^(rediss?|unix)://", url):
+        # The value is not repeated: a malformed URL may still carry a password.
+        raise UsageError(f"{what} is not a Redis URL (use redis://host:port/db)")
+    return url
+
+
 def resolve_url(url: str | None) -> str:
     """`--redis-url`, else `$FXCACHE_REDIS_URL`; UsageError when unset or not a Redis URL."""
     url = url or os.environ.get(URL_ENV, "")
     if not url:
         raise UsageError("the redis store needs --redis-url URL (or FXCACHE_REDIS_URL)")
-    if not re.match(r"^rediss?://|^unix://", url):
-        raise UsageError(f"not a Redis URL: {redact(url)!r} (use redis://host:port/db)")
-    return url
+    return check_url(url)
 
 
 def redact(url: str) -> str:
@@ -45,12 +51,16 @@ def _client(url: str) -> Any:
 
 
 def probe(url: str) -> str | None:
-    """None when Redis answers PING within the connect timeout, else what went wrong."""
+    """None when Redis answers PING within the timeouts, else what went wrong (one phrase)."""
     try:
         client = _client(url)
-        client.ping()
-        client.close()
+        try:
+            client.ping()
+        finally:
+            client.close()
     except Exception as exc:  # any failure means local-only, never a failed job
+        if "timeout" in type(exc).__name__.lower():
+            return f"timed out after {CONNECT_TIMEOUT_S * 2:g} s"
         return f"{type(exc).__name__}: {exc}"
     return None
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -13,16 +12,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
-from urllib.parse import urlparse
 
 from ci_fxcache import timestamps
 from ci_fxcache.env import gpus, torch_support
 from ci_fxcache.errors import UsageError
+from ci_fxcache.store import redis_cache
 from ci_fxcache.verify import recheck, verdicts
 from ci_fxcache.verify.forkserver import ForkServer
 from ci_fxcache.verify.matrix import Combo, Matrix
 
-REDIS_CONNECT_TIMEOUT_S = 2.0
 CHECK_TIMEOUT_S = 120.0
 COMPILE_THREADS = "TORCHINDUCTOR_COMPILE_THREADS"
 
@@ -58,34 +56,13 @@ def redis_problem(url: str | None, has_module: bool, python: str) -> str | None:
     """Why the `remote` mechanism cannot run, or None. Connects with a bounded timeout."""
     if not url:
         return "Redis not configured (pass --redis-url or set FXCACHE_REDIS_URL)"
-    parsed = urlparse(url)
-    if parsed.scheme not in ("redis", "rediss") or not parsed.hostname:
-        raise UsageError(f"--redis-url {url}: expected redis://HOST[:PORT][/DB]")
-    host, port = parsed.hostname, parsed.port or 6379
-    try:
-        with socket.create_connection((host, port), timeout=REDIS_CONNECT_TIMEOUT_S) as sock:
-            sock.settimeout(REDIS_CONNECT_TIMEOUT_S)
-            if parsed.password:
-                user = parsed.username or "default"
-                sock.sendall(_resp("AUTH", user, parsed.password))
-                sock.recv(256)
-            sock.sendall(_resp("PING"))
-            answer = sock.recv(256)
-    except OSError as exc:
-        return f"Redis at {host}:{port} unreachable ({exc.strerror or exc})"
-    if not answer.startswith(b"+PONG"):
-        return f"Redis at {host}:{port} did not answer PING ({answer[:60]!r})"
+    redis_cache.check_url(url)
+    problem = redis_cache.probe(url)
+    if problem is not None:
+        return f"Redis at {redis_cache.redact(url)} unreachable ({problem})"
     if not has_module:
         return f"the redis package is not installed for {python} (torch's remote cache needs it)"
     return None
-
-
-def _resp(*words: str) -> bytes:
-    parts = [f"*{len(words)}\r\n".encode()]
-    for word in words:
-        data = word.encode()
-        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(parts)
 
 
 def expand_devices(matrix: Matrix, info: dict[str, Any]) -> None:
