@@ -11,6 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ci_fxcache.env import scopekey
+from ci_fxcache.env.torch_support import release
 from ci_fxcache.errors import UsageError
 from ci_fxcache.store.scopes import human_bytes
 
@@ -32,12 +33,6 @@ def parse_size(text: str) -> int:
     if not match:
         raise UsageError(f"bad size {text!r}: use a number with K, M, G or T (e.g. 50G)")
     return int(float(match[1]) * _UNITS_B[match[2].upper()])
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    """`2.13.0+cu128` -> (2, 13, 0); pre-release tags are ignored."""
-    release = version.split("+", 1)[0]
-    return tuple(int(x) for x in re.findall(r"\d+", release.split("a")[0].split("rc")[0])[:3])
 
 
 def parse_torch_version(text: str) -> str:
@@ -105,9 +100,9 @@ def select(entries: list[Entry], policy: Policy, now: float) -> list[Entry]:
             for entry in group[policy.keep_latest :]:
                 entry.reasons.append(f"beyond the {policy.keep_latest} latest for {arch}")
     if policy.older_torch_than is not None:
-        limit = version_tuple(policy.older_torch_than)
+        limit = release(policy.older_torch_than)
         for entry in entries:
-            if version_tuple(entry.key.torch) < limit:
+            if release(entry.key.torch) < limit:
                 entry.reasons.append(f"torch {entry.key.torch} < {policy.older_torch_than}")
     if policy.max_size is not None:
         # Quarantined entries go first: they only serve inspection.
