@@ -16,6 +16,8 @@ import yaml
 
 from tests.conftest import ROOT
 
+ACTION_DOC = "docs/action.md"  # every input with its default, and the outputs
+
 ACTIONS = sorted(
     p.relative_to(ROOT).as_posix() for p in [ROOT / "action.yml", *ROOT.glob("*/action.yml")]
 )
@@ -195,9 +197,11 @@ def test_the_actions_use_no_third_party_action(rel: str) -> None:
 
 def test_action_inputs_and_outputs_are_documented() -> None:
     doc = _load("action.yml")
-    readme = (ROOT / "README.md").read_text()
+    docs = (ROOT / ACTION_DOC).read_text()
     for name in doc["inputs"]:  # the names themselves: tests/test_action_steps.py
-        assert f"| `{name}` |" in readme, f"README's input table lacks {name}"
+        assert f"| `{name}` |" in docs, f"{ACTION_DOC}'s input table lacks {name}"
+    for name in doc["outputs"]:
+        assert f"`{name}`" in docs, f"{ACTION_DOC} does not name the output {name}"
     for name, spec in doc["inputs"].items():
         assert spec.get("description", "").strip(), name
         assert "default" in spec, name
@@ -223,11 +227,14 @@ def test_workflows_start_with_no_permissions() -> None:
 
 
 def test_readme_workflow_examples_lint(tmp_path: Path) -> None:
-    """The README's complete workflow examples are valid as written (copy-paste ready)."""
-    readme = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```yaml\n(.*?)```", readme, flags=re.S)
-    workflows = [b for b in blocks if b.startswith("name:")]
-    assert len(workflows) >= 2, "the README lost its workflow examples"
+    """The complete workflow examples of the README and the action's docs are valid as written
+    (copy-paste ready)."""
+    workflows = []
+    for rel in ("README.md", ACTION_DOC):
+        blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / rel).read_text(), flags=re.S)
+        found = [b for b in blocks if b.startswith("name:")]
+        assert found, f"{rel} lost its workflow examples"
+        workflows += found
     wf_dir = tmp_path / ".github" / "workflows"
     wf_dir.mkdir(parents=True)
     (tmp_path / ".git").mkdir()  # actionlint finds the project root by it
@@ -246,8 +253,8 @@ def test_readme_workflow_examples_lint(tmp_path: Path) -> None:
 
 
 def test_documented_matrix_defaults_are_verifys() -> None:
-    """The action's empty matrix inputs mean verify's defaults: action.yml and the README say
-    which, and must keep saying the truth."""
+    """The action's empty matrix inputs mean verify's defaults: action.yml and the input table
+    (docs/action.md) say which, and must keep saying the truth."""
     import argparse
 
     from ci_fxcache import cli
@@ -255,7 +262,7 @@ def test_documented_matrix_defaults_are_verifys() -> None:
 
     action_inputs = _load("action.yml")["inputs"]
     descriptions = {k: " ".join(v["description"].split()) for k, v in action_inputs.items()}
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / ACTION_DOC).read_text()
     inputs = {axis: axis for axis in ("dtypes", "dynamic", "mechanisms", "training", "workloads")}
     inputs["devices"] = "device"
     for axis, name in inputs.items():
