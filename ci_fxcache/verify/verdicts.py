@@ -33,6 +33,7 @@ def evidence(outcome: Outcome, timeout: float) -> dict[str, Any]:
         "log_tail": outcome.log_tail,
     }
     for name in (
+        "pid",
         "recompiles",
         "kernels_built",
         "load_s",
