@@ -374,3 +374,42 @@ def test_a_gpu_change_is_named_once_from_the_system_facts_and_the_fx_key() -> No
     assert why["differs"] == [
         {"component": "GPU name", "cold": "NVIDIA H200", "hot": "NVIDIA H100 80GB HBM3"}
     ]
+
+
+def test_a_hot_miss_on_a_graph_the_cold_phase_never_saved_is_a_partial_hit() -> None:
+    # Seen on every built-in workload with dynamic=true in training (torch 2.13.0, CPU): the
+    # cold phase looks up two AOTAutograd keys and saves one; the hot phase hits that one and
+    # misses the other, building no kernel. The same miss as cold's is not a lost entry.
+    from ci_fxcache.verify import verdicts
+
+    def aot(state: str, key: str) -> dict[str, Any]:
+        return {**_lookup("aotautograd", state), "key": key}
+
+    fx_hits = [_lookup("fxgraph", "hit"), _lookup("fxgraph", "hit")]
+    cold_counters = {"aot_autograd_cache_miss": 2, "aot_autograd_cache_saved": 1}
+    hot_counters = {"fxgraph_cache_hit": 2, "aot_autograd_cache_hit": 1}
+    hot_counters["aot_autograd_cache_miss"] = 1
+
+    def judge(saved: int, hot_miss_key: str) -> dict[str, Any]:
+        cold = {
+            "counters": {**cold_counters, "aot_autograd_cache_saved": saved},
+            "keyinfo": {"lookups": [aot("miss", "k-saved"), aot("miss", "k-unsaved")]},
+        }
+        hot = {
+            **SAME,
+            "keyinfo": {"lookups": [*fx_hits, aot("hit", "k-saved"), aot("miss", hot_miss_key)]},
+        }
+        return verdicts.judge(
+            COMBO_ARGS, _evidence({}, 20.0), _evidence(hot_counters, 1.0), cold, hot, SETTINGS
+        )
+
+    judged = judge(saved=1, hot_miss_key="k-unsaved")
+    assert (judged["verdict"], judged["cause"]) == ("safe", "partial-hit"), judged["reason"]
+    (note,) = [n for n in judged["notes"] if n["kind"] == "uncacheable"]
+    assert "never saved" in note["text"] and "AOTAutograd" in note["text"]
+    # Every cold miss was saved: a hot miss on one of them is a lost entry, a real miss.
+    judged = judge(saved=2, hot_miss_key="k-unsaved")
+    assert (judged["verdict"], judged["cause"]) == ("no-gain", "miss")
+    # A key the cold phase never looked up is a real miss too.
+    judged = judge(saved=1, hot_miss_key="k-new")
+    assert (judged["verdict"], judged["cause"]) == ("no-gain", "miss")

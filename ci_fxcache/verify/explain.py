@@ -13,6 +13,7 @@ from typing import Any
 
 CACHE_NAMES = {"fxgraph": "FX graph cache", "aotautograd": "AOTAutograd cache"}
 TAG_COMPONENT = "TORCH_COMPILE_CACHE_KEY_TAG"
+UNSAVED = "a graph the cold phase also missed and torch never saved"
 # System facts (the Dynamo cache's SystemInfo) by their readable name.
 SYSTEM_NAMES = {
     "python_version": "Python version",
@@ -92,17 +93,43 @@ def _system_differs(cold: dict[str, Any], hot: dict[str, Any]) -> list[dict[str,
     ]
 
 
-def uncacheable(cold: dict[str, Any], hot: dict[str, Any]) -> list[dict[str, str]]:
-    """Hot bypasses of a cache that the cold phase bypassed too, for the same reason."""
+def _unsaved(cold: dict[str, Any]) -> tuple[set[str], int]:
+    """AOTAutograd keys the cold phase missed, and how many of its misses it never saved.
+
+    torch counts every AOTAutograd save (`aot_autograd_cache_saved`); when the cold phase saved
+    fewer entries than it missed, some graph was never stored (a training graph whose entry torch
+    does not write), so that many hot misses on those exact keys are the same outcome as cold's,
+    not a lost entry. When every cold miss was saved, no hot miss is excused."""
+    misses = [c for c in _lookups(cold) if c["cache"] == "aotautograd" and c["state"] == "miss"]
+    unsaved = len(misses) - int((cold.get("counters") or {}).get("aot_autograd_cache_saved", 0))
+    return {str(c["key"]) for c in misses if c.get("key")}, max(unsaved, 0)
+
+
+def _excused(cold: dict[str, Any], hot: dict[str, Any]) -> dict[int, dict[str, str]]:
+    """Hot lookups (by index) that did not hit but fared as in the cold phase: bypasses for the
+    same reason, and up to the unsaved count of misses on keys the cold phase missed too."""
     bypassed = {
         (c["cache"], c.get("bypass_reason")) for c in _lookups(cold) if c["state"] == "bypass"
     }
+    cold_missed, allowance = _unsaved(cold)
+    found: dict[int, dict[str, str]] = {}
+    for i, lookup in enumerate(_lookups(hot)):
+        cache, state = lookup["cache"], lookup["state"]
+        if state == "bypass" and (cache, lookup.get("bypass_reason")) in bypassed:
+            found[i] = {"cache": cache, "reason": str(lookup.get("bypass_reason") or "")}
+        elif state == "miss" and cache == "aotautograd" and str(lookup.get("key")) in cold_missed:
+            if allowance <= 0:
+                continue
+            allowance -= 1
+            found[i] = {"cache": cache, "reason": UNSAVED}
+    return found
 
+
+def uncacheable(cold: dict[str, Any], hot: dict[str, Any]) -> list[dict[str, str]]:
+    """What the hot phase could not load because the cold phase could not store it either."""
     found: list[dict[str, str]] = []
-    for lookup in _lookups(hot):
-        entry = {"cache": lookup["cache"], "reason": str(lookup.get("bypass_reason") or "")}
-        seen = (lookup["cache"], lookup.get("bypass_reason"))
-        if lookup["state"] == "bypass" and seen in bypassed and entry not in found:
+    for entry in _excused(cold, hot).values():
+        if entry not in found:
             found.append(entry)
     return found
 
@@ -117,11 +144,9 @@ def explain(cold: dict[str, Any], hot: dict[str, Any]) -> dict[str, Any]:
     skipped = uncacheable(cold, hot)
     differs: list[dict[str, Any]] = []
     misses: list[dict[str, Any]] = []
-    for lookup in _lookups(hot):
-        if lookup["state"] == "hit":
-            continue
-        entry = {"cache": lookup["cache"], "reason": str(lookup.get("bypass_reason") or "")}
-        if lookup["state"] == "bypass" and entry in skipped:
+    excused = _excused(cold, hot)
+    for i, lookup in enumerate(_lookups(hot)):
+        if lookup["state"] == "hit" or i in excused:
             continue
         fields = ("cache", "state", "key", "bypass_reason")
         misses.append({k: lookup[k] for k in fields if lookup.get(k)})
@@ -159,5 +184,7 @@ def summary(why: dict[str, Any], limit: int = 3) -> str:
 
 def uncacheable_text(part: dict[str, str]) -> str:
     """`AOTAutograd cache bypass: <torch's reason>` for a `notes` entry."""
+    if part["reason"] == UNSAVED:
+        return f"{CACHE_NAMES.get(part['cache'], part['cache'])}: {UNSAVED} (cold and hot alike)"
     reason = part["reason"].split(". ")[0].splitlines()[0] if part["reason"] else "no reason"
     return f"{CACHE_NAMES.get(part['cache'], part['cache'])} bypass (cold and hot alike): {reason}"
