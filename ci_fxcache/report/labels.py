@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ci_fxcache.verify.matrix import dynamic_word, short_dtype
+
 EMOJI = {"safe": "✅", "no-gain": "🟡", "unsafe": "❌", "error": "💥", "skipped": "⏭️"}
 ISSUE_MARK = "⚠️"  # a known upstream issue concerns this combination
-_DTYPE_SHORT = (("bfloat16", "bf16"), ("float16", "fp16"), ("float32", "fp32"), ("float64", "fp64"))
-_DYNAMIC_WORD = {"false": "static", "true": "dynamic", "mark": "mark_dynamic"}
 # The fields that only enter a label (and a table column) when they vary within a report.
 VARYING_FIELDS = ("workload", "device", "training")
 
@@ -50,19 +50,6 @@ CAUSE_WORDS = {
 }
 # Failures the report attributes to the compiler: no cache advice for them.
 COMPILER_CAUSES = frozenset({"cold-error", "compiler-mismatch"})
-
-
-def short_dtype(dtype: str) -> str:
-    """`bfloat16` -> `bf16` (also inside compound names such as `bfloat16-autocast`)."""
-    for long, short in _DTYPE_SHORT:
-        dtype = dtype.replace(long, short)
-    return dtype
-
-
-def dynamic_word(value: Any) -> str:
-    """`"false"` -> `static`, `"true"` -> `dynamic`, `"mark"` -> `mark_dynamic`."""
-    text = str(value).lower()  # also turns a JSON boolean into "true"/"false"
-    return _DYNAMIC_WORD.get(text, text)
 
 
 def training_word(value: Any) -> str:

@@ -35,13 +35,24 @@ FLAGS = {
     "training": "--training",
     "workloads": "--workloads",
 }
-SHORT_DTYPE = {
-    "float32": "fp32",
-    "float16": "fp16",
-    "bfloat16": "bf16",
-    "bfloat16-autocast": "bf16ac",
-}
-SHORT_DYNAMIC = {"false": "static", "true": "dynamic", "mark": "mark"}
+# The dynamic mode's word inside combination ids (directory names: never change them).
+ID_DYNAMIC = {"false": "static", "true": "dynamic", "mark": "mark"}
+# The words people read (progress lines, text output, reports): one vocabulary for all.
+_DTYPE_SHORT = (("bfloat16", "bf16"), ("float16", "fp16"), ("float32", "fp32"), ("float64", "fp64"))
+_DYNAMIC_WORD = {"false": "static", "true": "dynamic", "mark": "mark_dynamic"}
+
+
+def short_dtype(dtype: str) -> str:
+    """`bfloat16` -> `bf16` (also inside compound names such as `bfloat16-autocast`)."""
+    for long, short in _DTYPE_SHORT:
+        dtype = dtype.replace(long, short)
+    return dtype
+
+
+def dynamic_word(value: Any) -> str:
+    """`"false"` -> `static`, `"true"` -> `dynamic`, `"mark"` -> `mark_dynamic`."""
+    text = str(value).lower()  # also turns a JSON boolean into "true"/"false"
+    return _DYNAMIC_WORD.get(text, text)
 
 
 @dataclass(frozen=True)
@@ -60,7 +71,7 @@ class Combo:
         """Stable id, also the combination's directory name under --cache-dir."""
         workload = re.sub(r"[^A-Za-z0-9_.]+", "_", self.workload)
         mode = "train" if self.training else "infer"
-        dyn = SHORT_DYNAMIC[self.dynamic]
+        dyn = ID_DYNAMIC[self.dynamic]
         return f"{workload}-{self.device}-{self.dtype}-{dyn}-{self.mechanism}-{mode}"
 
     @property
@@ -68,8 +79,8 @@ class Combo:
         """Short human label for progress lines."""
         mode = "train" if self.training else "infer"
         return (
-            f"{self.workload} {self.device} {SHORT_DTYPE[self.dtype]} "
-            f"{SHORT_DYNAMIC[self.dynamic]} {self.mechanism} {mode}"
+            f"{self.workload} {self.device} {short_dtype(self.dtype)} "
+            f"{dynamic_word(self.dynamic)} {self.mechanism} {mode}"
         )
 
     def to_dict(self) -> dict[str, Any]:
