@@ -12,17 +12,16 @@ import pytest
 
 from benchmarks.gpu_check import peak_compile_workers
 from ci_fxcache.verify import runner
-from tests.conftest import ROOT, _clean_env
+from tests.conftest import ROOT, _clean_env, torch2_python
 
 pytestmark = pytest.mark.slow
 
-TORCH_2141 = Path("/work/venv-torch2.14.1/bin/python")
 WORKLOAD = "tests.workloads.compile_pool:sin_matmul"
 
 
 def peak(args: list[str], env: dict[str, str]) -> int:
     """Run `fxcache verify ARGS`: the most compile-worker processes alive at once under it."""
-    argv = [sys.executable, "-m", "ci_fxcache", "verify", "--python", str(TORCH_2141), *args]
+    argv = [sys.executable, "-m", "ci_fxcache", "verify", "--python", torch2_python(), *args]
     status, most = peak_compile_workers(
         argv, cwd=ROOT, env=_clean_env(env), stdout=subprocess.DEVNULL
     )
@@ -30,7 +29,6 @@ def peak(args: list[str], env: dict[str, str]) -> int:
     return most
 
 
-@pytest.mark.skipif(not TORCH_2141.exists(), reason="needs the torch 2.14.1 wheel (with Triton)")
 def test_parallel_phases_share_the_cores_for_compile_workers(tmp_path: Path) -> None:
     common = ["--device", "cpu", "--dtypes", "float32", "--dynamic", "false"]
     common += ["--mechanisms", "fxgraph", "--training", "false", "--phase", "cold"]

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from ci_fxcache.verify import explain
-from tests.conftest import ROOT, TORCH_PYTHON
+from tests.conftest import ROOT, TORCH_PYTHON, torch2_python
 
 pytestmark = pytest.mark.slow
 
@@ -117,7 +117,6 @@ def test_a_hot_miss_names_the_component_that_changed(
     assert component in explain.summary(why)
 
 
-TORCH_2_14 = Path("/work/venv-torch2.14.1/bin/python")
 # Counting through the real Triton 3.8 entry point: `triton.compile` for an explicit GPU target
 # runs the whole compiler (to a cubin) without a GPU. A user listener that was already set must
 # keep receiving every event.
@@ -147,12 +146,11 @@ print(json.dumps({**triton_builds.evidence(), "users": users,
 """
 
 
-@pytest.mark.skipif(not TORCH_2_14.exists(), reason=f"needs torch 2.14.1 + Triton at {TORCH_2_14}")
 def test_triton_compilations_are_counted_through_tritons_listener(tmp_path: Path) -> None:
     script = tmp_path / "count_triton.py"  # @triton.jit needs its source in a file
     script.write_text(TRITON)
     proc = subprocess.run(
-        [str(TORCH_2_14), str(script)],
+        [torch2_python(), str(script)],
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,

@@ -1,7 +1,8 @@
 """Issue 10 §5 / issue 14: upgrade invalidation removes what an upgrade replaced, nothing else.
 
-Real interpreters with real torch installations: the test venv (torch 2.13.0), the shared
-torch 2.14.1 venv (used, never modified), and a venv of our own upgraded in place with pip.
+Real interpreters with real torch installations: the test venv (torch 2.13.0), the suite's
+torch 2.14.1 interpreter (`conftest.torch2_python`: used, never modified), and a venv of our own
+upgraded in place with pip.
 """
 
 from __future__ import annotations
@@ -13,10 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TORCH_PYTHON, RunFxcache
+from tests.conftest import TORCH_PYTHON, RunFxcache, torch2_python
 from tests.store_helpers import SAMPLE, Store, write_files
-
-TORCH_2_14 = "/work/venv-torch2.14.1/bin/python"
 
 
 @pytest.fixture
@@ -32,15 +31,15 @@ def _restore_and_save(store: Store, python: str, state: str) -> dict:
     return restored
 
 
-@pytest.mark.skipif(not Path(TORCH_2_14).exists(), reason=f"no second torch at {TORCH_2_14}")
 def test_two_environments_used_alternately_keep_both_scopes(store: Store) -> None:
+    torch_2_14 = torch2_python()
     a = _restore_and_save(store, TORCH_PYTHON, "a1.json")
-    b = _restore_and_save(store, TORCH_2_14, "b1.json")
+    b = _restore_and_save(store, torch_2_14, "b1.json")
     assert a["scope_key"] != b["scope_key"] and b["invalidated"] == []
     again_a = store.restore(state="a2.json", python=TORCH_PYTHON)
     assert again_a["hit"] and again_a["invalidated"] == []
     assert store.save(state="a2.json").returncode == 0
-    again_b = store.restore(state="b2.json", python=TORCH_2_14)
+    again_b = store.restore(state="b2.json", python=torch_2_14)
     assert again_b["hit"] and again_b["invalidated"] == []
     assert Path(a["scope_dir"]).is_dir() and Path(b["scope_dir"]).is_dir()
 
