@@ -127,8 +127,12 @@ def _excused(cold: dict[str, Any], hot: dict[str, Any]) -> dict[int, dict[str, s
 
 def uncacheable(cold: dict[str, Any], hot: dict[str, Any]) -> list[dict[str, str]]:
     """What the hot phase could not load because the cold phase could not store it either."""
+    return _distinct(_excused(cold, hot))
+
+
+def _distinct(excused: dict[int, dict[str, str]]) -> list[dict[str, str]]:
     found: list[dict[str, str]] = []
-    for entry in _excused(cold, hot).values():
+    for entry in excused.values():
         if entry not in found:
             found.append(entry)
     return found
@@ -141,10 +145,10 @@ def explain(cold: dict[str, Any], hot: dict[str, Any]) -> dict[str, Any]:
     where the cold phase did not bypass alike; `differs` names the key components behind them.
     """
     cold_lookups = _lookups(cold)
-    skipped = uncacheable(cold, hot)
+    excused = _excused(cold, hot)
+    skipped = _distinct(excused)
     differs: list[dict[str, Any]] = []
     misses: list[dict[str, Any]] = []
-    excused = _excused(cold, hot)
     for i, lookup in enumerate(_lookups(hot)):
         if lookup["state"] == "hit" or i in excused:
             continue
