@@ -38,7 +38,6 @@ OUTPUTS = {
     "report-markdown": "report",
 }
 REDIS_URL_ENV = "FXCACHE_REDIS_URL"
-SIGNING_KEY_ENV = "FXCACHE_SIGNING_KEY"
 TOKEN_ENV = "FXCACHE_GITHUB_TOKEN"
 
 
@@ -142,7 +141,7 @@ def restore() -> int:
         argv.append("--read-only")
     if not values["invalidate-on-upgrade"]:
         argv.append("--no-invalidate-on-upgrade")
-    _set_env(SIGNING_KEY_ENV, values["signing-key"])
+    _set_env(trust.SIGNING_ENV, values["signing-key"])
     _set_env(REDIS_URL_ENV, values["redis-url"] if s.remote else None)
     return cli.main(argv)
 
@@ -220,7 +219,7 @@ def _save_result(s: Settings, post: bool) -> dict[str, Any]:
         return {"saved": False, "reason": "save: never"}
     if not s.state_file.is_file():
         return {"saved": False, "reason": "the fxcache action stopped before restoring"}
-    key = os.environ.get(SIGNING_KEY_ENV) or None
+    key = os.environ.get(trust.SIGNING_ENV) or None
     if not post:
         key = inp.from_env(inp.SAVE)["signing-key"] or key
     return save_state(s.state_file, Path(s.root), key)

@@ -7,13 +7,12 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from ci_fxcache.commands import _store_options as opts
 from ci_fxcache.commands import options
 from ci_fxcache.env import fingerprint
 from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
 from ci_fxcache.store import invalidate as local
 from ci_fxcache.store import redis_cache
-from ci_fxcache.store.layout import Layout
+from ci_fxcache.store.layout import Layout, resolve_root
 from ci_fxcache.store.policies import Policy, parse_duration, parse_size, parse_torch_version
 from ci_fxcache.store.scopes import check_env, human_bytes, lease_ttl
 
@@ -27,7 +26,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         description="Policies combine: a cache goes when any policy selects it; --max-size then "
         "evicts the least recently used until the rest fits. --dry-run lists what would go.",
     )
-    opts.root_option(parser)
+    options.root_option(parser)
     options.python_option(parser)
     parser.add_argument("--max-age", metavar="AGE", help="unused for longer than AGE (14d, 12h)")
     parser.add_argument("--max-size", metavar="SIZE", help="evict LRU until the total fits (50G)")
@@ -84,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
 
         result["rows"] += github_run(policy, args.dry_run)
     if not args.redis and not args.github:
-        layout = Layout(opts.resolve_root(args.root))
+        layout = Layout(resolve_root(args.root))
         result["root"] = str(layout.root)
         result["rows"] += local.run(layout, policy, args.dry_run)
         if not args.dry_run:

@@ -1,7 +1,8 @@
 """Command-line options that several commands accept, each declared once.
 
-The rules behind them live outside the command line (`names`, `userfiles`); this module only
-turns them into argparse options, so a bad value is a one-line usage error (exit 2).
+The rules behind them live outside the command line (`names`, `userfiles`, the store's
+`layout` and `state_file`); this module only turns them into argparse options, so a bad value
+is a one-line usage error (exit 2).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 from ci_fxcache import names, userfiles
@@ -60,4 +62,25 @@ def salt_option(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="user salt mixed into the scope key (env FXCACHE_KEY_SALT); change it to start "
         "a fresh cache",
+    )
+
+
+def root_option(parser: argparse.ArgumentParser) -> None:
+    """`--root DIR`: the store root (store.layout.resolve_root applies the default)."""
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="store root (env FXCACHE_ROOT; default $RUNNER_TOOL_CACHE/fxcache inside Actions, "
+        "~/.cache/fxcache elsewhere)",
+    )
+
+
+def state_file_option(parser: argparse.ArgumentParser) -> None:
+    """`--state-file F`: where restore writes its state and save reads it (store.state_file)."""
+    parser.add_argument(
+        "--state-file",
+        type=Path,
+        default=None,
+        help="restore's state (JSON); save defaults to $FXCACHE_STATE_FILE, which restore exports",
     )

@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from ci_fxcache import gha
-from ci_fxcache.commands import _store_options as opts
 from ci_fxcache.commands import options
 from ci_fxcache.env import fingerprint, scopekey
 from ci_fxcache.errors import UsageError
-from ci_fxcache.store import overlay, redis_cache, scopes, trust
+from ci_fxcache.store import overlay, redis_cache, scopes, state_file, trust
 from ci_fxcache.store import restore as store_restore
-from ci_fxcache.store.layout import Layout
+from ci_fxcache.store.layout import Layout, resolve_root
 
 OVERLAY_ENV = "FXCACHE_OVERLAY"
 
@@ -35,7 +34,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     )
     options.python_option(parser)
     options.salt_option(parser)
-    opts.root_option(parser)
+    options.root_option(parser)
     parser.add_argument(
         "--read-only",
         action="store_true",
@@ -62,7 +61,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         help="how overlays share files (env FXCACHE_OVERLAY; default auto)",
     )
     parser.add_argument("--json", action="store_true", help="print the state object as JSON")
-    opts.state_file_option(parser)
+    options.state_file_option(parser)
     parser.add_argument("--store", choices=("local", "redis"), default="local")
     parser.add_argument("--redis-url", default=None, help="Redis URL (env FXCACHE_REDIS_URL)")
     parser.set_defaults(func=run)
@@ -110,11 +109,11 @@ def run(args: argparse.Namespace) -> int:
     """Restore, write the state file, export the environment."""
     scopes.check_env()
     strategy = _overlay_strategy(args.overlay)
-    key_for_signing = opts.signing_key()
+    key_for_signing = trust.signing_key()
     redis_url = redis_cache.resolve_url(args.redis_url) if args.store == "redis" else None
     fp = fingerprint.collect(args.python, args.salt)
     key = scopekey.scope_key(fp)
-    root = opts.resolve_root(args.root)
+    root = resolve_root(args.root)
     reason = "--read-only" if args.read_only else trust.untrusted_reason()
     options = store_restore.Options(
         read_only=reason is not None,
@@ -130,14 +129,14 @@ def run(args: argparse.Namespace) -> int:
         state = _cold_fallback(key, root, str(exc), fp)
     for name in ("inductor_dir", "triton_dir", "verify_dir"):
         Path(state[name]).mkdir(parents=True, exist_ok=True)
-    state_file = args.state_file or opts.new_state_file()
+    state_path = args.state_file or state_file.new_state_file()
     # FXCACHE_VERIFY_DIR / FXCACHE_STATE_FILE are verify's defaults for --cache-dir and
     # --cache-state, so `restore; verify; save` checks and keeps the scope's own references.
     env = {
         "TORCHINDUCTOR_CACHE_DIR": state["inductor_dir"],
         "TRITON_CACHE_DIR": state["triton_dir"],
         "FXCACHE_VERIFY_DIR": state["verify_dir"],
-        "FXCACHE_STATE_FILE": str(state_file),
+        state_file.STATE_FILE_ENV: str(state_path),
     }
     state["redis"] = None
     if redis_url is not None:
@@ -152,9 +151,9 @@ def run(args: argparse.Namespace) -> int:
                 f"Redis at {redis_cache.redact(redis_url)} unreachable ({problem}); "
                 "continuing with the local store only"
             )
-    state["state_file"] = str(state_file)
-    state_file.parent.mkdir(parents=True, exist_ok=True)
-    state_file.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+    state["state_file"] = str(state_path)
+    state_path.parent.mkdir(parents=True, exist_ok=True)
+    state_path.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
     _publish(state, env, args.json)
     return 0
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from ci_fxcache import gha
-from ci_fxcache.commands import _store_options as opts
+from ci_fxcache.commands import options
 from ci_fxcache.store import save as store_save
-from ci_fxcache.store import scopes
+from ci_fxcache.store import scopes, state_file, trust
 from ci_fxcache.store.layout import Layout
 
 
@@ -23,16 +23,16 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         description="Write the scope's manifest atomically under the per-scope lock. Read-only "
         "restores are skipped. A failure to save is a warning, never a failed job.",
     )
-    opts.root_option(parser)
-    opts.state_file_option(parser)
+    options.root_option(parser)
+    options.state_file_option(parser)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(func=run)
 
 
-def save_state(state_file: Path, root: Path | None, signing_key: str | None) -> dict[str, Any]:
+def save_state(path: Path, root: Path | None, signing_key: str | None) -> dict[str, Any]:
     """Save the scope restore handed out (root: the state's unless given), or say why not."""
     scopes.check_env()
-    state = opts.read_state(state_file)
+    state = state_file.read_state(path)
     root = root if root is not None else Path(state["root"])
     if state.get("read_only"):
         return {"saved": False, "reason": f"read-only restore ({state.get('read_only_reason')})"}
@@ -45,7 +45,9 @@ def save_state(state_file: Path, root: Path | None, signing_key: str | None) -> 
 
 def run(args: argparse.Namespace) -> int:
     """Save, or say why not."""
-    result = save_state(opts.saved_state_file(args.state_file), args.root, opts.signing_key())
+    result = save_state(
+        state_file.saved_state_file(args.state_file), args.root, trust.signing_key()
+    )
     if args.json:
         print(json.dumps(result, indent=2))
     elif result["saved"]:

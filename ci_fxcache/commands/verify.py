@@ -16,6 +16,7 @@ from ci_fxcache.env import fingerprint, interpreter, scopekey
 from ci_fxcache.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 from ci_fxcache.report import labels
 from ci_fxcache.results import writer
+from ci_fxcache.store import state_file
 from ci_fxcache.verify import causes, matrix, runner
 from ci_fxcache.verify.forkserver import ForkServer
 
@@ -76,7 +77,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cache-state",
         metavar="F",
-        default=os.environ.get("FXCACHE_STATE_FILE") or None,
+        default=os.environ.get(state_file.STATE_FILE_ENV) or None,
         help="restore's state (JSON), embedded in the results (env FXCACHE_STATE_FILE)",
     )
     parser.add_argument(

@@ -31,6 +31,11 @@ def default_root() -> Path:
     return Path.home() / ".cache" / "fxcache"
 
 
+def resolve_root(value: Path | None) -> Path:
+    """The root from --root, else `default_root()`."""
+    return value if value is not None else default_root()
+
+
 class Layout:
     """Paths inside one store root."""
 

@@ -20,7 +20,6 @@ from ci_fxcache import atomic_write
 from ci_fxcache.store.layout import CACHE_DIRS, SCOPE_ENTRIES
 
 SCHEMA = "fxcache-manifest/1"
-SIGNING_ENV = "FXCACHE_SIGNING_KEY"
 _READ_ONLY = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
 
 

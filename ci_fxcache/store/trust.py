@@ -1,4 +1,5 @@
-"""Is this Actions run allowed to write the shared store? The one place that decides.
+"""Is this Actions run allowed to write the shared store, and with which key are manifests
+signed? The one place that decides.
 
 Untrusted (read-only automatically): `pull_request*` events whose head repository is not the
 base repository (a fork), and `pull_request_target` / `issue_comment` / `workflow_run` events,
@@ -16,6 +17,7 @@ from typing import Any
 from ci_fxcache import gha
 
 UNTRUSTED_EVENTS = frozenset({"pull_request_target", "issue_comment", "workflow_run"})
+SIGNING_ENV = "FXCACHE_SIGNING_KEY"
 
 
 def event_payload() -> dict[str, Any] | None:
@@ -60,3 +62,11 @@ def untrusted_reason() -> str | None:
     if not event.startswith("pull_request"):
         return None
     return fork_reason(event_payload())
+
+
+def signing_key() -> str | None:
+    """The HMAC key from FXCACHE_SIGNING_KEY (masked in Actions logs), or None."""
+    key = os.environ.get(SIGNING_ENV) or None
+    if key:
+        gha.mask(key)
+    return key

@@ -1,8 +1,8 @@
-"""Options and helpers shared by `restore`, `save` and `invalidate`."""
+"""Restore's state file: where `fxcache restore` writes the scope it handed out, and where
+`fxcache save` (and the action's save) reads it back."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
@@ -11,27 +11,16 @@ from typing import Any
 
 from ci_fxcache import gha
 from ci_fxcache.errors import UsageError
-from ci_fxcache.store import manifest as mf
-from ci_fxcache.store.layout import default_root
-
-
-def root_option(parser: argparse.ArgumentParser, default_from_env: bool = True) -> None:
-    """`--root DIR` (env FXCACHE_ROOT)."""
-    parser.add_argument(
-        "--root",
-        type=Path,
-        default=None,
-        help="store root (env FXCACHE_ROOT; default $RUNNER_TOOL_CACHE/fxcache inside Actions, "
-        "~/.cache/fxcache elsewhere)",
-    )
-
-
-def resolve_root(value: Path | None) -> Path:
-    """The root from --root or the default rules."""
-    return value if value is not None else default_root()
-
 
 STATE_FILE_ENV = "FXCACHE_STATE_FILE"
+
+
+def _job_state_file() -> Path | None:
+    """Inside Actions, the job's own state file (RUNNER_TEMP belongs to one job); else None."""
+    runner_temp = os.environ.get("RUNNER_TEMP")
+    if runner_temp and gha.in_actions():
+        return Path(runner_temp) / "fxcache-restore-state.json"
+    return None
 
 
 def new_state_file() -> Path:
@@ -39,9 +28,9 @@ def new_state_file() -> Path:
     `$RUNNER_TEMP/fxcache-restore-state.json` (RUNNER_TEMP belongs to one job), elsewhere a new
     file per restore, so unrelated shells and jobs never share one; restore exports its path
     as FXCACHE_STATE_FILE."""
-    runner_temp = os.environ.get("RUNNER_TEMP")
-    if runner_temp and gha.in_actions():
-        return Path(runner_temp) / "fxcache-restore-state.json"
+    job_file = _job_state_file()
+    if job_file is not None:
+        return job_file
     fd, path = tempfile.mkstemp(prefix="fxcache-restore-state-", suffix=".json")
     os.close(fd)
     return Path(path)
@@ -55,31 +44,13 @@ def saved_state_file(value: Path | None) -> Path:
     env = os.environ.get(STATE_FILE_ENV)
     if env:
         return Path(env)
-    runner_temp = os.environ.get("RUNNER_TEMP")
-    if runner_temp and gha.in_actions():
-        return Path(runner_temp) / "fxcache-restore-state.json"
+    job_file = _job_state_file()
+    if job_file is not None:
+        return job_file
     raise UsageError(
         f"no restore state: pass --state-file, or set {STATE_FILE_ENV} as 'fxcache restore' "
         "exported it (run 'fxcache restore' first)"
     )
-
-
-def state_file_option(parser: argparse.ArgumentParser) -> None:
-    """`--state-file F`: where restore writes its state and save reads it."""
-    parser.add_argument(
-        "--state-file",
-        type=Path,
-        default=None,
-        help="restore's state (JSON); save defaults to $FXCACHE_STATE_FILE, which restore exports",
-    )
-
-
-def signing_key() -> str | None:
-    """The HMAC key from FXCACHE_SIGNING_KEY (masked in Actions logs), or None."""
-    key = os.environ.get(mf.SIGNING_ENV) or None
-    if key:
-        gha.mask(key)
-    return key
 
 
 def read_state(path: Path) -> dict[str, Any]:
