@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from ci_fxcache import __version__, gha
 from ci_fxcache.errors import EXIT_USAGE, FxcacheError
 
-# One module per subcommand under ci_fxcache.commands; each has register(subparsers).
+# One module per subcommand under ci_fxcache.commands; each has register(subparsers, parent),
+# which declares the options and sets `func`: the command's function, whose keyword-only
+# parameters are the options' dests (tests/test_cli_signatures.py holds them to it).
 # Modules must stay cheap to import: heavy imports (requests, jinja2) go inside functions.
 COMMANDS: tuple[str, ...] = (
     "fingerprint",
@@ -31,6 +33,8 @@ COMMANDS: tuple[str, ...] = (
     "comment",
     "action",
 )
+# What the parsed namespace holds for dispatch itself; everything else is the command's options.
+DISPATCH_DESTS = ("command", "func", "debug")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -89,8 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     debug = bool(getattr(args, "debug", False)) or os.environ.get("FXCACHE_DEBUG") == "1"
+    command = args.func
+    options = {k: v for k, v in vars(args).items() if k not in DISPATCH_DESTS}
     try:
-        return int(args.func(args) or 0)
+        return int(command(**options) or 0)
     except FxcacheError as exc:
         if debug:
             traceback.print_exc()

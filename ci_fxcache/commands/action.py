@@ -22,8 +22,8 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(*, step: str) -> int:
     """Run the step."""
     from ci_fxcache.action import steps
 
-    return steps.run(args.step)
+    return steps.run(step)

@@ -65,8 +65,27 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(
+    *,
+    results: str,
+    report_id: str | None,
+    token_env: str,
+    pr: int | None,
+    repo: str | None,
+    author: str | None,
+    from_artifact: str | None,
+    template: str | None,
+) -> int:
     """Post or update the comment."""
     from ci_fxcache.report import pr_comment
 
-    return pr_comment.run(args)
+    return pr_comment.run(
+        results=results,
+        report_id=report_id,
+        token_env=token_env,
+        pr=pr,
+        repo=repo,
+        author=author,
+        from_artifact=from_artifact,
+        template=template,
+    )

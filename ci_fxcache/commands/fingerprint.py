@@ -23,9 +23,10 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     )
     options.python_option(parser)
     options.salt_option(parser)
-    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--json", dest="as_json", action="store_true", help="print JSON")
     parser.add_argument(
         "--probe",
+        dest="probe_torch",
         action="store_true",
         help="also import torch in the target interpreter and cross-check every field "
         "(exit 1 on a mismatch)",
@@ -62,14 +63,14 @@ def _text(fp: fingerprint.Fingerprint) -> str:
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(*, python: str, salt: str | None, as_json: bool, probe_torch: bool) -> int:
     """Print the fingerprint; with --probe, cross-check it against `import torch`."""
-    fp = fingerprint.collect(args.python, args.salt)
-    checks = probe.run(fp, args.python) if args.probe else []
+    fp = fingerprint.collect(python, salt)
+    checks = probe.run(fp, python) if probe_torch else []
     failed = [c for c in checks if not c.ok]
-    if args.json:
+    if as_json:
         doc: dict[str, Any] = {"fingerprint": fp.to_dict(), "scope_key": scopekey.scope_key(fp)}
-        if args.probe:
+        if probe_torch:
             doc["probe"] = {
                 "ok": not failed,
                 "fields": [c.__dict__ for c in checks],
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2))
     else:
         print(_text(fp))
-        if args.probe:
+        if probe_torch:
             print()
             print("probe (import torch):", "all fields agree" if not failed else "MISMATCH")
             for c in checks:

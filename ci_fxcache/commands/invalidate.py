@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from ci_fxcache.commands import options
@@ -37,58 +38,79 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         help="torch older than VERSION, or 'current' (the torch of --python)",
     )
     parser.add_argument("--dry-run", action="store_true", help="list what would go and why")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument(
+        "--json", dest="as_json", action="store_true", help="print the result as JSON"
+    )
     parser.add_argument("--github", action="store_true", help="GitHub Actions caches instead")
     parser.add_argument("--redis", action="store_true", help="Redis keys (needs --max-age)")
     parser.add_argument("--redis-url", default=None, help="Redis URL (env FXCACHE_REDIS_URL)")
     parser.set_defaults(func=run)
 
 
-def _policy(args: argparse.Namespace) -> Policy:
-    older = args.older_torch_than
+def _policy(
+    python: str,
+    max_age: str | None,
+    max_size: str | None,
+    keep_latest: int | None,
+    older_torch_than: str | None,
+) -> Policy:
+    older = older_torch_than
     if older == "current":
-        older = fingerprint.collect(args.python).torch_version
+        older = fingerprint.collect(python).torch_version
     elif older is not None:
         older = parse_torch_version(older)
-    if args.keep_latest is not None and args.keep_latest < 0:
+    if keep_latest is not None and keep_latest < 0:
         raise UsageError("--keep-latest must be 0 or more")
     return Policy(
-        max_age_s=parse_duration(args.max_age) if args.max_age else None,
-        max_size=parse_size(args.max_size) if args.max_size else None,
-        keep_latest=args.keep_latest,
+        max_age_s=parse_duration(max_age) if max_age else None,
+        max_size=parse_size(max_size) if max_size else None,
+        keep_latest=keep_latest,
         older_torch_than=older,
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def run(
+    *,
+    root: Path | None,
+    python: str,
+    max_age: str | None,
+    max_size: str | None,
+    keep_latest: int | None,
+    older_torch_than: str | None,
+    dry_run: bool,
+    as_json: bool,
+    github: bool,
+    redis: bool,
+    redis_url: str | None,
+) -> int:
     """Apply the policies to the chosen store(s); print a table or JSON. Exit 1 when a
     selected cache could not be removed."""
     check_env()
-    policy = _policy(args)
+    policy = _policy(python, max_age, max_size, keep_latest, older_torch_than)
     if policy.empty:
         raise UsageError(
             "give at least one policy: --max-age, --max-size, --keep-latest or --older-torch-than"
         )
-    result: dict[str, Any] = {"dry_run": args.dry_run, "rows": []}
-    if args.redis:
+    result: dict[str, Any] = {"dry_run": dry_run, "rows": []}
+    if redis:
         if policy.max_age_s is None:
             raise UsageError("--redis needs --max-age (Redis keys are expired by idle time)")
-        url = redis_cache.resolve_url(args.redis_url)
+        url = redis_cache.resolve_url(redis_url)
         try:
-            result["redis"] = redis_cache.expire_idle(url, policy.max_age_s, args.dry_run)
+            result["redis"] = redis_cache.expire_idle(url, policy.max_age_s, dry_run)
         except Exception as exc:  # redis errors: report, do not crash the scheduled job
             raise UsageError(f"Redis at {redis_cache.redact(url)}: {exc}") from exc
-    if args.github:
+    if github:
         from ci_fxcache.store.github_caches import run as github_run
 
-        result["rows"] += github_run(policy, args.dry_run)
-    if not args.redis and not args.github:
-        layout = Layout(resolve_root(args.root))
+        result["rows"] += github_run(policy, dry_run)
+    if not redis and not github:
+        layout = Layout(resolve_root(root))
         result["root"] = str(layout.root)
-        result["rows"] += local.run(layout, policy, args.dry_run)
-        if not args.dry_run:
+        result["rows"] += local.run(layout, policy, dry_run)
+        if not dry_run:
             result["overlays_removed"] = local.prune_overlays(layout, lease_ttl())
-    if args.json:
+    if as_json:
         print(json.dumps(result, indent=2))
     else:
         print(_table(result))

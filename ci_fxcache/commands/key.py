@@ -24,7 +24,9 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     options.python_option(parser)
     options.salt_option(parser)
     parser.add_argument("--suffix", default="", help="free-form suffix appended to the key")
-    parser.add_argument("--json", action="store_true", help="print the key, its parts and fields")
+    parser.add_argument(
+        "--json", dest="as_json", action="store_true", help="print the key, its parts and fields"
+    )
     parser.add_argument(
         "--parse", metavar="KEY", help="parse KEY instead of computing one (exit 2 if foreign)"
     )
@@ -38,21 +40,29 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(
+    *,
+    python: str,
+    salt: str | None,
+    suffix: str,
+    as_json: bool,
+    parse: str | None,
+    diff: list[str] | None,
+) -> int:
     """Print the key (or, with --parse, its parts; with --diff, how two environments differ)."""
-    if args.diff is not None:
-        result = keydiff.diff(keydiff.load(args.diff[0]), keydiff.load(args.diff[1]))
-        print(json.dumps(result, indent=2) if args.json else keydiff.render(result))
+    if diff is not None:
+        result = keydiff.diff(keydiff.load(diff[0]), keydiff.load(diff[1]))
+        print(json.dumps(result, indent=2) if as_json else keydiff.render(result))
         return 0 if not result["keyed"] else 1
-    if args.parse is not None:
-        parsed = scopekey.parse(args.parse)
+    if parse is not None:
+        parsed = scopekey.parse(parse)
         if parsed is None:
-            raise UsageError(f"not an fxcache scope key: {args.parse!r}")
-        print(json.dumps(parsed.to_dict(), indent=2) if args.json else parsed.scope)
+            raise UsageError(f"not an fxcache scope key: {parse!r}")
+        print(json.dumps(parsed.to_dict(), indent=2) if as_json else parsed.scope)
         return 0
-    fp = fingerprint.collect(args.python, args.salt)
-    key = scopekey.scope_key(fp, args.suffix)
-    if args.json:
+    fp = fingerprint.collect(python, salt)
+    key = scopekey.scope_key(fp, suffix)
+    if as_json:
         parsed = scopekey.parse(key)
         assert parsed is not None
         print(

@@ -30,16 +30,16 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(*, shards: list[str], output: str, report_id: str | None) -> int:
     """Write the merged document."""
     from ci_fxcache.fleet import merge
 
-    userfiles.output_file(args.output, "-o")
-    doc = merge.merge(list(args.shards), args.report_id)
-    userfiles.write_output(args.output, json.dumps(doc, indent=2) + "\n", "-o")
+    userfiles.output_file(output, "-o")
+    doc = merge.merge(list(shards), report_id)
+    userfiles.write_output(output, json.dumps(doc, indent=2) + "\n", "-o")
     groups = doc["groups"]
     print(
         f"merged {sum(len(g['shards']) for g in groups)} shard(s) into {len(groups)} "
-        f"environment(s): {', '.join(g['title'] for g in groups)} -> {args.output}"
+        f"environment(s): {', '.join(g['title'] for g in groups)} -> {output}"
     )
     return 0

@@ -41,15 +41,26 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(
+    *,
+    runners: str | None,
+    report_id: str,
+    devices: str | None,
+    dtypes: str | None,
+    dynamic: str | None,
+    mechanisms: str | None,
+    training: str | None,
+    workloads: str | None,
+    matrix_file: str | None,
+) -> int:
     """Print {"matrix": job matrix or null, "combos": [...]}; set step outputs in Actions."""
     from ci_fxcache.fleet import plan
 
-    axes = ("devices", "dtypes", "dynamic", "mechanisms", "training", "workloads")
-    combos = plan.combos({axis: getattr(args, axis) for axis in axes}, args.matrix_file)
+    flags = verify.matrix_flags(devices, dtypes, dynamic, mechanisms, training, workloads)
+    combos = plan.combos(flags, matrix_file)
     job_matrix = None
-    if args.runners is not None:
-        job_matrix = plan.matrix(plan.plan(args.runners, args.report_id))
+    if runners is not None:
+        job_matrix = plan.matrix(plan.plan(runners, report_id))
         gha.set_output("matrix", json.dumps(job_matrix, separators=(",", ":")))
     gha.set_output("combos", json.dumps(combos, separators=(",", ":")))
     print(json.dumps({"matrix": job_matrix, "combos": combos}, indent=2))

@@ -32,6 +32,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("results", metavar="RESULTS", help="results JSON file")
     parser.add_argument(
         "--format",
+        dest="output_format",
         choices=FORMATS,
         default=None,
         help="output format (default: text on a terminal, md otherwise)",
@@ -88,9 +89,9 @@ def _summary_json(report: Any, safe: list[str]) -> str:
     return json.dumps(doc, indent=2) + "\n"
 
 
-def _markdown_path(results_path: str, args: argparse.Namespace, fmt: str) -> Path:
-    if args.output and fmt == "md":
-        return Path(args.output)
+def _markdown_path(results_path: str, output: str | None, fmt: str) -> Path:
+    if output and fmt == "md":
+        return Path(output)
     src = Path(results_path)
     return src.with_name(src.stem + ".md") if src.suffix == ".json" else Path(f"{src}.md")
 
@@ -119,41 +120,48 @@ def _annotate(report: Any) -> None:
                     print(row.log)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(
+    *,
+    results: str,
+    output_format: str | None,
+    template: str | None,
+    output: str | None,
+    max_chars: int | None,
+) -> int:
     """Render; inside Actions also the summary, outputs and annotations."""
     from ci_fxcache import report as report_pkg
     from ci_fxcache.report import render
 
-    if args.max_chars is not None and args.max_chars < 1000:
+    if max_chars is not None and max_chars < 1000:
         raise UsageError("--max-chars must be at least 1000")
-    max_chars = args.max_chars or render.DEFAULT_MAX_CHARS
-    if args.output:
-        userfiles.output_file(args.output, "-o")
-    _, report = report_pkg.build(args.results)
-    fmt = args.format or ("text" if sys.stdout.isatty() and not args.output else "md")
+    limit = max_chars or render.DEFAULT_MAX_CHARS
+    if output:
+        userfiles.output_file(output, "-o")
+    _, report = report_pkg.build(results)
+    fmt = output_format or ("text" if sys.stdout.isatty() and not output else "md")
     safe = report_pkg.safe_combo_ids(report)
 
     md: str | None = None
     if fmt == "md" or gha.in_actions():
-        md = render.markdown(report, args.template, max_chars)
+        md = render.markdown(report, template, limit)
     if fmt == "md":
         out = md or ""
     elif fmt == "text":
-        out = render.text(report, colour=not args.output and render.use_colour())
+        out = render.text(report, colour=not output and render.use_colour())
     elif fmt == "junit":
         out = render.junit(report)
     else:
         out = _summary_json(report, safe)
 
-    if args.output:
-        userfiles.write_output(args.output, out, "-o")
+    if output:
+        userfiles.write_output(output, out, "-o")
     else:
         sys.stdout.write(out)
         sys.stdout.flush()
 
     if gha.in_actions() and md is not None:
-        md_path = _markdown_path(args.results, args, fmt)
-        if not (args.output and fmt == "md"):
+        md_path = _markdown_path(results, output, fmt)
+        if not (output and fmt == "md"):
             try:
                 md_path.write_text(md, encoding="utf-8")
             except OSError as exc:

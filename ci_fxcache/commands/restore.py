@@ -15,9 +15,10 @@ from ci_fxcache import gha
 from ci_fxcache.commands import options
 from ci_fxcache.env import fingerprint, scopekey
 from ci_fxcache.errors import UsageError
-from ci_fxcache.store import overlay, redis_cache, scopes, state_file, trust
+from ci_fxcache.store import overlay, redis_cache, scopes, trust
 from ci_fxcache.store import restore as store_restore
 from ci_fxcache.store.layout import Layout, resolve_root
+from ci_fxcache.store.state_file import STATE_FILE_ENV, new_state_file
 
 OVERLAY_ENV = "FXCACHE_OVERLAY"
 
@@ -56,11 +57,14 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--overlay",
+        dest="overlay_strategy",
         choices=overlay.STRATEGIES,
         default=None,
         help="how overlays share files (env FXCACHE_OVERLAY; default auto)",
     )
-    parser.add_argument("--json", action="store_true", help="print the state object as JSON")
+    parser.add_argument(
+        "--json", dest="as_json", action="store_true", help="print the state object as JSON"
+    )
     options.state_file_option(parser)
     parser.add_argument("--store", choices=("local", "redis"), default="local")
     parser.add_argument("--redis-url", default=None, help="Redis URL (env FXCACHE_REDIS_URL)")
@@ -105,38 +109,51 @@ def _overlay_strategy(value: str | None) -> str:
     return env
 
 
-def run(args: argparse.Namespace) -> int:
+def run(
+    *,
+    python: str,
+    salt: str | None,
+    root: Path | None,
+    read_only: bool,
+    invalidate_on_upgrade: bool,
+    verify: str | None,
+    overlay_strategy: str | None,
+    as_json: bool,
+    state_file: Path | None,
+    store: str,
+    redis_url: str | None,
+) -> int:
     """Restore, write the state file, export the environment."""
     scopes.check_env()
-    strategy = _overlay_strategy(args.overlay)
+    strategy = _overlay_strategy(overlay_strategy)
     key_for_signing = trust.signing_key()
-    redis_url = redis_cache.resolve_url(args.redis_url) if args.store == "redis" else None
-    fp = fingerprint.collect(args.python, args.salt)
+    redis_url = redis_cache.resolve_url(redis_url) if store == "redis" else None
+    fp = fingerprint.collect(python, salt)
     key = scopekey.scope_key(fp)
-    root = resolve_root(args.root)
-    reason = "--read-only" if args.read_only else trust.untrusted_reason()
-    options = store_restore.Options(
+    store_root = resolve_root(root)
+    reason = "--read-only" if read_only else trust.untrusted_reason()
+    restore_options = store_restore.Options(
         read_only=reason is not None,
         read_only_reason=reason,
-        invalidate_on_upgrade=args.invalidate_on_upgrade,
-        full_verify=store_restore.full_verification(args.verify, key_for_signing),
+        invalidate_on_upgrade=invalidate_on_upgrade,
+        full_verify=store_restore.full_verification(verify, key_for_signing),
         overlay_strategy=strategy,
         signing_key=key_for_signing,
     )
     try:
-        state = store_restore.restore(Layout(root), key, fp, options)
+        state = store_restore.restore(Layout(store_root), key, fp, restore_options)
     except (OSError, TimeoutError) as exc:
-        state = _cold_fallback(key, root, str(exc), fp)
+        state = _cold_fallback(key, store_root, str(exc), fp)
     for name in ("inductor_dir", "triton_dir", "verify_dir"):
         Path(state[name]).mkdir(parents=True, exist_ok=True)
-    state_path = args.state_file or state_file.new_state_file()
+    state_path = state_file or new_state_file()
     # FXCACHE_VERIFY_DIR / FXCACHE_STATE_FILE are verify's defaults for --cache-dir and
     # --cache-state, so `restore; verify; save` checks and keeps the scope's own references.
     env = {
         "TORCHINDUCTOR_CACHE_DIR": state["inductor_dir"],
         "TRITON_CACHE_DIR": state["triton_dir"],
         "FXCACHE_VERIFY_DIR": state["verify_dir"],
-        state_file.STATE_FILE_ENV: str(state_path),
+        STATE_FILE_ENV: str(state_path),
     }
     state["redis"] = None
     if redis_url is not None:
@@ -154,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     state["state_file"] = str(state_path)
     state_path.parent.mkdir(parents=True, exist_ok=True)
     state_path.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
-    _publish(state, env, args.json)
+    _publish(state, env, as_json)
     return 0
 
 

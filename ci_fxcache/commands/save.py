@@ -10,8 +10,9 @@ from typing import Any
 from ci_fxcache import gha
 from ci_fxcache.commands import options
 from ci_fxcache.store import save as store_save
-from ci_fxcache.store import scopes, state_file, trust
+from ci_fxcache.store import scopes, trust
 from ci_fxcache.store.layout import Layout
+from ci_fxcache.store.state_file import read_state, saved_state_file
 
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
@@ -25,14 +26,16 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     )
     options.root_option(parser)
     options.state_file_option(parser)
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument(
+        "--json", dest="as_json", action="store_true", help="print the result as JSON"
+    )
     parser.set_defaults(func=run)
 
 
 def save_state(path: Path, root: Path | None, signing_key: str | None) -> dict[str, Any]:
     """Save the scope restore handed out (root: the state's unless given), or say why not."""
     scopes.check_env()
-    state = state_file.read_state(path)
+    state = read_state(path)
     root = root if root is not None else Path(state["root"])
     if state.get("read_only"):
         return {"saved": False, "reason": f"read-only restore ({state.get('read_only_reason')})"}
@@ -43,12 +46,10 @@ def save_state(path: Path, root: Path | None, signing_key: str | None) -> dict[s
         return {"saved": False, "reason": str(exc)}
 
 
-def run(args: argparse.Namespace) -> int:
+def run(*, root: Path | None, state_file: Path | None, as_json: bool) -> int:
     """Save, or say why not."""
-    result = save_state(
-        state_file.saved_state_file(args.state_file), args.root, trust.signing_key()
-    )
-    if args.json:
+    result = save_state(saved_state_file(state_file), root, trust.signing_key())
+    if as_json:
         print(json.dumps(result, indent=2))
     elif result["saved"]:
         print(

@@ -47,7 +47,9 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         help="per-combination caches and references (env FXCACHE_VERIFY_DIR, which "
         "`fxcache restore` exports; default: a temporary directory)",
     )
-    parser.add_argument("--json", metavar="PATH", help="write the results document (- = stdout)")
+    parser.add_argument(
+        "--json", dest="json_path", metavar="PATH", help="write the results document (- = stdout)"
+    )
     parser.add_argument("--min-speedup", type=options.finite_float, default=2.0, metavar="X")
     parser.add_argument("--compare", choices=("bitwise", "close"), default="bitwise")
     parser.add_argument(
@@ -107,6 +109,27 @@ def add_matrix_options(parser: argparse.ArgumentParser, title: str) -> None:
     axes.add_argument("--matrix-file", metavar="F", help="YAML matrix file (docs/matrix-file.md)")
 
 
+def matrix_flags(
+    devices: str | None,
+    dtypes: str | None,
+    dynamic: str | None,
+    mechanisms: str | None,
+    training: str | None,
+    workloads: str | None,
+) -> dict[str, str | None]:
+    """The axes flags of `add_matrix_options` as `matrix.build` takes them (keys: matrix.FLAGS)."""
+    flags = {
+        "devices": devices,
+        "dtypes": dtypes,
+        "dynamic": dynamic,
+        "mechanisms": mechanisms,
+        "training": training,
+        "workloads": workloads,
+    }
+    assert flags.keys() == matrix.FLAGS.keys()
+    return flags
+
+
 def _progress(total: int) -> Any:
     lock = threading.Lock()
     done = [0]
@@ -150,66 +173,90 @@ def _cache_state(path: str | None) -> Any:
     return userfiles.parse_json(userfiles.read_text(path, label), label)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(
+    *,
+    python: str,
+    devices: str | None,
+    dtypes: str | None,
+    dynamic: str | None,
+    mechanisms: str | None,
+    training: str | None,
+    workloads: str | None,
+    matrix_file: str | None,
+    phase: str,
+    cache_dir: str | None,
+    json_path: str | None,
+    min_speedup: float,
+    compare: str,
+    fail_on: str,
+    timeout: float,
+    jobs: int | None,
+    recheck_all: bool,
+    separate_cold: bool,
+    cache_state: str | None,
+    redis_url: str | None,
+    report_id: str,
+    salt: str | None,
+) -> int:
     """Plan, run, judge, print, write JSON; exit status by --fail-on."""
-    flags = {axis: getattr(args, axis) for axis in matrix.FLAGS}
-    plan = matrix.build(flags, args.matrix_file)
-    if args.phase == "hot" and not args.cache_dir:
+    flags = matrix_flags(devices, dtypes, dynamic, mechanisms, training, workloads)
+    plan = matrix.build(flags, matrix_file)
+    if phase == "hot" and not cache_dir:
         raise UsageError("--phase hot needs --cache-dir (where the cold phase recorded references)")
-    if args.timeout <= 0 or (args.jobs is not None and args.jobs < 1) or args.min_speedup < 0:
+    if timeout <= 0 or (jobs is not None and jobs < 1) or min_speedup < 0:
         raise UsageError("--timeout and --jobs must be positive, --min-speedup not negative")
-    if args.json and args.json != "-":
-        userfiles.output_file(args.json, "--json", make_parents=True)
-    cache_state = _cache_state(args.cache_state)
-    python = interpreter.resolve(args.python)
-    fp = fingerprint.collect(python, args.salt)
-    temporary = args.cache_dir is None
-    cache_dir = Path(args.cache_dir or tempfile.mkdtemp(prefix="fxcache-verify-")).absolute()
-    userfiles.output_dir(cache_dir, "--cache-dir")
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    if json_path and json_path != "-":
+        userfiles.output_file(json_path, "--json", make_parents=True)
+    state = _cache_state(cache_state)
+    interpreter_path = interpreter.resolve(python)
+    fp = fingerprint.collect(interpreter_path, salt)
+    temporary = cache_dir is None
+    cache_path = Path(cache_dir or tempfile.mkdtemp(prefix="fxcache-verify-")).absolute()
+    userfiles.output_dir(cache_path, "--cache-dir")
+    cache_path.mkdir(parents=True, exist_ok=True)
     run_dir = Path(tempfile.mkdtemp(prefix="fxcache-run-"))
     settings = runner.Settings(
-        phase=args.phase,
-        cache_dir=cache_dir,
+        phase=phase,
+        cache_dir=cache_path,
         run_dir=run_dir,
-        min_speedup=args.min_speedup,
-        compare=args.compare,
-        fail_on=args.fail_on,
-        timeout=args.timeout,
-        jobs=args.jobs,
-        redis_url=args.redis_url,
-        share_cold=not args.separate_cold,
-        recheck_all=args.recheck_all,
+        min_speedup=min_speedup,
+        compare=compare,
+        fail_on=fail_on,
+        timeout=timeout,
+        jobs=jobs,
+        redis_url=redis_url,
+        share_cold=not separate_cold,
+        recheck_all=recheck_all,
     )
     try:
-        server = ForkServer(python, run_dir)
+        server = ForkServer(interpreter_path, run_dir)
         try:
             total = len(plan.combos())
             if "auto" in plan.devices:
                 runner.expand_devices(plan, server.info)
                 total = len(plan.combos())
-            combos, phase = runner.run(server, plan, settings, _progress(total))
+            combos, phase_run = runner.run(server, plan, settings, _progress(total))
         finally:
             server.close()
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
         if temporary:
-            shutil.rmtree(cache_dir, ignore_errors=True)
-    settings.phase = phase
+            shutil.rmtree(cache_path, ignore_errors=True)
+    settings.phase = phase_run
     doc = writer.document(
         fingerprint=fp.to_dict(),
         scope_key=scopekey.scope_key(fp),
-        cache=cache_state,
+        cache=state,
         settings=settings.to_dict(),
         matrix=plan.to_dict(),
         combos=combos,
-        report_id=args.report_id,
+        report_id=report_id,
     )
-    if args.json:
-        writer.write(doc, args.json)
-    if args.json != "-":
+    if json_path:
+        writer.write(doc, json_path)
+    if json_path != "-":
         _table(doc)
-    return _exit_status(doc, args.fail_on)
+    return _exit_status(doc, fail_on)
 
 
 def _table(doc: dict[str, Any]) -> None:

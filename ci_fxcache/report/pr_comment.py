@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from ci_fxcache import gha, names
 from ci_fxcache.errors import CheckFailed, UsageError
@@ -153,54 +153,51 @@ def _fork_warning(number: int, message: str) -> None:
     gha.append_summary(f"> [!WARNING]\n> fxcache: {text}\n")
 
 
-class CommentOptions(Protocol):
-    """What `fxcache comment` hands over (its parsed options; the command line stays there)."""
-
-    results: str
-    template: str | None
-    pr: int | None
-    token_env: str
-    from_artifact: str | None
-    report_id: str | None
-    repo: str | None
-    author: str | None
-
-
-def run(args: CommentOptions) -> int:
-    """The `fxcache comment` command."""
+def run(
+    *,
+    results: str,
+    report_id: str | None,
+    token_env: str,
+    pr: int | None,
+    repo: str | None,
+    author: str | None,
+    from_artifact: str | None,
+    template: str | None,
+) -> int:
+    """The `fxcache comment` command (its options, as `fxcache comment --help` describes them)."""
     from ci_fxcache.github_api import GitHubClient, GitHubError
     from ci_fxcache.report import render
 
-    token = os.environ.get(args.token_env, "")  # GitHubClient masks it inside Actions
-    number = args.pr or pull_number_from_event(os.environ.get("GITHUB_EVENT_PATH"))
-    expected = artifact_report_id(args.results, args.from_artifact) if args.from_artifact else None
+    token = os.environ.get(token_env, "")  # GitHubClient masks it inside Actions
+    number = pr or pull_number_from_event(os.environ.get("GITHUB_EVENT_PATH"))
+    expected = artifact_report_id(results, from_artifact) if from_artifact else None
     limit = render.COMMENT_LIMIT - 200  # room for the marker line
-    body, doc_report_id = _render(args.results, args.template, limit)
+    body, doc_report_id = _render(results, template, limit)
     if expected is not None and doc_report_id != expected:
         raise UsageError(
-            f"{args.results} carries report id {doc_report_id!r}, but its artifact "
-            f"{args.from_artifact} names {expected!r}: not commenting"
+            f"{results} carries report id {doc_report_id!r}, but its artifact "
+            f"{from_artifact} names {expected!r}: not commenting"
         )
-    report_id = args.report_id or expected or names.check_report_id(doc_report_id)
+    report_id = report_id or expected or names.check_report_id(doc_report_id)
     if number is None:
         event = os.environ.get("GITHUB_EVENT_NAME") or "no GitHub event"
         print(f"fxcache: not a pull request ({event}): no comment posted")
         return 0
-    repository = args.repo or os.environ.get("GITHUB_REPOSITORY", "")
+    repository = repo or os.environ.get("GITHUB_REPOSITORY", "")
     if not token:
         raise UsageError(
-            f"no token in ${args.token_env}: pass 'env: {args.token_env}: ${{{{ github.token }}}}' "
+            f"no token in ${token_env}: pass 'env: {token_env}: ${{{{ github.token }}}}' "
             "(with 'permissions: pull-requests: write') or choose another variable with --token-env"
         )
     client = GitHubClient(token, repository, os.environ.get("GITHUB_API_URL") or None)
     try:
-        author = args.author or token_author(client)
+        author = author or token_author(client)
         try:
             action, cid = upsert(client, number, body, report_id, author)
         except GitHubError as exc:
             if exc.status != 422:
                 raise
-            short, _ = _render(args.results, args.template, SHORT_LIMIT)
+            short, _ = _render(results, template, SHORT_LIMIT)
             gha.warn(f"GitHub refused the comment ({exc.api_message}); posting the short form")
             action, cid = upsert(client, number, short, report_id, author)
     except GitHubError as exc:
