@@ -103,6 +103,21 @@ def test_a_dest_shadows_no_builtin_and_no_name_of_its_module(
     assert shadowing == [], "give the option a dest= that names what it holds"
 
 
+def test_every_report_id_option_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Found by walking the parser, so a command that gains --report-id is checked too
+    # (tests/test_cli.py runs the known ones end to end).
+    accepting = set()
+    for name, sub in _subparsers(monkeypatch).items():
+        for action in _options(sub):
+            if "--report-id" in action.option_strings:
+                assert callable(action.type), name
+                with pytest.raises(argparse.ArgumentTypeError, match=r"invalid report id '\.\./x'"):
+                    action.type("../x")
+                assert action.type("nightly.x_1") == "nightly.x_1"
+                accepting.add(name)
+    assert accepting >= {"verify", "plan", "merge", "comment"}
+
+
 def _typed(*, root: Path | None, state_file: Path | None, as_json: bool) -> int:
     return 0
 
