@@ -128,6 +128,21 @@ def make_read_only(scope_dir: Path, files: dict[str, os.stat_result]) -> None:
             os.chmod(scope_dir / rel, stat.S_IMODE(st.st_mode) & ~0o222 | _READ_ONLY)
 
 
+def holds_committed_files(directory: Path) -> bool:
+    """Whether `directory` holds a regular file a save committed (`make_read_only` took its
+    write permission; hardlinked overlays share it). Used by whoever would empty a directory
+    under a scope: committed files are never deleted by a job, only by the store."""
+    for dirpath, _dirs, names in os.walk(directory):
+        for name in names:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(st.st_mode) and not st.st_mode & 0o222:
+                return True
+    return False
+
+
 def _payload(manifest: dict[str, Any]) -> bytes:
     body = {k: v for k, v in manifest.items() if k != "signature"}
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
