@@ -25,13 +25,13 @@ CHECK_TIMEOUT_S = 120.0
 COMPILE_THREADS = "TORCHINDUCTOR_COMPILE_THREADS"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Settings:
     """How to run: the results document's `settings`, plus where and how wide."""
 
+    cache_dir: Path  # each combination's caches and reference, under <combo id>/
+    run_dir: Path  # this run's scratch: phase logs, raw results, empty hot caches
     phase: str = "both"
-    cache_dir: Path = Path(".")
-    run_dir: Path = Path(".")  # this run's scratch: phase logs, raw results, empty hot caches
     min_speedup: float = 2.0
     compare: str = "bitwise"
     fail_on: str = "unsafe"
