@@ -67,7 +67,7 @@ def _run(
         training=[False],
         workloads=[f"w{i}" for i in range(workloads)],
     )
-    runner_settings = verify_runner.Settings(cache_dir=tmp_path, jobs=3)
+    runner_settings = verify_runner.Settings(cache_dir=tmp_path, run_dir=tmp_path / "run", jobs=3)
     combos = plan.combos()
     runner = verify_runner.Runner(server, runner_settings, lambda _: None)  # type: ignore[arg-type]
     reasons = {c.id: verify_runner.skip_reason(c, server.info, None) for c in combos}
@@ -140,10 +140,14 @@ def test_hot_runs_on_a_device_like_cold_on_a_mixed_host(
     assert len({c["cold"]["gpu"]["name"] for c in results}) == 2  # both models were used
 
 
-def test_hot_waits_for_a_device_of_cold_model(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hot_waits_for_a_device_of_cold_model(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     server = StubForkServer([A100, H100, A100])
-    runner = verify_runner.Runner(server, verify_runner.Settings(), lambda _: None)  # type: ignore[arg-type]
+    runner = verify_runner.Runner(
+        server, verify_runner.Settings(cache_dir=tmp_path, run_dir=tmp_path / "run"), lambda _: None
+    )  # type: ignore[arg-type]
     combo = matrix.Combo("w", "cuda", "float32", "false", "fxgraph", False)
     cold, h100, a100 = (runner._take_gpu(combo, None) for _ in range(3))
     assert [cold.visible, h100.name, a100.visible] == ["0", H100[0], "2"]

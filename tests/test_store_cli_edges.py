@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -97,7 +98,7 @@ def test_a_failed_removal_is_reported_as_failed(store: Store) -> None:
             env={"FXCACHE_LOCK_TIMEOUT": "0.3"},
         )  # fmt: skip
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "| failed:" in proc.stdout and "removal(s) FAILED" in proc.stdout
+    assert re.search(r"^failed: ", proc.stdout, re.M) and "removal(s) FAILED" in proc.stdout
     assert "freed 0 B" in proc.stdout
     assert Path(first["scope_dir"]).is_dir()
 

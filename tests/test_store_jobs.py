@@ -144,14 +144,20 @@ def test_four_parallel_jobs_leave_one_valid_scope_with_every_entry(store: Store)
         assert result["hit"] >= 1 and result["miss"] == 0 and result["close"], (name, result)
 
 
-def _verify_into(store: Store, state: dict[str, Any], out: Path) -> dict[str, Any]:
-    """`fxcache verify --phase auto` into the restored scope's verify dir, as the action runs it;
-    its results document."""
+def _verify_into(
+    store: Store,
+    state: dict[str, Any],
+    out: Path,
+    phase: str = "auto",
+    mechanisms: str = "fxgraph,mega",
+) -> dict[str, Any]:
+    """`fxcache verify` (`--phase auto` as the action runs it) into the restored scope's verify
+    dir; its results document."""
     proc = store.run(
         "verify",
-        *("--python", TORCH_PYTHON, "--phase", "auto", "--cache-dir", state["verify_dir"]),
+        *("--python", TORCH_PYTHON, "--phase", phase, "--cache-dir", state["verify_dir"]),
         *("--workloads", "sin_matmul", "--device", "cpu", "--dtypes", "float32"),
-        *("--dynamic", "false", "--training", "false", "--mechanisms", "fxgraph,mega"),
+        *("--dynamic", "false", "--training", "false", "--mechanisms", mechanisms),
         *("--json", str(out)),
         env={"TORCHINDUCTOR_COMPILE_THREADS": "1"},
         timeout=900,
@@ -192,5 +198,46 @@ def test_a_hot_only_verify_never_touches_committed_files(store: Store, tmp_path:
     proc = store.save(state="second.json")
     assert json.loads(proc.stdout)["saved"], proc.stdout + proc.stderr
     assert not (store.root / ".quarantine").exists()
+    check = store.restore("--verify", "full", state="check.json")
+    assert check["hit"] and check["quarantined"] == [], check
+
+
+@pytest.mark.slow
+def test_a_verify_that_compiles_again_never_empties_committed_combinations(
+    store: Store, tmp_path: Path
+) -> None:
+    """`--phase both` over a committed scope, then `auto` once a mechanism joined the matrix:
+    committed combinations are neither emptied nor rebuilt in place (the next save would find
+    committed files gone and quarantine the scope); only the new combination compiles into the
+    scope, and the save adds it."""
+    first = store.restore(state="first.json")
+    made = _verify_into(store, first, tmp_path / "results-1.json", mechanisms="fxgraph")
+    assert json.loads(store.save(state="first.json").stdout)["saved"]
+    scope = Path(first["scope_dir"])
+    before = _committed_files(scope)
+
+    second = store.restore(state="second.json")
+    assert second["hit"] and second["mode"] == "in-place", second
+    again = _verify_into(store, second, tmp_path / "results-2.json", "both", "fxgraph")
+    assert again["settings"]["phase"] == "both"
+    assert [c["verdict"] for c in again["combos"]] == ["safe"], again["combos"]
+    assert again["combos"][0]["cold"]["pid"] != made["combos"][0]["cold"]["pid"]
+    assert _committed_files(scope) == before
+    proc = store.save(state="second.json")
+    assert json.loads(proc.stdout)["saved"], proc.stdout + proc.stderr
+    assert not (store.root / ".quarantine").exists()
+
+    third = store.restore(state="third.json")
+    grown = _verify_into(store, third, tmp_path / "results-3.json", "auto", "fxgraph,mega")
+    by_mechanism = {c["mechanism"]: c for c in grown["combos"]}
+    assert grown["settings"]["phase"] == "both"
+    # fxgraph ran hot only on the first job's reference; mega alone compiled cold
+    assert by_mechanism["fxgraph"]["cold"]["pid"] == made["combos"][0]["cold"]["pid"]
+    assert by_mechanism["mega"]["cold"]["pid"] != made["combos"][0]["cold"]["pid"]
+    assert _committed_files(scope) == before
+    proc = store.save(state="third.json")
+    assert json.loads(proc.stdout)["saved"], proc.stdout + proc.stderr
+    mega_dir = f"verify/{by_mechanism['mega']['id']}/"
+    assert any(rel.startswith(mega_dir) for rel in _manifest(scope)["files"])
     check = store.restore("--verify", "full", state="check.json")
     assert check["hit"] and check["quarantined"] == [], check

@@ -109,7 +109,7 @@ class _NoServer:
 
 def test_the_matrix_on_an_older_torch_skips_instead_of_running(tmp_path: Path) -> None:
     plan = matrix.Matrix(devices=["cpu"], mechanisms=["mega", "precompile"])
-    settings = runner.Settings(cache_dir=tmp_path)
+    settings = runner.Settings(cache_dir=tmp_path, run_dir=tmp_path / "run")
     combos, _ = runner.run(_NoServer(), plan, settings, lambda _: None)  # type: ignore[arg-type]
     assert len(combos) == 8
     for combo in combos:

@@ -35,6 +35,21 @@ def test_the_fxgraph_combination_runs_the_shared_cold_phase_whatever_the_order()
     assert all(len(g) == 1 for g in runner.cold_groups(plan.combos(), share=True))
 
 
+def test_auto_decides_hot_only_per_combination(tmp_path: Path) -> None:
+    plan = matrix.build({**dict.fromkeys(matrix.FLAGS), "mechanisms": "fxgraph,mega"}, None)
+    plan.devices = ["cpu"]
+    combos = plan.combos()
+    with_reference = combos[0]
+    (tmp_path / with_reference.id).mkdir()
+    for name in ("reference.json", "reference.pt"):
+        (tmp_path / with_reference.id / name).write_text("{}")
+    auto = runner.hot_only_ids("auto", tmp_path, combos)
+    assert auto == {with_reference.id}  # the others compile cold; this one is not rebuilt
+    assert runner.hot_only_ids("hot", tmp_path, combos) == {c.id for c in combos}
+    assert runner.hot_only_ids("both", tmp_path, combos) == set()
+    assert runner.hot_only_ids("cold", tmp_path, combos) == set()
+
+
 def _pids(doc: dict[str, Any], cid: str) -> dict[str, int]:
     """The processes the combination's phases ran in, from the results document."""
     combo = next(c for c in doc["combos"] if c["id"] == cid)

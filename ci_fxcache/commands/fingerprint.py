@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from ci_fxcache import cli
+from ci_fxcache import cli, text_table
 from ci_fxcache.commands import options
 from ci_fxcache.env import fingerprint, probe, scopekey
 from ci_fxcache.errors import EXIT_CHECK_FAILED, EXIT_OK
@@ -59,8 +59,7 @@ def _text(fp: fingerprint.Fingerprint) -> str:
         ("salt", fp.salt or "-"),
         ("scope key", scopekey.scope_key(fp)),
     ]
-    width = max(len(name) for name, _ in rows)
-    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+    return "\n".join(text_table.lines(rows))
 
 
 def run(*, python: str, salt: str | None, as_json: bool, probe_torch: bool) -> int:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ci_fxcache import text_table
 from ci_fxcache.commands import options
 from ci_fxcache.env import fingerprint
 from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
@@ -126,14 +127,18 @@ def _table(result: dict[str, Any]) -> str:
     lines = []
     rows = result["rows"]
     if rows:
-        lines.append("| action | store | cache | size | last used | why |")
-        lines.append("|---|---|---|---|---|---|")
-        for row in rows:
-            lines.append(
-                f"| {row['action']} | {row['store']} | `{row['scope']}` | "
-                f"{human_bytes(row['bytes'])} | {_when(row['last_used'])} | "
-                f"{'; '.join(row['reasons'])} |"
-            )
+        table = [["action", "store", "cache", "size", "last used", "why"]] + [
+            [
+                str(row["action"]),
+                str(row["store"]),
+                str(row["scope"]),
+                human_bytes(row["bytes"]),
+                _when(row["last_used"]),
+                "; ".join(row["reasons"]),
+            ]
+            for row in rows
+        ]
+        lines.extend(text_table.lines(table, right={3}, rule=True))
         done = ("would remove", "removed")
         total = sum(r["bytes"] for r in rows if r["action"] in done)
         verb = "would free" if result["dry_run"] else "freed"

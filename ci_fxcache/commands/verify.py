@@ -260,11 +260,12 @@ def run(
 
 
 def _table(doc: dict[str, Any]) -> None:
+    """The run's report as `fxcache report --format text` prints it, from the same document."""
+    from ci_fxcache import report
+    from ci_fxcache.report import render
+
     print()
-    for combo in doc["combos"]:
-        print(line(combo))
-    counts = ", ".join(f"{v} {k}" for k, v in doc["summary"].items() if v)
-    print(f"\n{len(doc['combos'])} combinations: {counts}", flush=True)
+    print(render.text(report.from_document(doc, "the verify run")), end="", flush=True)
 
 
 def _exit_status(doc: dict[str, Any], fail_on: str) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ci_fxcache.report import known_issues, model
 from ci_fxcache.results import reader
 
@@ -10,6 +12,11 @@ def build(path: str) -> tuple[reader.Results, model.Report]:
     """Load a results document of either schema and build its report model."""
     loaded = reader.load(path)
     return loaded, model.build(loaded, known_issues.load_builtin())
+
+
+def from_document(doc: dict[str, Any], where: str) -> model.Report:
+    """The report model of a results document already in memory (`where` names it in errors)."""
+    return model.build(reader.from_document(doc, where), known_issues.load_builtin())
 
 
 def safe_combo_ids(report: model.Report) -> list[str]:

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import userfiles
+from ci_fxcache import text_table, userfiles
 from ci_fxcache.errors import UsageError
 from ci_fxcache.report import labels
 from ci_fxcache.report.model import Report, Row
@@ -272,7 +272,7 @@ def use_colour(stream: Any = None) -> bool:
 
 TEXT_WIDTH = 100
 _TEXT_HEADERS = ("verdict", "combination", "cold s", "hot s", "speedup", "why")
-_TEXT_RIGHT = {"cold s", "hot s", "speedup"}
+_TEXT_RIGHT = {2, 3, 4}  # cold s, hot s, speedup
 _MATRIX_WORD = {"safe": "safe", "no-gain": "no-gain", "unsafe": "UNSAFE", "error": "error"}
 
 
@@ -282,10 +282,6 @@ def _wrapped(text_: str, indent: str = "  ") -> list[str]:
     return textwrap.wrap(
         plain(text_), TEXT_WIDTH, subsequent_indent=indent, break_on_hyphens=False
     ) or [""]
-
-
-def _clip(text_: str, width: int) -> str:
-    return text_ if len(text_) <= width else text_[: max(0, width - 1)] + "…"
 
 
 def _text_table(rows: list[Row], colour: bool) -> list[str]:
@@ -300,23 +296,16 @@ def _text_table(rows: list[Row], colour: bool) -> list[str]:
         )
         for r in rows
     ]
-    widths = [max([len(h)] + [len(t[i]) for t in table]) for i, h in enumerate(_TEXT_HEADERS)]
+    widths = text_table.widths([_TEXT_HEADERS, *table])
     # The last column takes what is left of the line and is clipped to it.
     widths[-1] = max(8, TEXT_WIDTH - sum(widths[:-1]) - 2 * (len(widths) - 1))
-
-    def line(cells: tuple[str, ...]) -> str:
-        return "  ".join(
-            c.rjust(w) if h in _TEXT_RIGHT else _clip(c, w).ljust(w)
-            for c, w, h in zip(cells, widths, _TEXT_HEADERS, strict=True)
-        ).rstrip()
-
-    out = [line(_TEXT_HEADERS), line(tuple("-" * w for w in widths))]
-    for r, cells in zip(rows, table, strict=True):
-        rendered = line(cells)
-        if colour:
+    out = text_table.lines(
+        [_TEXT_HEADERS, *table], right=_TEXT_RIGHT, column_widths=widths, rule=True
+    )
+    if colour:
+        for i, (r, cells) in enumerate(zip(rows, table, strict=True), start=2):
             code = _COLOURS.get(r.verdict, "0")
-            rendered = f"\033[{code}m{cells[0]}\033[0m" + rendered[len(cells[0]) :]
-        out.append(rendered)
+            out[i] = f"\033[{code}m{cells[0]}\033[0m" + out[i][len(cells[0]) :]
     return out
 
 
@@ -335,24 +324,23 @@ def text(report: Report, colour: bool = False) -> str:
     for t in top:
         out.extend(_wrapped(f"{t.heading}: {', '.join(t.entries)}."))
     if report.matrix is not None:
-        label_w = min(40, max((len(plain(lab)) for lab, _ in report.matrix.rows), default=11))
+        rows = report.matrix.rows
+        label_w = min(40, max([len("combination")] + [len(plain(lab)) for lab, _ in rows]))
         cols = [plain(c) for c in report.matrix.columns]
-        col_w = [max(len(c), 9) for c in cols]
-        out.append("")
-        out.append(
-            "  ".join(
-                [
-                    "combination".ljust(label_w),
-                    *(c.ljust(w) for c, w in zip(cols, col_w, strict=True)),
-                ]
-            ).rstrip()
-        )
-        for lab, cells in report.matrix.rows:
-            words = [
-                (_MATRIX_WORD.get(v, "skipped" if v else "–") + ("*" if issue else "")).ljust(w)
-                for (v, issue), w in zip(cells, col_w, strict=True)
+        table = [["combination", *cols]] + [
+            [
+                plain(lab),
+                *(
+                    _MATRIX_WORD.get(v, "skipped" if v else "–") + ("*" if issue else "")
+                    for v, issue in cells
+                ),
             ]
-            out.append("  ".join([_clip(plain(lab), label_w).ljust(label_w), *words]).rstrip())
+            for lab, cells in rows
+        ]
+        out.append("")
+        out.extend(
+            text_table.lines(table, column_widths=[label_w, *(max(len(c), 9) for c in cols)])
+        )
         out.append("(* a known upstream issue concerns this combination)")
         for line_ in report.key_diffs:
             out.extend(_wrapped(f"keys differ: {line_}"))

@@ -11,7 +11,7 @@ import hmac
 import json
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,6 +125,26 @@ def make_read_only(scope_dir: Path, files: dict[str, os.stat_result]) -> None:
     for rel, st in files.items():
         if st.st_mode & 0o222:
             os.chmod(scope_dir / rel, stat.S_IMODE(st.st_mode) & ~0o222 | _READ_ONLY)
+
+
+def regular_files(directory: Path) -> Iterator[os.stat_result]:
+    """The lstat of each regular file under `directory` (symlinks not followed; a file that
+    vanishes during the walk is skipped)."""
+    for dirpath, _dirs, names in os.walk(directory):
+        for name in names:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                yield st
+
+
+def holds_committed_files(directory: Path) -> bool:
+    """Whether `directory` holds a regular file a save committed (`make_read_only` took its
+    write permission; hardlinked overlays share it). Used by whoever would empty a directory
+    under a scope: committed files are never deleted by a job, only by the store."""
+    return any(not st.st_mode & 0o222 for st in regular_files(directory))
 
 
 def _payload(manifest: dict[str, Any]) -> bytes:

@@ -16,6 +16,7 @@ from typing import Any
 
 from ci_fxcache import gha
 from ci_fxcache.errors import UsageError
+from ci_fxcache.store import manifest
 from ci_fxcache.store.layout import LAST_USED, MANIFEST, Layout
 from ci_fxcache.timestamps import utc_now
 
@@ -60,15 +61,7 @@ def check_env() -> None:
 
 def tree_bytes(path: Path) -> int:
     """Bytes of the regular files under `path` (symlinks not followed)."""
-    total = 0
-    for dirpath, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(dirpath, name))
-            except OSError:
-                continue
-            total += st.st_size
-    return total
+    return sum(st.st_size for st in manifest.regular_files(path))
 
 
 def last_used(layout: Layout, key: str) -> float:

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from ci_fxcache import timestamps
 from ci_fxcache.env import gpus, torch_support
 from ci_fxcache.errors import UsageError
-from ci_fxcache.store import redis_cache
+from ci_fxcache.store import manifest, redis_cache
 from ci_fxcache.verify import recheck, verdicts
 from ci_fxcache.verify.forkserver import ForkServer
 from ci_fxcache.verify.matrix import Combo, Matrix
@@ -25,13 +25,13 @@ CHECK_TIMEOUT_S = 120.0
 COMPILE_THREADS = "TORCHINDUCTOR_COMPILE_THREADS"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Settings:
     """How to run: the results document's `settings`, plus where and how wide."""
 
+    cache_dir: Path  # each combination's caches and reference, under <combo id>/
+    run_dir: Path  # this run's scratch: phase logs, raw results, empty hot caches
     phase: str = "both"
-    cache_dir: Path = Path(".")
-    run_dir: Path = Path(".")  # this run's scratch: phase logs, raw results, empty hot caches
     min_speedup: float = 2.0
     compare: str = "bitwise"
     fail_on: str = "unsafe"
@@ -206,6 +206,12 @@ class Runner:
         self._free_gpus = list(self._gpus)
         self.torch_version = str(server.info.get("torch") or "")
         self._gpu_lock = threading.Condition()
+        # Combinations whose cold phase runs outside `cache_dir` (see `_cold`), by id.
+        self._relocated: dict[str, Path] = {}
+
+    def combo_dir(self, combo: Combo) -> Path:
+        """Where `combo`'s caches and reference live in this run."""
+        return self._relocated.get(combo.id) or self.settings.cache_dir / combo.id
 
     def check_workloads(self, matrix: Matrix) -> None:
         """Import each user workload and call its factory once: exit 2 on a bad one."""
@@ -304,13 +310,13 @@ class Runner:
         `cache_dir`, whose files a store may have committed. A cold phase also writes the
         mega-cache artifacts (`mega.bin`) into the directory of each combination it serves
         (`combo` itself and `serves`) that loads them hot."""
-        combo_dir = self.settings.cache_dir / combo.id
+        combo_dir = self.combo_dir(combo)
         base = combo_dir
         if phase == "hot" and combo.mechanism != "fxgraph":
             base = self.settings.run_dir / combo.id / "hot"
             shutil.rmtree(base, ignore_errors=True)
         artifacts = [
-            str(self.settings.cache_dir / c.id / "mega.bin")
+            str(self.combo_dir(c) / "mega.bin")
             for c in (combo, *serves)
             if phase == "cold" and c.mechanism in ARTIFACT_MECHANISMS
         ]
@@ -333,7 +339,7 @@ class Runner:
             carried = None
             if not self.settings.recheck_all:
                 carried = recheck.carried(
-                    self.settings.cache_dir / combo.id,
+                    self.combo_dir(combo),
                     combo.mechanism,
                     self.settings.to_dict(),
                     self.torch_version,
@@ -346,7 +352,7 @@ class Runner:
                     combo,
                     verdicts.not_judged(
                         "not-run",
-                        f"no reference recorded in {self.settings.cache_dir / combo.id}: run "
+                        f"no reference recorded in {self.combo_dir(combo)}: run "
                         "--phase cold (or both) first",
                     ),
                 )
@@ -375,7 +381,7 @@ class Runner:
     def _recorded(self, combo: Combo) -> ColdRecord | None:
         """The cold phase recorded for `combo` in its directory, or None."""
         try:
-            recorded = json.loads((self.settings.cache_dir / combo.id / REFERENCE).read_text())
+            recorded = json.loads((self.combo_dir(combo) / REFERENCE).read_text())
             return ColdRecord(
                 recorded["cold"],
                 recorded["cold_result"],
@@ -387,10 +393,17 @@ class Runner:
 
     def _cold(self, combo: Combo, serves: tuple[Combo, ...]) -> ColdRecord:
         """Run the cold phase in `combo`'s fresh directory (also serving `serves`) and record
-        its reference there when it succeeded."""
+        its reference there when it succeeded.
+
+        A combination directory that holds files a store committed is never emptied (the
+        store's next save would find committed files gone and quarantine the whole scope):
+        that combination compiles, and is judged, in a fresh directory of this run's scratch,
+        and the store keeps the entries it committed."""
         for c in (combo, *serves):
-            shutil.rmtree(self.settings.cache_dir / c.id, ignore_errors=True)
-            (self.settings.cache_dir / c.id).mkdir(parents=True)
+            if manifest.holds_committed_files(self.settings.cache_dir / c.id):
+                self._relocated[c.id] = self.settings.run_dir / c.id / "fresh"
+            shutil.rmtree(self.combo_dir(c), ignore_errors=True)
+            self.combo_dir(c).mkdir(parents=True)
         tag = f"fxcache-{uuid.uuid4().hex[:12]}" if combo.mechanism == "remote" else ""
         cold, cold_result, cold_gpu = self._phase(
             combo, "cold", self.spec(combo, "cold", tag, serves)
@@ -403,7 +416,7 @@ class Runner:
         return record
 
     def _write_reference(self, combo: Combo, record: ColdRecord) -> None:
-        (self.settings.cache_dir / combo.id / REFERENCE).write_text(
+        (self.combo_dir(combo) / REFERENCE).write_text(
             json.dumps(
                 {
                     "combo": combo.to_dict(),
@@ -423,8 +436,8 @@ class Runner:
         if record.phase["status"] != "ok":
             return
         shutil.copyfile(
-            self.settings.cache_dir / source.id / "reference.pt",
-            self.settings.cache_dir / combo.id / "reference.pt",
+            self.combo_dir(source) / "reference.pt",
+            self.combo_dir(combo) / "reference.pt",
         )
         self._write_reference(combo, record)
 
@@ -453,7 +466,7 @@ class Runner:
             )
         elif cold_ran:
             recheck.record(
-                self.settings.cache_dir / combo.id,
+                self.combo_dir(combo),
                 judged,
                 self.settings.to_dict(),
                 self.torch_version,
@@ -476,6 +489,18 @@ def _recorded_gpu(cold: dict[str, Any]) -> GpuSlot | None:
         return GpuSlot(str(gpu["visible"]), str(gpu["name"]), (major, minor))
     except (KeyError, ValueError):
         return None
+
+
+def hot_only_ids(phase: str, cache_dir: Path, combos: list[Combo]) -> set[str]:
+    """The combinations that run hot only: all with `--phase hot`; with `auto`, each one whose
+    cold phase recorded a reference under `cache_dir` (decided per combination, so a
+    combination added to the matrix, or one whose cold phase failed, is the only one that
+    compiles cold again); none with `cold` or `both`."""
+    if phase == "hot":
+        return {c.id for c in combos}
+    if phase == "auto":
+        return {c.id for c in combos if has_reference(cache_dir, c)}
+    return set()
 
 
 def has_reference(cache_dir: Path, combo: Combo) -> bool:
@@ -521,7 +546,8 @@ def run(
     settings: Settings,
     progress: Callable[[dict[str, Any]], None],
 ) -> tuple[list[dict[str, Any]], str]:
-    """Run every combination; returns the combos (in matrix order) and the phase mode used."""
+    """Run every combination; returns the combos (in matrix order) and the phase mode used
+    (`auto` becomes `hot` when every combination ran hot only, else `both`)."""
     runner = Runner(server, settings, progress)
     expand_devices(matrix, server.info)
     runner.check_workloads(matrix)
@@ -543,20 +569,21 @@ def run(
         if found is not None:
             skips[c.id] = found
     runnable = [c for c in combos if c.id not in skips]
+    hot = hot_only_ids(settings.phase, settings.cache_dir, runnable)
     phase = settings.phase
     if phase == "auto":
-        hot_only = bool(runnable) and all(has_reference(settings.cache_dir, c) for c in runnable)
-        phase = "hot" if hot_only else "both"
+        phase = "hot" if runnable and len(hot) == len(runnable) else "both"
     results: dict[str, dict[str, Any]] = {}
     for c in combos:
         if c.id in skips:
             results[c.id] = runner._result(c, verdicts.not_judged(*skips[c.id]))
     jobs = settings.jobs or default_jobs(runnable, server.info)
     runner.compile_threads = compile_threads(min(jobs, len(runnable)))
-    hot_only = phase == "hot"
-    groups = cold_groups(runnable, settings.share_cold and not hot_only)
+    groups = [[c] for c in runnable if c.id in hot] + cold_groups(
+        [c for c in runnable if c.id not in hot], settings.share_cold
+    )
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        started = [pool.submit(runner.run_group, g, hot_only, pool.submit) for g in groups]
+        started = [pool.submit(runner.run_group, g, g[0].id in hot, pool.submit) for g in groups]
         for group, fut in zip(groups, started, strict=True):
             first, others = fut.result()
             results[group[0].id] = first
