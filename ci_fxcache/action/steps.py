@@ -23,9 +23,11 @@ from ci_fxcache.action.settings import (
     store_root,
     upload_decision,
 )
+from ci_fxcache.env import interpreter
 from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
 from ci_fxcache.report import pr_comment
-from ci_fxcache.store import trust
+from ci_fxcache.store import redis_cache, trust
+from ci_fxcache.store import save as store_save
 
 # The main action's outputs: name -> id of the step that writes it (action.yml's `outputs:`
 # maps each to `steps.<id>.outputs.<name>`; tests/test_action_inputs.py checks it).
@@ -37,7 +39,6 @@ OUTPUTS = {
     "report-json": "verify",
     "report-markdown": "report",
 }
-REDIS_URL_ENV = "FXCACHE_REDIS_URL"
 TOKEN_ENV = "FXCACHE_GITHUB_TOKEN"
 
 
@@ -122,7 +123,7 @@ def setup() -> int:
     path = settings.write()
     gha.set_output("settings", str(path))
     gha.export_env(SETTINGS_ENV, str(path))  # for the save sub-action and the end-of-job save
-    gha.export_env("FXCACHE_PYTHON", settings.python)  # later fxcache commands serve it too
+    gha.export_env(interpreter.PYTHON_ENV, settings.python)  # later fxcache commands serve it too
     print(
         f"fxcache: store {store} at {root}, read-only {str(read_only).lower()}"
         + (f" ({untrusted})" if untrusted else "")
@@ -142,7 +143,7 @@ def restore() -> int:
     if not values["invalidate-on-upgrade"]:
         argv.append("--no-invalidate-on-upgrade")
     _set_env(trust.SIGNING_ENV, values["signing-key"])
-    _set_env(REDIS_URL_ENV, values["redis-url"] if s.remote else None)
+    _set_env(redis_cache.URL_ENV, values["redis-url"] if s.remote else None)
     return cli.main(argv)
 
 
@@ -160,7 +161,7 @@ def verify() -> int:
     if values["min-speedup"] is not None:
         argv += ["--min-speedup", str(values["min-speedup"])]
     argv += ["--fail-on", values["fail-on"]]
-    _set_env(REDIS_URL_ENV, values["redis-url"] if s.remote else None)
+    _set_env(redis_cache.URL_ENV, values["redis-url"] if s.remote else None)
     rc = cli.main(argv)
     if rc == EXIT_CHECK_FAILED and s.results.is_file():
         s.verify_rc.write_text(f"{rc}\n", encoding="utf-8")
@@ -213,8 +214,6 @@ def conclude() -> int:
 
 
 def _save_result(s: Settings, post: bool) -> dict[str, Any]:
-    from ci_fxcache.commands.save import save_state
-
     if s.save == "never":
         return {"saved": False, "reason": "save: never"}
     if not s.state_file.is_file():
@@ -222,7 +221,7 @@ def _save_result(s: Settings, post: bool) -> dict[str, Any]:
     key = os.environ.get(trust.SIGNING_ENV) or None
     if not post:
         key = inp.from_env(inp.SAVE)["signing-key"] or key
-    return save_state(s.state_file, Path(s.root), key)
+    return store_save.save_from_state(s.state_file, Path(s.root), key)
 
 
 def save(post: bool = False) -> int:
@@ -326,7 +325,7 @@ def invalidate() -> int:
         argv.append(f"--{values['target']}")
     if values["dry-run"]:
         argv.append("--dry-run")
-    _set_env(REDIS_URL_ENV, values["redis-url"])
+    _set_env(redis_cache.URL_ENV, values["redis-url"])
     _set_env("GITHUB_TOKEN", values["github-token"])
     out = runner_temp() / "fxcache" / f"invalidate-{values['target']}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -44,7 +44,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--github", action="store_true", help="GitHub Actions caches instead")
     parser.add_argument("--redis", action="store_true", help="Redis keys (needs --max-age)")
-    parser.add_argument("--redis-url", default=None, help="Redis URL (env FXCACHE_REDIS_URL)")
+    options.redis_url_option(parser, "Redis URL")
     parser.set_defaults(func=run)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ci_fxcache import names, userfiles
+from ci_fxcache.env import interpreter
 from ci_fxcache.errors import UsageError
 
 T = TypeVar("T")
@@ -50,9 +51,14 @@ def python_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--python",
         metavar="PATH",
-        default=os.environ.get("FXCACHE_PYTHON") or "python3",
+        default=os.environ.get(interpreter.PYTHON_ENV) or "python3",
         help="interpreter whose torch is served (env FXCACHE_PYTHON; default: python3 on PATH)",
     )
+
+
+def redis_url_option(parser: argparse.ArgumentParser, help: str) -> None:
+    """`--redis-url` (env FXCACHE_REDIS_URL, read where it is used: store.redis_cache)."""
+    parser.add_argument("--redis-url", default=None, help=f"{help} (env FXCACHE_REDIS_URL)")
 
 
 def salt_option(parser: argparse.ArgumentParser) -> None:

@@ -17,7 +17,7 @@ from ci_fxcache.env import fingerprint, scopekey
 from ci_fxcache.errors import UsageError
 from ci_fxcache.store import overlay, redis_cache, scopes, trust
 from ci_fxcache.store import restore as store_restore
-from ci_fxcache.store.layout import Layout, resolve_root
+from ci_fxcache.store.layout import VERIFY_DIR_ENV, Layout, resolve_root
 from ci_fxcache.store.state_file import STATE_FILE_ENV, new_state_file
 
 OVERLAY_ENV = "FXCACHE_OVERLAY"
@@ -67,7 +67,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     )
     options.state_file_option(parser)
     parser.add_argument("--store", choices=("local", "redis"), default="local")
-    parser.add_argument("--redis-url", default=None, help="Redis URL (env FXCACHE_REDIS_URL)")
+    options.redis_url_option(parser, "Redis URL")
     parser.set_defaults(func=run)
 
 
@@ -152,7 +152,7 @@ def run(
     env = {
         "TORCHINDUCTOR_CACHE_DIR": state["inductor_dir"],
         "TRITON_CACHE_DIR": state["triton_dir"],
-        "FXCACHE_VERIFY_DIR": state["verify_dir"],
+        VERIFY_DIR_ENV: state["verify_dir"],
         STATE_FILE_ENV: str(state_path),
     }
     state["redis"] = None

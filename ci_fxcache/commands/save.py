@@ -7,12 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import gha
 from ci_fxcache.commands import options
 from ci_fxcache.store import save as store_save
-from ci_fxcache.store import scopes, trust
-from ci_fxcache.store.layout import Layout
-from ci_fxcache.store.state_file import read_state, saved_state_file
+from ci_fxcache.store import trust
+from ci_fxcache.store.state_file import saved_state_file
 
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
@@ -32,23 +30,9 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
-def save_state(path: Path, root: Path | None, signing_key: str | None) -> dict[str, Any]:
-    """Save the scope restore handed out (root: the state's unless given), or say why not."""
-    scopes.check_env()
-    state = read_state(path)
-    root = root if root is not None else Path(state["root"])
-    if state.get("read_only"):
-        return {"saved": False, "reason": f"read-only restore ({state.get('read_only_reason')})"}
-    try:
-        return store_save.save(Layout(root), state, signing_key)
-    except (OSError, TimeoutError) as exc:
-        gha.warn(f"could not save cache scope {state['scope_key']}: {exc}; continuing")
-        return {"saved": False, "reason": str(exc)}
-
-
 def run(*, root: Path | None, state_file: Path | None, as_json: bool) -> int:
     """Save, or say why not."""
-    result = save_state(saved_state_file(state_file), root, trust.signing_key())
+    result = store_save.save_from_state(saved_state_file(state_file), root, trust.signing_key())
     if as_json:
         print(json.dumps(result, indent=2))
     elif result["saved"]:

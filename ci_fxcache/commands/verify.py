@@ -16,7 +16,8 @@ from ci_fxcache.env import fingerprint, interpreter, scopekey
 from ci_fxcache.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 from ci_fxcache.report import labels
 from ci_fxcache.results import writer
-from ci_fxcache.store import state_file
+from ci_fxcache.store import redis_cache, state_file
+from ci_fxcache.store.layout import VERIFY_DIR_ENV
 from ci_fxcache.verify import causes, matrix, runner
 from ci_fxcache.verify.forkserver import ForkServer
 
@@ -37,13 +38,13 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "--phase",
         choices=("cold", "hot", "both", "auto"),
         default="auto",
-        help="auto (default): hot-only when every combination has a recorded reference in "
-        "--cache-dir, else cold and hot",
+        help="auto (default): per combination, hot only when --cache-dir holds its recorded "
+        "reference, else cold and hot",
     )
     parser.add_argument(
         "--cache-dir",
         metavar="DIR",
-        default=os.environ.get("FXCACHE_VERIFY_DIR") or None,
+        default=os.environ.get(VERIFY_DIR_ENV) or None,
         help="per-combination caches and references (env FXCACHE_VERIFY_DIR, which "
         "`fxcache restore` exports; default: a temporary directory)",
     )
@@ -82,11 +83,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         default=os.environ.get(state_file.STATE_FILE_ENV) or None,
         help="restore's state (JSON), embedded in the results (env FXCACHE_STATE_FILE)",
     )
-    parser.add_argument(
-        "--redis-url",
-        default=os.environ.get("FXCACHE_REDIS_URL") or None,
-        help="Redis for the remote mechanism (env FXCACHE_REDIS_URL)",
-    )
+    options.redis_url_option(parser, "Redis for the remote mechanism")
     options.report_id_option(
         parser,
         default="fxcache",
@@ -224,7 +221,7 @@ def run(
         fail_on=fail_on,
         timeout=timeout,
         jobs=jobs,
-        redis_url=redis_url,
+        redis_url=redis_cache.configured_url(redis_url),
         share_cold=not separate_cold,
         recheck_all=recheck_all,
     )

@@ -12,6 +12,8 @@ from typing import Any
 from ci_fxcache.env import snippets
 from ci_fxcache.errors import UsageError
 
+PYTHON_ENV = "FXCACHE_PYTHON"  # the interpreter every command serves by default
+
 
 def resolve(python: str) -> str:
     """Absolute path of `python` (a path or a name on PATH); UsageError when there is none."""

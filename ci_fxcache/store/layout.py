@@ -9,6 +9,8 @@ from ci_fxcache import gha
 from ci_fxcache.env import scopekey
 
 CACHE_DIRS = ("inductor", "triton", "verify")
+# restore exports the scope's verify/ folder as verify's default --cache-dir
+VERIFY_DIR_ENV = "FXCACHE_VERIFY_DIR"
 MANIFEST = "manifest.json"
 LAST_USED = ".last-used"
 # Top-level entries a scope directory may hold; anything else is unexpected.

@@ -25,9 +25,14 @@ def check_url(url: str, what: str = "--redis-url") -> str:
     return url
 
 
+def configured_url(url: str | None) -> str | None:
+    """`--redis-url`, else `$FXCACHE_REDIS_URL`, else None."""
+    return url or os.environ.get(URL_ENV) or None
+
+
 def resolve_url(url: str | None) -> str:
     """`--redis-url`, else `$FXCACHE_REDIS_URL`; UsageError when unset or not a Redis URL."""
-    url = url or os.environ.get(URL_ENV, "")
+    url = configured_url(url)
     if not url:
         raise UsageError("the redis store needs --redis-url URL (or FXCACHE_REDIS_URL)")
     return check_url(url)

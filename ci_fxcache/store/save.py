@@ -14,7 +14,7 @@ from typing import Any
 
 from ci_fxcache import gha
 from ci_fxcache.store import manifest as mf
-from ci_fxcache.store import scopes, spare
+from ci_fxcache.store import scopes, spare, state_file
 from ci_fxcache.store.layout import LOCKS, Layout
 
 # Fault injection for the reliability tests, never set in production: `pause:SECONDS` (so a
@@ -194,3 +194,17 @@ def _fault_hook() -> Callable[[], None] | None:
 
 def _write(layout: Layout, key: str, manifest: dict[str, Any]) -> None:
     mf.write_atomic(layout.manifest(key), manifest, layout.root / LOCKS, _fault_hook())
+
+
+def save_from_state(path: Path, root: Path | None, signing_key: str | None) -> dict[str, Any]:
+    """Save the scope restore handed out (root: the state's unless given), or say why not."""
+    scopes.check_env()
+    state = state_file.read_state(path)
+    root = root if root is not None else Path(state["root"])
+    if state.get("read_only"):
+        return {"saved": False, "reason": f"read-only restore ({state.get('read_only_reason')})"}
+    try:
+        return save(Layout(root), state, signing_key)
+    except (OSError, TimeoutError) as exc:
+        gha.warn(f"could not save cache scope {state['scope_key']}: {exc}; continuing")
+        return {"saved": False, "reason": str(exc)}
