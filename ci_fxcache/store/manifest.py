@@ -76,34 +76,41 @@ def _top_level_problems(root: str) -> list[Problem]:
     return problems
 
 
-def scan(scope_dir: Path) -> tuple[dict[str, os.stat_result], list[Problem]]:
-    """Regular files under the cache dirs (relative POSIX path -> lstat) and what is not allowed.
+def _files(root: str, problems: list[Problem]) -> Iterator[tuple[os.DirEntry[str], str]]:
+    """Each regular file under the scope's cache dirs, with its relative POSIX path; a symlink
+    (never followed) or anything else that is not a plain file goes to `problems`.
 
-    Symlinks are never followed: each one is a problem (it could point outside the scope), as is
-    any top-level entry that is not part of the layout, and anything that is not a plain file.
-    """
-    files: dict[str, os.stat_result] = {}
-    root = str(scope_dir)
-    problems = _top_level_problems(root)
+    Plain strings and scandir's cached d_type: this runs on every restore and every save."""
     for top in CACHE_DIRS:
         base = os.path.join(root, top)
         if os.path.islink(base) or not os.path.isdir(base):
             continue
-        # Plain strings and scandir's cached d_type: this runs on every restore.
         stack = [(base, top + "/")]
         while stack:
             current, prefix = stack.pop()
             with os.scandir(current) as it:
                 for entry in it:
                     rel = prefix + entry.name
-                    if entry.is_symlink():
-                        problems.append(Problem("symlink", rel, f"-> {os.readlink(entry.path)}"))
+                    # Regular files first: they are nearly every entry (d_type, no syscall).
+                    if entry.is_file(follow_symlinks=False):
+                        yield entry, rel
                     elif entry.is_dir(follow_symlinks=False):
                         stack.append((entry.path, rel + "/"))
-                    elif entry.is_file(follow_symlinks=False):
-                        files[rel] = entry.stat(follow_symlinks=False)
+                    elif entry.is_symlink():
+                        problems.append(Problem("symlink", rel, f"-> {os.readlink(entry.path)}"))
                     else:
                         problems.append(Problem("unexpected", rel, "not a regular file"))
+
+
+def scan(scope_dir: Path) -> tuple[dict[str, os.stat_result], list[Problem]]:
+    """Regular files under the cache dirs (relative POSIX path -> lstat) and what is not allowed.
+
+    Symlinks are never followed: each one is a problem (it could point outside the scope), as is
+    any top-level entry that is not part of the layout, and anything that is not a plain file.
+    """
+    root = str(scope_dir)
+    problems = _top_level_problems(root)
+    files = {rel: entry.stat(follow_symlinks=False) for entry, rel in _files(root, problems)}
     return files, problems
 
 
@@ -257,39 +264,21 @@ def check(scope_dir: Path, manifest: dict[str, Any], full: bool) -> list[Problem
     root = str(scope_dir)
     problems = _top_level_problems(root)
     seen = 0
-    for top in CACHE_DIRS:
-        base = os.path.join(root, top)
-        if os.path.islink(base) or not os.path.isdir(base):
+    for entry, rel in _files(root, problems):
+        meta = listed.get(rel)
+        if meta is None:
+            problems.append(Problem("unexpected", rel, UNLISTED))
             continue
-        stack = [(base, top + "/")]
-        while stack:
-            current, prefix = stack.pop()
-            with os.scandir(current) as it:
-                for entry in it:
-                    rel = prefix + entry.name
-                    # Regular files first: they are nearly every entry (d_type, no syscall).
-                    if entry.is_file(follow_symlinks=False):
-                        meta = listed.get(rel)
-                        if meta is None:
-                            problems.append(Problem("unexpected", rel, UNLISTED))
-                            continue
-                        seen += 1
-                        st = entry.stat(follow_symlinks=False)
-                        size = meta["size"]
-                        if st.st_size != size:
-                            kind = "truncated" if st.st_size < size else "altered"
-                            detail = f"{st.st_size} bytes, expected {size}"
-                            problems.append(Problem(kind, rel, detail))
-                        elif (full or st.st_mtime_ns != meta.get("mtime_ns")) and sha256_file(
-                            Path(entry.path)
-                        ) != meta["sha256"]:
-                            problems.append(Problem("altered", rel, "sha256 differs"))
-                    elif entry.is_dir(follow_symlinks=False):
-                        stack.append((entry.path, rel + "/"))
-                    elif entry.is_symlink():
-                        problems.append(Problem("symlink", rel, f"-> {os.readlink(entry.path)}"))
-                    else:
-                        problems.append(Problem("unexpected", rel, "not a regular file"))
+        seen += 1
+        st = entry.stat(follow_symlinks=False)
+        size = meta["size"]
+        if st.st_size != size:
+            kind = "truncated" if st.st_size < size else "altered"
+            problems.append(Problem(kind, rel, f"{st.st_size} bytes, expected {size}"))
+        elif (full or st.st_mtime_ns != meta.get("mtime_ns")) and sha256_file(
+            Path(entry.path)
+        ) != meta["sha256"]:
+            problems.append(Problem("altered", rel, "sha256 differs"))
     if seen != len(listed):
         present = {p.path for p in problems}
         for rel in sorted(listed):
