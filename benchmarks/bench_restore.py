@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -62,12 +63,18 @@ def _populate(scope: Path, size_mib: int, seed: int = 0) -> tuple[int, int]:
     return files, written
 
 
-def _force(func: object, path: str, _exc: object) -> None:
-    """rmtree's error hook: make read-only directories writable; what is gone is gone (a
-    background spare build may remove its own work directory meanwhile)."""
+def _force(
+    func: Callable[[str], object], path: str, exc_info: tuple[type, BaseException, object]
+) -> None:
+    """rmtree's error hook: make read-only directories writable and retry a removal; what is
+    gone is gone (a background spare build may remove its own work directory meanwhile)."""
+    if isinstance(exc_info[1], FileNotFoundError):
+        return
+    if func not in (os.unlink, os.rmdir):
+        raise exc_info[1]
     with contextlib.suppress(FileNotFoundError):
         os.chmod(os.path.dirname(path), 0o755)
-        func(path)  # type: ignore[operator]
+        func(path)
 
 
 def main() -> None:
