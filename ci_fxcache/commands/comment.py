@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from ci_fxcache.commands import options
+from ci_fxcache.report import pr_comment
 
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
@@ -62,30 +63,5 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "id is not <id>",
     )
     parser.add_argument("--template", metavar="T", help="jinja2 template for the markdown")
-    parser.set_defaults(func=run)
-
-
-def run(
-    *,
-    results: str,
-    report_id: str | None,
-    token_env: str,
-    pr: int | None,
-    repo: str | None,
-    author: str | None,
-    from_artifact: str | None,
-    template: str | None,
-) -> int:
-    """Post or update the comment."""
-    from ci_fxcache.report import pr_comment
-
-    return pr_comment.run(
-        results=results,
-        report_id=report_id,
-        token_env=token_env,
-        pr=pr,
-        repo=repo,
-        author=author,
-        from_artifact=from_artifact,
-        template=template,
-    )
+    # The command is pr_comment.run itself (already imported with the action's steps).
+    parser.set_defaults(func=pr_comment.run)
