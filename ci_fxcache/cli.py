@@ -66,8 +66,9 @@ def common_options() -> argparse.ArgumentParser:
     return parent
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full parser with every subcommand registered."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every subcommand registered, or just `only` (what `main` runs: a
+    restore then imports only what restore needs)."""
     parser = _Parser(
         prog="fxcache",
         description=(
@@ -79,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     parent = common_options()
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else (only,):
         module = importlib.import_module(f"ci_fxcache.commands.{name}")
         module.register(sub, parent)
     return parser
@@ -87,8 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `fxcache` console script."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args_in = sys.argv[1:] if argv is None else list(argv)
+    first = next((arg for arg in args_in if not arg.startswith("-")), None)
+    parser = build_parser(first if first in COMMANDS else None)
+    args = parser.parse_args(args_in)
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE

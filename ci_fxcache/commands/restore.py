@@ -13,12 +13,9 @@ from typing import Any
 
 from ci_fxcache import gha
 from ci_fxcache.commands import options
-from ci_fxcache.env import fingerprint, scopekey
+from ci_fxcache.env import fingerprint
 from ci_fxcache.errors import UsageError
-from ci_fxcache.store import overlay, redis_cache, scopes, trust
-from ci_fxcache.store import restore as store_restore
-from ci_fxcache.store.layout import VERIFY_DIR_ENV, Layout, resolve_root
-from ci_fxcache.store.state_file import STATE_FILE_ENV, new_state_file
+from ci_fxcache.store import overlay
 
 OVERLAY_ENV = "FXCACHE_OVERLAY"
 
@@ -72,11 +69,13 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
 
 
 def _cold_fallback(key: str, root: Path, error: str, fp: fingerprint.Fingerprint) -> dict[str, Any]:
+    from ci_fxcache.store.restore import STATE_SCHEMA
+
     # Under $RUNNER_TEMP inside Actions: the runner empties it after every job.
     base = Path(tempfile.mkdtemp(prefix="fxcache-cold-", dir=os.environ.get("RUNNER_TEMP")))
     gha.warn(f"local store unusable ({error}); continuing cold in {base}")
     return {
-        "schema": store_restore.STATE_SCHEMA,
+        "schema": STATE_SCHEMA,
         "store": "local",
         "root": str(root),
         "scope_key": key,
@@ -124,11 +123,20 @@ def run(
     redis_url: str | None,
 ) -> int:
     """Restore, write the state file, export the environment."""
+    taking = fingerprint.Pending(python, salt)
+    # Imported while the job's interpreter reports its versions: a restore is on every job's
+    # critical path (docs/store.md, Performance).
+    from ci_fxcache.env import scopekey
+    from ci_fxcache.store import redis_cache, scopes, trust
+    from ci_fxcache.store import restore as store_restore
+    from ci_fxcache.store.layout import VERIFY_DIR_ENV, Layout, resolve_root
+    from ci_fxcache.store.state_file import STATE_FILE_ENV, new_state_file
+
     scopes.check_env()
     strategy = _overlay_strategy(overlay_strategy)
     key_for_signing = trust.signing_key()
     redis_url = redis_cache.resolve_url(redis_url) if store == "redis" else None
-    fp = fingerprint.collect(python, salt)
+    fp = taking.result()
     key = scopekey.scope_key(fp)
     store_root = resolve_root(root)
     reason = "--read-only" if read_only else trust.untrusted_reason()

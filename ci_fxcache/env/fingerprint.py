@@ -153,10 +153,22 @@ def default_salt() -> str:
     return os.environ.get("FXCACHE_KEY_SALT", "")
 
 
+class Pending:
+    """A fingerprint being taken: the target interpreter reads its versions in a process of
+    its own while this one detects GPUs (nvidia-smi can take longer than the interpreter)
+    and whatever else the caller does before `result()`."""
+
+    def __init__(self, python: str, salt: str | None = None) -> None:
+        self._python = python
+        self._salt = default_salt() if salt is None else salt
+        self._versions = interpreter.Snippet(interpreter.resolve(python), "read_versions")
+
+    def result(self) -> Fingerprint:
+        """The fingerprint (UsageError when the interpreter or its torch is unusable)."""
+        inventory = gpus.detect()
+        return from_interpreter_report(self._versions.result(), self._python, inventory, self._salt)
+
+
 def collect(python: str, salt: str | None = None) -> Fingerprint:
     """Fingerprint the target interpreter `python` on this host, without importing torch."""
-    resolved = interpreter.resolve(python)
-    report = interpreter.run_snippet(resolved, "read_versions")
-    return from_interpreter_report(
-        report, python, gpus.detect(), default_salt() if salt is None else salt
-    )
+    return Pending(python, salt).result()

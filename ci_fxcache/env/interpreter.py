@@ -36,31 +36,51 @@ def resolve(python: str) -> str:
     return found
 
 
+class Snippet:
+    """Snippet `name` (with `args` as sys.argv[1:]) started in the target interpreter;
+    `result()` waits for the JSON object it prints. The caller works meanwhile."""
+
+    def __init__(
+        self, python: str, name: str, timeout: float = 60.0, args: tuple[str, ...] = ()
+    ) -> None:
+        self._python, self._name, self._timeout = python, name, timeout
+        try:
+            self._proc = subprocess.Popen(
+                [python, "-c", snippets.source(name), *args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        except OSError as exc:
+            raise UsageError(f"--python {python}: cannot run it ({exc.strerror})") from exc
+
+    def result(self) -> dict[str, Any]:
+        """The snippet's answer; UsageError when it fails, hangs or answers nonsense."""
+        python, name = self._python, self._name
+        try:
+            stdout, stderr = self._proc.communicate(timeout=self._timeout)
+        except subprocess.TimeoutExpired as exc:
+            self._proc.kill()
+            self._proc.communicate()
+            raise UsageError(f"--python {python}: no answer within {self._timeout:.0f} s") from exc
+        lines = stdout.strip().splitlines()
+        if self._proc.returncode != 0 or not lines:
+            last = (stderr.strip().splitlines() or ["no output"])[-1]
+            code = self._proc.returncode
+            raise UsageError(f"--python {python}: {name} failed (exit {code}): {last}")
+        try:
+            data = json.loads(lines[-1])
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--python {python}: is this a Python interpreter? ({exc})") from exc
+        if not isinstance(data, dict):
+            raise UsageError(f"--python {python}: unexpected answer from {name}")
+        return data
+
+
 def run_snippet(
     python: str, name: str, timeout: float = 60.0, args: tuple[str, ...] = ()
 ) -> dict[str, Any]:
     """Run snippet `name` (with `args` as sys.argv[1:]) in the target interpreter and return
     the JSON object it prints."""
-    try:
-        proc = subprocess.run(
-            [python, "-c", snippets.source(name), *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise UsageError(f"--python {python}: no answer within {timeout:.0f} s") from exc
-    except OSError as exc:
-        raise UsageError(f"--python {python}: cannot run it ({exc.strerror})") from exc
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UsageError(f"--python {python}: {name} failed (exit {proc.returncode}): {last}")
-    try:
-        data = json.loads(lines[-1])
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"--python {python}: is this a Python interpreter? ({exc})") from exc
-    if not isinstance(data, dict):
-        raise UsageError(f"--python {python}: unexpected answer from {name}")
-    return data
+    return Snippet(python, name, timeout, args).result()

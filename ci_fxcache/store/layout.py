@@ -20,6 +20,7 @@ LOCKS = ".locks"
 LEASES = ".leases"
 OVERLAYS = ".overlays"
 SPARES = ".spares"
+SEALS = ".seals"
 
 
 def default_root() -> Path:
@@ -59,6 +60,10 @@ class Layout:
     def leases(self, key: str) -> Path:
         """The lease directory of scope `key` (one file per unsaved in-place restore)."""
         return self.root / LEASES / key
+
+    def seal(self, key: str) -> Path:
+        """Which directories of scope `key` a clean check listed (see store.seal)."""
+        return self.root / SEALS / f"{key}.json"
 
     @property
     def quarantine(self) -> Path:

@@ -18,7 +18,7 @@ from typing import Any
 from ci_fxcache import gha
 from ci_fxcache.env.fingerprint import Fingerprint
 from ci_fxcache.store import manifest as mf
-from ci_fxcache.store import overlay, scopes, spare, upgrade
+from ci_fxcache.store import overlay, scopes, seal, spare, upgrade
 from ci_fxcache.store.layout import CACHE_DIRS, Layout
 
 STATE_SCHEMA = "fxcache-cache-state/1"
@@ -63,7 +63,7 @@ def _problem_of(
             return "files without a manifest", problems, None, []
         return None, [], None, sorted(files)
     try:
-        manifest = mf.load(layout.manifest(key))
+        manifest, digest = mf.read(layout.manifest(key))
         if manifest["scope_key"] != key:
             # A manifest (and its files) carried over from another scope: another environment.
             return f"manifest belongs to scope {manifest['scope_key'][:200]!r}", [], None, []
@@ -71,7 +71,11 @@ def _problem_of(
             reason = mf.signature_problem(manifest, opts.signing_key)
             if reason:
                 return reason, [], None, []
-        problems = mf.check(scope, manifest, opts.full_verify)
+        sealed = seal.load(layout, key, digest) if served is None else {}
+        found = mf.inspect(scope, manifest, opts.full_verify, sealed, stamp=served is None)
+        problems = found.problems
+        if not problems and served is None:
+            seal.refresh(layout, key, digest, found.dir_stamps, found.started_ns, sealed)
     except mf.ManifestError as exc:
         return str(exc), [], None, []
     except (ValueError, TypeError, KeyError, RecursionError) as exc:  # never crash on content

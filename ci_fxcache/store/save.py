@@ -10,11 +10,11 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ci_fxcache import gha
 from ci_fxcache.store import manifest as mf
-from ci_fxcache.store import scopes, spare, state_file
+from ci_fxcache.store import scopes, seal, spare, state_file
 from ci_fxcache.store.layout import LOCKS, Layout
 
 # Fault injection for the reliability tests, never set in production: `pause:SECONDS` (so a
@@ -34,26 +34,41 @@ class Refused(Exception):
     """The scope's committed state cannot be extended (it was quarantined); why."""
 
 
-def _drop_symlinks(scope: Path, key: str, listed: dict[str, Any]) -> None:
-    """Symlinks are never cached: remove unlisted ones a job left in the cache dirs."""
-    _files, problems = mf.scan(scope)
-    for problem in problems:
-        if problem.kind == "symlink" and "/" in problem.path and problem.path not in listed:
-            gha.warn(f"save: removed symlink {problem.path} from scope {key} (never cached)")
-            (scope / problem.path).unlink(missing_ok=True)
+def _inspect(
+    scope: Path, key: str, listed: dict[str, Any], sealed: dict[str, Any]
+) -> mf.Inspection:
+    """The scope checked against the committed entries `listed`; symlinks a job left in the
+    cache dirs are removed first (never cached), then the scope is checked again."""
+    found = mf.inspect(scope, {"files": listed}, False, sealed)
+    strays = [
+        p.path
+        for p in found.problems
+        if p.kind == "symlink" and "/" in p.path and p.path not in listed
+    ]
+    for rel in strays:
+        gha.warn(f"save: removed symlink {rel} from scope {key} (never cached)")
+        (scope / rel).unlink(missing_ok=True)
+    return mf.inspect(scope, {"files": listed}, False, sealed) if strays else found
 
 
-def _committed(layout: Layout, key: str, signing_key: str | None) -> dict[str, Any] | None:
+class _Committed(NamedTuple):
+    manifest: dict[str, Any] | None
+    inspection: mf.Inspection
+
+
+def _committed(layout: Layout, key: str, signing_key: str | None) -> _Committed:
     """The scope's current manifest, checked: committed files unchanged (size, mtime, and the
     sha256 of any file whose mtime moved), signature valid. Refused (after quarantining the
     scope) when not: a changed committed file is never re-recorded or re-signed."""
     scope = layout.scope(key)
     previous: dict[str, Any] | None = None
+    sealed: dict[str, Any] = {}
     reason: str | None = None
     lines: list[str] = []
     if layout.manifest(key).exists():
         try:
-            previous = mf.load(layout.manifest(key))
+            previous, digest = mf.read(layout.manifest(key))
+            sealed = seal.load(layout, key, digest)
         except mf.ManifestError as exc:
             reason = str(exc)
         if previous is not None and previous["scope_key"] != key:
@@ -61,14 +76,12 @@ def _committed(layout: Layout, key: str, signing_key: str | None) -> dict[str, A
         elif previous is not None and signing_key:
             reason = mf.signature_problem(previous, signing_key)
     if reason is None:
-        listed = previous["files"] if previous else {}
-        _drop_symlinks(scope, key, listed)
-        broken = [p for p in mf.check(scope, {"files": listed}, False) if not mf.is_unlisted(p)]
-        if broken:
-            lines = [str(p) for p in broken]
-            reason = f"committed files changed since they were saved ({len(broken)})"
-    if reason is None:
-        return previous
+        found = _inspect(scope, key, previous["files"] if previous else {}, sealed)
+        broken = [p for p in found.problems if not mf.is_unlisted(p)]
+        if not broken:
+            return _Committed(previous, found)
+        lines = [str(p) for p in broken]
+        reason = f"committed files changed since they were saved ({len(broken)})"
     where = scopes.quarantine(layout, key, reason, lines)
     first = f"; first: {lines[0]}" if lines else ""
     gha.warn(f"save: cache scope {key} quarantined ({reason}{first}); moved to {where}")
@@ -126,17 +139,14 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict
             _release(lease)
             return {"saved": False, "reason": f"scope {key} no longer exists (quarantined?)"}
         try:
-            previous = _committed(layout, key, signing_key)
+            previous, found = _committed(layout, key, signing_key)
         except Refused as exc:
             _release(lease)
             return {"saved": False, "reason": f"scope {key} quarantined: {exc}"}
         listed: dict[str, Any] = dict(previous["files"]) if previous else {}
-        if overlay_dir is not None:
-            new = _merge(overlay_dir, scope, listed)
-        else:
-            new = sorted(
-                p.path for p in mf.check(scope, {"files": listed}, False) if mf.is_unlisted(p)
-            )
+        unlisted = sorted(p.path for p in found.problems if mf.is_unlisted(p))
+        # A job that had the scope in place adds what it wrote there (not listed yet).
+        new = unlisted if overlay_dir is None else _merge(overlay_dir, scope, listed)
         entries, stats = _new_entries(scope, new)
         listed.update(entries)
         now = scopes.utc_now()
@@ -155,7 +165,11 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict
         if signing_key:
             mf.sign(manifest, signing_key)
         mf.make_read_only(scope, stats)
-        _write(layout, key, manifest)
+        digest = _write(layout, key, manifest)
+        # What the check listed is sealed for the new manifest, but for directories holding
+        # files it does not list (another job's, when this one had an overlay).
+        kept_out = {rel.rpartition("/")[0] for rel in set(unlisted) - set(new)}
+        seal.refresh(layout, key, digest, found.dir_stamps, found.started_ns, {}, kept_out)
         _release(lease)
         scopes.touch_last_used(layout, key)
     if overlay_dir is not None:
@@ -192,8 +206,8 @@ def _fault_hook() -> Callable[[], None] | None:
     return None
 
 
-def _write(layout: Layout, key: str, manifest: dict[str, Any]) -> None:
-    mf.write_atomic(layout.manifest(key), manifest, layout.root / LOCKS, _fault_hook())
+def _write(layout: Layout, key: str, manifest: dict[str, Any]) -> str:
+    return mf.write_atomic(layout.manifest(key), manifest, layout.root / LOCKS, _fault_hook())
 
 
 def save_from_state(path: Path, root: Path | None, signing_key: str | None) -> dict[str, Any]:

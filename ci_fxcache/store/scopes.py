@@ -14,9 +14,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+
 from ci_fxcache import gha
 from ci_fxcache.errors import UsageError
-from ci_fxcache.store import manifest
+from ci_fxcache.store import manifest, seal
 from ci_fxcache.store.layout import LAST_USED, MANIFEST, Layout
 from ci_fxcache.timestamps import utc_now
 
@@ -28,8 +30,6 @@ DEFAULT_LOCK_TIMEOUT_S = 300.0
 
 def lock(layout: Layout, key: str) -> AbstractContextManager[Any]:
     """The per-scope lock (a filelock in `<root>/.locks/`), with a bounded wait."""
-    from filelock import FileLock
-
     path = layout.lock(key)
     path.parent.mkdir(parents=True, exist_ok=True)
     return FileLock(str(path), timeout=lock_timeout())
@@ -206,7 +206,7 @@ def quarantine(layout: Layout, key: str, reason: str, problems: list[str]) -> Pa
     """Move the scope aside into `<root>/.quarantine/` with a note saying why; return where."""
     target = _aside(layout, key)
     os.rename(layout.scope(key), target)
-    drop_spares(layout, key)
+    drop_derived(layout, key)
     note = {"scope": key, "reason": reason, "problems": problems[:200], "at": utc_now()}
     _write_note(target, note)
     return target
@@ -220,12 +220,14 @@ def remove(layout: Layout, key: str) -> int:
     os.rename(scope, trash)
     _rmtree(trash)
     shutil.rmtree(layout.leases(key), ignore_errors=True)
-    drop_spares(layout, key)
+    drop_derived(layout, key)
     return size
 
 
-def drop_spares(layout: Layout, key: str) -> None:
-    """Remove the spare overlays of `key` (its files were moved or removed)."""
+def drop_derived(layout: Layout, key: str) -> None:
+    """Remove what is derived from the files of `key`, its spare overlays and its seal (the
+    files were moved or removed)."""
+    seal.drop(layout, key)
     if layout.spares.is_dir():
         for path in layout.spares.glob(f"{key}.*"):
             remove_tree(path)

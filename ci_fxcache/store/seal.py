@@ -1,0 +1,123 @@
+"""Seals: which directories of a scope are unchanged since a clean integrity check listed them.
+
+Listing every directory is most of a restore's integrity check (Inductor puts nearly every
+entry in a directory of its own). A directory's ctime changes whenever an entry is added,
+removed or renamed in it, and no unprivileged process can set it back (`utime` sets mtime and
+atime, and itself changes ctime). So a directory whose inode and ctime are what they were when
+a check listed it and found nothing wrong holds the same entries: the check stats it instead of
+listing it. Every file is still stat'ed against the manifest; a full verification ignores seals.
+
+A seal belongs to one manifest (its sha256) and one scope directory (device and inode): after a
+save, a quarantine or a copy to another host it no longer applies and the next check lists
+everything again. A directory is sealed only when its ctime is older than `MARGIN_NS` before
+the check began: ctime has a coarse clock (a tick; a second on some filesystems), and a change
+in the same tick as the recorded ctime would otherwise go unseen.
+
+What a seal does not cover: root can set the clock back, and whoever can write the store can
+rewrite a seal as they can rewrite an unsigned manifest. Seals are an accelerator of the fast
+check, never a substitute for a signed manifest's full verification.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Collection, Mapping
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+from ci_fxcache import atomic_write
+from ci_fxcache.store.layout import Layout
+
+SCHEMA = "fxcache-seal/1"
+MARGIN_NS = 2_000_000_000
+# A directory's (st_ino, st_ctime_ns) when it was listed.
+DirStamp = tuple[int, int]
+
+
+def _scope_id(scope: Path) -> list[int] | None:
+    try:
+        st = os.lstat(scope)
+    except OSError:
+        return None
+    return [st.st_dev, st.st_ino]
+
+
+def load(layout: Layout, key: str, manifest_sha256: str) -> dict[str, DirStamp]:
+    """The sealed directories of scope `key` for this manifest; empty when there is no seal,
+    it belongs to another manifest or scope directory, or it is malformed in any way."""
+    try:
+        data = json.loads(layout.seal(key).read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return {}
+    if not (
+        isinstance(data, dict)
+        and data.get("schema") == SCHEMA
+        and data.get("manifest_sha256") == manifest_sha256
+        and data.get("scope") == _scope_id(layout.scope(key))
+    ):
+        return {}
+    dirs, inodes, ctimes = (data.get(name) for name in ("dirs", "inodes", "ctimes"))
+    if not (
+        isinstance(dirs, list)
+        and isinstance(inodes, list)
+        and isinstance(ctimes, list)
+        and len(dirs) == len(inodes) == len(ctimes)
+        and set(map(type, dirs)) <= {str}
+        and set(map(type, inodes)) | set(map(type, ctimes)) <= {int}
+    ):
+        return {}
+    return dict(zip(dirs, zip(inodes, ctimes, strict=True), strict=True))
+
+
+def refresh(
+    layout: Layout,
+    key: str,
+    manifest_sha256: str,
+    stamps: Mapping[str, DirStamp],
+    started_ns: int,
+    previous: Mapping[str, DirStamp],
+    exclude: Collection[str] = (),
+) -> None:
+    """Seal the directories of a clean check (`stamps`, taken by a check that began at
+    `started_ns`) whose ctime is safely older than that start, but not those in `exclude`
+    (they hold files the manifest does not list); nothing is written when that is the seal
+    there is (`previous`)."""
+    limit = started_ns - MARGIN_NS
+    dirs = {rel: st for rel, st in stamps.items() if st[1] < limit and rel not in exclude}
+    # A directory that is not sealed is found only by listing its parent: so no ancestor of
+    # one may be sealed either.
+    for rel in [rel for rel in stamps if rel not in dirs] + list(exclude):
+        while "/" in rel:
+            rel = rel.rpartition("/")[0]
+            if dirs.pop(rel, None) is None:
+                break  # already unsealed, and so are its ancestors (or they will be)
+    if dirs != previous:
+        write(layout, key, manifest_sha256, dirs)
+
+
+def write(layout: Layout, key: str, manifest_sha256: str, dirs: Mapping[str, DirStamp]) -> None:
+    """Record `dirs` as sealed for this manifest (best effort: a seal is only an accelerator)."""
+    scope_id = _scope_id(layout.scope(key))
+    if scope_id is None:
+        return
+    body: dict[str, Any] = {
+        "schema": SCHEMA,
+        "manifest_sha256": manifest_sha256,
+        "scope": scope_id,
+        # Three flat lists: a fifth of the parsing time of one object per directory.
+        "dirs": list(dirs),
+        "inodes": [stamp[0] for stamp in dirs.values()],
+        "ctimes": [stamp[1] for stamp in dirs.values()],
+    }
+    path = layout.seal(key)
+    with suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write.write_text(path, json.dumps(body, separators=(",", ":")), path.parent)
+
+
+def drop(layout: Layout, key: str) -> None:
+    """Forget the seal of `key` (its scope was moved or removed)."""
+    with suppress(OSError):
+        layout.seal(key).unlink()
