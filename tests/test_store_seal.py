@@ -1,0 +1,319 @@
+"""Seals (store/seal.py) and the parallel stat batch (store/stat_batch.py), with real files.
+
+A seal lets the integrity check stat a directory instead of listing it when its inode and
+ctime are what a clean check recorded. Every test here tampers with a sealed scope and checks
+that the seal hides nothing a full listing would have found.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ci_fxcache.store import manifest as mf
+from ci_fxcache.store import seal, stat_batch
+from ci_fxcache.store.layout import Layout
+from tests.conftest import RunFxcache
+from tests.store_helpers import SAMPLE, Store, write_files
+
+KEY = "fxcache-v1-linux-x86_64-cp311-torch2.13.0+cpu-cpu-000000000000"
+FILES = {
+    **SAMPLE,
+    "inductor/fxgraph/ef/entry3": b"graph-three" * 10,
+    "inductor/fxgraph/ef/entry4": b"graph-four" * 10,
+    "triton/OTHERHASH/kernel.json": b"{}",
+}
+
+
+def _manifest(scope: Path) -> tuple[dict[str, Any], str]:
+    files, problems = mf.scan(scope)
+    assert not problems
+    manifest = {"schema": mf.SCHEMA, "scope_key": KEY, "files": mf.file_entries(scope, files)}
+    return manifest, mf.write_atomic(scope / "manifest.json", manifest, scope.parent)
+
+
+def _sealed_scope(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Layout, dict, dict]:
+    """A scope, its manifest, and a seal of every directory written by a clean check. The
+    ctime margin is 0 here (the directories were just made); test_margin_* covers it."""
+    monkeypatch.setattr(seal, "MARGIN_NS", 0)
+    layout = Layout(tmp_path / "root")
+    scope = layout.scope(KEY)
+    write_files(scope, FILES)
+    manifest, digest = _manifest(scope)
+    found = mf.inspect(scope, manifest, False, {})
+    assert found.problems == [] and found.listed_dirs == len(found.dir_stamps) > 5
+    time.sleep(0.01)  # past the ctime tick of the last change
+    seal.refresh(layout, KEY, digest, found.dir_stamps, time.time_ns(), {})
+    sealed = seal.load(layout, KEY, digest)
+    assert sealed == found.dir_stamps
+    return layout, manifest, sealed
+
+
+def _kinds(layout: Layout, manifest: dict, sealed: dict) -> set[tuple[str, str]]:
+    found = mf.inspect(layout.scope(KEY), manifest, False, sealed)
+    return {(p.kind, p.path) for p in found.problems}
+
+
+def test_a_sealed_scope_is_checked_without_listing_a_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layout, manifest, sealed = _sealed_scope(tmp_path, monkeypatch)
+    listed: list[str] = []
+    real_scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda p: listed.append(str(p)) or real_scandir(p))
+    found = mf.inspect(layout.scope(KEY), manifest, False, sealed)
+    assert found.problems == [] and found.listed_dirs == 0
+    assert listed == [str(layout.scope(KEY))]  # the scope's top level only
+    # A full verification ignores the seal: every directory is listed and every file hashed.
+    listed.clear()
+    full = mf.inspect(layout.scope(KEY), manifest, True, sealed)
+    assert full.problems == [] and full.listed_dirs == len(sealed)
+
+
+def _reset_times(path: Path, before: os.stat_result) -> None:
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+@pytest.mark.parametrize(
+    ("tamper", "expected"),
+    [
+        ("planted", {("unexpected", "inductor/fxgraph/ab/planted")}),
+        ("planted-new-dir", {("unexpected", "inductor/fxgraph/ab/new/planted")}),
+        ("planted-deep-new-dirs", {("unexpected", "triton/NEW/a/b/planted")}),
+        ("deleted", {("missing", "inductor/fxgraph/ef/entry3")}),
+        ("truncated", {("truncated", "inductor/fxgraph/ef/entry4")}),
+        ("dir-to-symlink", {("symlink", "inductor/fxgraph/ef")}),
+        ("top-to-symlink", {("symlink", "triton")}),
+        ("file-to-symlink", {("symlink", "inductor/fxgraph/ef/entry3")}),
+        ("fifo", {("unexpected", "inductor/aotautograd/cd/fifo")}),
+    ],
+)
+def test_a_seal_hides_nothing_even_with_directory_mtimes_put_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tamper: str, expected: set
+) -> None:
+    """Each tamper puts every touched directory's mtime back; ctime still moves."""
+    layout, manifest, sealed = _sealed_scope(tmp_path, monkeypatch)
+    scope = layout.scope(KEY)
+    touched = [scope / "inductor/fxgraph/ab", scope / "inductor/fxgraph/ef", scope / "triton"]
+    touched += [scope / "inductor/fxgraph", scope / "inductor/aotautograd/cd"]
+    before = {p: p.stat() for p in touched}
+    elsewhere = tmp_path / "elsewhere"
+    if tamper == "planted":
+        write_files(scope, {"inductor/fxgraph/ab/planted": b"evil"})
+    elif tamper == "planted-new-dir":
+        write_files(scope, {"inductor/fxgraph/ab/new/planted": b"evil"})
+    elif tamper == "planted-deep-new-dirs":
+        write_files(scope, {"triton/NEW/a/b/planted": b"evil"})
+    elif tamper == "deleted":
+        (scope / "inductor/fxgraph/ef/entry3").unlink()
+    elif tamper == "truncated":
+        path = scope / "inductor/fxgraph/ef/entry4"
+        st_before = path.stat()
+        path.write_bytes(path.read_bytes()[:-3])
+        _reset_times(path, st_before)
+    elif tamper == "dir-to-symlink":
+        os.rename(scope / "inductor/fxgraph/ef", elsewhere)
+        (scope / "inductor/fxgraph/ef").symlink_to(elsewhere)
+    elif tamper == "top-to-symlink":
+        os.rename(scope / "triton", elsewhere)
+        (scope / "triton").symlink_to(elsewhere)
+    elif tamper == "file-to-symlink":
+        os.rename(scope / "inductor/fxgraph/ef/entry3", elsewhere)
+        (scope / "inductor/fxgraph/ef/entry3").symlink_to(elsewhere)
+    elif tamper == "fifo":
+        os.mkfifo(scope / "inductor/aotautograd/cd/fifo")
+    for path, st_before in before.items():
+        if path.exists() and not path.is_symlink():
+            _reset_times(path, st_before)
+            assert path.stat().st_mtime_ns == st_before.st_mtime_ns
+    problems = _kinds(layout, manifest, sealed)
+    assert expected <= problems, problems
+    # The same answer as a check without the seal (kinds and paths, not order).
+    assert problems == {(p.kind, p.path) for p in mf.check(scope, manifest, False)}
+
+
+def test_margin_a_directory_changed_just_before_a_check_is_not_sealed_nor_its_ancestors(
+    tmp_path: Path,
+) -> None:
+    """ctime has a coarse clock: a directory changed in the same tick as the check may change
+    again unseen, so it is listed next time, and so are its ancestors (a directory that is not
+    sealed is only found by listing its parent)."""
+    layout = Layout(tmp_path / "root")
+    scope = layout.scope(KEY)
+    write_files(scope, FILES)
+    manifest, digest = _manifest(scope)
+    time.sleep(0.05)
+    write_files(scope, {"inductor/fxgraph/ab/late": b"x"})  # ab changes, fxgraph does not
+    manifest, digest = _manifest(scope)
+    found = mf.inspect(scope, manifest, False, {})
+    assert found.problems == []
+    young = found.dir_stamps["inductor/fxgraph/ab"][1]
+    assert found.dir_stamps["inductor/fxgraph"][1] < young  # the parent is older
+    # The check began within the margin of ab's change.
+    seal.refresh(layout, KEY, digest, found.dir_stamps, young + seal.MARGIN_NS - 1, {})
+    sealed = seal.load(layout, KEY, digest)
+    assert "inductor/fxgraph/ab" not in sealed
+    assert "inductor/fxgraph" not in sealed and "inductor" not in sealed
+    assert "inductor/aotautograd/cd" in sealed and "triton" in sealed
+    # ab changes again in the same tick (simulated: its ctime is not compared at all): the
+    # next check still lists it, through its unsealed ancestors.
+    write_files(scope, {"inductor/fxgraph/ab/later": b"y"})
+    assert ("unexpected", "inductor/fxgraph/ab/later") in _kinds(layout, manifest, sealed)
+
+
+def test_a_seal_belongs_to_one_manifest_and_one_scope_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layout = _sealed_scope(tmp_path, monkeypatch)[0]
+    digest = json.loads(layout.seal(KEY).read_text())["manifest_sha256"]
+    assert seal.load(layout, KEY, "0" * 64) == {}
+    # The same files copied to a new scope directory (a restore from an archive, a quarantine
+    # and a new scope): another inode, so the seal no longer applies.
+    scope = layout.scope(KEY)
+    os.rename(scope, tmp_path / "moved")
+    write_files(scope, FILES)
+    assert seal.load(layout, KEY, digest) == {}
+
+
+_SEAL_VALUE = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    field=st.sampled_from(["schema", "scope", "dirs", "inodes", "ctimes", None]), value=_SEAL_VALUE
+)
+def test_any_seal_content_is_ignored_or_valid_never_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, field: str | None, value: object
+) -> None:
+    layout, manifest, _sealed = _sealed_scope(tmp_path / str(time.monotonic_ns()), monkeypatch)
+    path = layout.seal(KEY)
+    data = json.loads(path.read_text())
+    digest = data["manifest_sha256"]
+    if field is None:
+        path.write_text(json.dumps(value))
+    else:
+        data[field] = value
+        path.write_text(json.dumps(data))
+    loaded = seal.load(layout, KEY, digest)
+    assert isinstance(loaded, dict)
+    assert all(isinstance(k, str) and len(v) == 2 for k, v in loaded.items())
+    write_files(layout.scope(KEY), {"inductor/fxgraph/ab/planted": b"evil"})
+    assert ("unexpected", "inductor/fxgraph/ab/planted") in _kinds(layout, manifest, loaded)
+
+
+def test_a_seal_naming_directories_outside_the_scope_lists_none_of_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layout, manifest, sealed = _sealed_scope(tmp_path, monkeypatch)
+    outside = tmp_path / "outside"
+    write_files(outside, {"secret": b"s"})
+    hostile = {**sealed, "../../outside": (0, 0), "inductor/../../../outside": (0, 0)}
+    assert _kinds(layout, manifest, hostile) == set()
+
+
+def _tree(tmp_path: Path, count: int) -> tuple[list[str], list[stat_batch.Stamp]]:
+    paths, wanted = [], []
+    for i in range(count):
+        path = tmp_path / f"d{i % 50}" / f"f{i}"
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"x" * (i % 7))
+        paths.append(str(path))
+        st_ = path.lstat()
+        wanted.append(stat_batch.stamp(st_, 0o100000))
+    for i in range(50):
+        path = tmp_path / f"d{i}"
+        paths.append(str(path))
+        wanted.append(stat_batch.stamp(path.lstat(), 0o040000))
+    return paths, wanted
+
+
+def _allow_forks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fork for small batches too; and although pytest-xdist's worker runs an I/O thread
+    (the batch then stays in one process), the children here only stat and write a pipe."""
+    monkeypatch.setattr(stat_batch, "_MIN_PER_WORKER", 1)
+    monkeypatch.setattr(stat_batch.threading, "active_count", lambda: 1)
+
+
+def test_the_stat_batch_finds_the_same_mismatches_in_any_number_of_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths, wanted = _tree(tmp_path, 600)
+    time.sleep(0.02)  # past the ctime tick of the tree's last change
+    Path(paths[3]).write_bytes(b"longer than before")  # size
+    os.utime(paths[100], ns=(0, 0))  # mtime
+    Path(paths[200]).unlink()  # gone (and its directory d0, index 600, changed)
+    wanted[300] = (0o040000, *wanted[300][1:])  # expected a directory
+    (Path(paths[-1]) / "new").write_bytes(b"")  # a directory's ctime moves
+    expected = [3, 100, 200, 300, 600, len(paths) - 1]
+    assert stat_batch.mismatches(paths, wanted) == expected  # one process: below the minimum
+    _allow_forks(monkeypatch)
+    monkeypatch.setattr(stat_batch, "_MAX_WORKERS", 4)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(4)), raising=False)
+    forks = []
+    real_fork = os.fork
+    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or real_fork())
+    assert stat_batch.mismatches(paths, wanted) == expected
+    assert len(forks) == 3
+
+
+@pytest.mark.parametrize("failure", ["crash", "garbage", "out-of-share"])
+def test_a_failed_stat_child_is_made_up_for_by_the_parent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: str
+) -> None:
+    paths, wanted = _tree(tmp_path, 200)
+    for i in (1, 2, 150):
+        os.utime(paths[i], ns=(0, 0))
+    _allow_forks(monkeypatch)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    parent = os.getpid()
+    real_dumps = json.dumps
+
+    def dumps(found: object) -> str:
+        if os.getpid() == parent:
+            return real_dumps(found)
+        if failure == "crash":
+            raise RuntimeError("child dies")
+        return "not json" if failure == "garbage" else real_dumps([0])
+
+    monkeypatch.setattr(stat_batch.json, "dumps", dumps)
+    assert stat_batch.mismatches(paths, wanted) == [1, 2, 150]
+
+
+def test_in_place_restores_seal_the_scope_and_still_set_aside_a_planted_file(
+    store: Store,
+) -> None:
+    """End to end with real restores and saves: the seal is written once directories are
+    older than the margin, used by the next restore, and a file planted in a sealed
+    directory whose mtime is put back is found (unsaved: set aside, never served)."""
+    write_files(store.restore()["scope_dir"], SAMPLE)
+    assert store.save().returncode == 0
+    time.sleep(seal.MARGIN_NS / 1e9 + 0.1)
+    state = store.restore()
+    key = state["scope_key"]
+    assert store.save().returncode == 0
+    sealed_dirs = json.loads(Layout(store.root).seal(key).read_text())["dirs"]
+    assert "inductor/fxgraph/ab" in sealed_dirs
+    leaf = store.root / key / "inductor/fxgraph/ab"
+    before = leaf.stat()
+    write_files(leaf, {"planted": b"evil"})
+    _reset_times(leaf, before)
+    state = store.restore()
+    assert state["hit"] and state["set_aside"] and state["set_aside"]["files"] == 1
+    assert not (leaf / "planted").exists()
+    assert "unsaved file(s)" in state["_stderr"]
+
+
+@pytest.fixture
+def store(tmp_path: Path, run_fxcache: RunFxcache) -> Store:
+    return Store(root=tmp_path / "root", run=run_fxcache, env={})
