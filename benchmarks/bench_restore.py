@@ -173,9 +173,13 @@ def main() -> None:
         )["mode"]
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from ci_fxcache.store import manifest as mf
+        from ci_fxcache.store import seal
+        from ci_fxcache.store.layout import Layout
 
-        manifest = mf.load(scope / "manifest.json")
+        manifest, digest = mf.read(scope / "manifest.json")
         check = timed(lambda: mf.check(scope, manifest, False), args.repeat)
+        sealed = seal.load(Layout(work / "root"), scope.name, digest)
+        check_sealed = timed(lambda: mf.inspect(scope, manifest, False, sealed), args.repeat)
         print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         print(f"fxcache restore (in place)           : {in_place:.3f} s")
         print(f"fxcache restore (in place, full)     : {in_place_full:.3f} s  (signing key)")
@@ -183,6 +187,7 @@ def main() -> None:
         print(f"fxcache restore --read-only (hardlink): {overlay_hl:.3f} s")
         print(f"tar + zstd extract                   : {untar:.3f} s")
         print(f"  of restore: fast integrity check of {files} files (in-process): {check:.3f} s")
+        print(f"  the same check with the seal of {len(sealed)} directories: {check_sealed:.3f} s")
         print(f"ratio archive / in place        : {untar / in_place:.1f}x (target >= 50x)")
         print(f"cost of full verification       : {in_place_full / in_place:.1f}x the fast restore")
         print(f"ratio archive / overlay {auto_mode:8s}: {untar / overlay_auto:.1f}x (target >= 5x)")
