@@ -317,3 +317,17 @@ def test_in_place_restores_seal_the_scope_and_still_set_aside_a_planted_file(
 @pytest.fixture
 def store(tmp_path: Path, run_fxcache: RunFxcache) -> Store:
     return Store(root=tmp_path / "root", run=run_fxcache, env={})
+
+
+def test_invalidate_prunes_the_seals_of_scopes_removed_by_hand(store: Store) -> None:
+    key = store.restore()["scope_key"]
+    assert store.save().returncode == 0
+    layout = Layout(store.root)
+    gone = key.replace("037d", "0000") if "037d" in key else key + "0"
+    for name in (key, gone):
+        layout.seal(name).parent.mkdir(parents=True, exist_ok=True)
+        layout.seal(name).write_text("{}")
+    proc = store.run("invalidate", "--root", str(store.root), "--max-age", "3650d", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["seals_removed"] == 1
+    assert layout.seal(key).exists() and not layout.seal(gone).exists()

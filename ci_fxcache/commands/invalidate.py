@@ -13,7 +13,7 @@ from ci_fxcache.commands import options
 from ci_fxcache.env import fingerprint
 from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
 from ci_fxcache.store import invalidate as local
-from ci_fxcache.store import redis_cache
+from ci_fxcache.store import redis_cache, seal
 from ci_fxcache.store.layout import Layout, resolve_root
 from ci_fxcache.store.policies import Policy, parse_duration, parse_size, parse_torch_version
 from ci_fxcache.store.scopes import check_env, human_bytes, lease_ttl
@@ -111,6 +111,7 @@ def run(
         result["rows"] += local.run(layout, policy, dry_run)
         if not dry_run:
             result["overlays_removed"] = local.prune_overlays(layout, lease_ttl())
+            result["seals_removed"] = seal.prune_orphans(layout)
     if as_json:
         print(json.dumps(result, indent=2))
     else:

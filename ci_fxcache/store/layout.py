@@ -63,7 +63,12 @@ class Layout:
 
     def seal(self, key: str) -> Path:
         """Which directories of scope `key` a clean check listed (see store.seal)."""
-        return self.root / SEALS / f"{key}.json"
+        return self.seals / f"{key}.json"
+
+    @property
+    def seals(self) -> Path:
+        """Where seals live (see store.seal)."""
+        return self.root / SEALS
 
     @property
     def quarantine(self) -> Path:

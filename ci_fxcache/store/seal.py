@@ -121,3 +121,16 @@ def drop(layout: Layout, key: str) -> None:
     """Forget the seal of `key` (its scope was moved or removed)."""
     with suppress(OSError):
         layout.seal(key).unlink()
+
+
+def prune_orphans(layout: Layout) -> int:
+    """Remove the seals of scopes that no longer exist (removed by hand); how many."""
+    if not layout.seals.is_dir():
+        return 0
+    count = 0
+    for path in layout.seals.glob("*.json"):
+        if not layout.scope(path.name.removesuffix(".json")).is_dir():
+            with suppress(OSError):
+                path.unlink()
+                count += 1
+    return count
