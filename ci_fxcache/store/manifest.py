@@ -90,7 +90,7 @@ def _files(
     root: str,
     problems: list[Problem],
     start: list[str] | None = None,
-    stamps: dict[str, tuple[int, int]] | None = None,
+    stamps: dict[str, stat_batch.DirStamp] | None = None,
 ) -> Iterator[tuple[os.DirEntry[str], str]]:
     """Each regular file under the directories `start` (default: the scope's cache dirs), with
     its relative POSIX path; a symlink (never followed) or anything else that is not a plain
@@ -112,7 +112,7 @@ def _files(
             if not stat.S_ISDIR(st.st_mode):
                 continue  # a symlink or file: reported by the listing of its parent
             if stamps is not None:
-                stamps[rel] = (st.st_ino, st.st_ctime_ns)
+                stamps[rel] = stat_batch.dir_stamp(st)
         with os.scandir(path) as it:
             for entry in it:
                 child = rel + "/" + entry.name
@@ -294,7 +294,7 @@ class Inspection:
     the cache dirs, taken before it was listed or matched against a seal, for the next seal."""
 
     problems: list[Problem]
-    dir_stamps: dict[str, tuple[int, int]]
+    dir_stamps: dict[str, stat_batch.DirStamp]
     listed_dirs: int
     started_ns: int  # wall clock when the inspection began (see store.seal)
 
@@ -303,7 +303,7 @@ def inspect(
     scope_dir: Path,
     manifest: dict[str, Any],
     full: bool,
-    sealed: Mapping[str, tuple[int, int]] | None = None,
+    sealed: Mapping[str, stat_batch.DirStamp] | None = None,
     stamp: bool = True,
 ) -> Inspection:
     """Compare the scope's files with its manifest.

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from ci_fxcache import gha
 from ci_fxcache.store import manifest as mf
-from ci_fxcache.store import scopes, seal, spare, state_file
+from ci_fxcache.store import scopes, seal, spare, stat_batch, state_file
 from ci_fxcache.store.layout import LOCKS, Layout
 
 # Fault injection for the reliability tests, never set in production: `pause:SECONDS` (so a
@@ -35,7 +35,7 @@ class Refused(Exception):
 
 
 def _inspect(
-    scope: Path, key: str, listed: dict[str, Any], sealed: dict[str, seal.DirStamp]
+    scope: Path, key: str, listed: dict[str, Any], sealed: dict[str, stat_batch.DirStamp]
 ) -> mf.Inspection:
     """The scope checked against the committed entries `listed`; symlinks a job left in the
     cache dirs are removed first (never cached), then the scope is checked again."""
@@ -62,7 +62,7 @@ def _committed(layout: Layout, key: str, signing_key: str | None) -> _Committed:
     scope) when not: a changed committed file is never re-recorded or re-signed."""
     scope = layout.scope(key)
     previous: dict[str, Any] | None = None
-    sealed: dict[str, seal.DirStamp] = {}
+    sealed: dict[str, stat_batch.DirStamp] = {}
     reason: str | None = None
     lines: list[str] = []
     if layout.manifest(key).exists():

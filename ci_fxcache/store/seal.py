@@ -29,11 +29,10 @@ from typing import Any
 
 from ci_fxcache import atomic_write
 from ci_fxcache.store.layout import Layout
+from ci_fxcache.store.stat_batch import DirStamp
 
 SCHEMA = "fxcache-seal/1"
 MARGIN_NS = 2_000_000_000
-# A directory's (st_ino, st_ctime_ns) when it was listed.
-DirStamp = tuple[int, int]
 
 
 def _scope_id(scope: Path) -> list[int] | None:

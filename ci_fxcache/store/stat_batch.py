@@ -18,18 +18,25 @@ from collections.abc import Sequence
 
 # What is compared: the expected file type, then two fields that depend on it.
 Stamp = tuple[int, int, int]
+# A directory's (st_ino, st_ctime_ns): unchanged only if no entry was added, removed or
+# renamed in it (see store.seal).
+DirStamp = tuple[int, int]
 
 # Below this many paths a fork costs more than it saves.
 _MIN_PER_WORKER = 4096
 _MAX_WORKERS = 4
 
 
+def dir_stamp(st: os.stat_result) -> DirStamp:
+    """A directory's inode and ctime."""
+    return st.st_ino, st.st_ctime_ns
+
+
 def stamp(st: os.stat_result, kind: int) -> Stamp:
     """What is compared for an entry expected to be of type `kind` (stat.S_IFDIR or S_IFREG):
-    a directory's inode and ctime (unchanged only if no entry was added, removed or renamed in
-    it), a file's size and mtime (the fast integrity check)."""
+    a directory's `dir_stamp`, a file's size and mtime (the fast integrity check)."""
     if kind == stat.S_IFDIR:
-        return stat.S_IFMT(st.st_mode), st.st_ino, st.st_ctime_ns
+        return stat.S_IFMT(st.st_mode), *dir_stamp(st)
     return stat.S_IFMT(st.st_mode), st.st_size, st.st_mtime_ns
 
 
