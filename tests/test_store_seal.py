@@ -11,15 +11,16 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ci_fxcache.store import manifest as mf
+from ci_fxcache.store import restore as store_restore
 from ci_fxcache.store import seal, stat_batch
-from ci_fxcache.store.layout import Layout
+from ci_fxcache.store.layout import CACHE_DIRS, Layout
 from tests.conftest import RunFxcache
 from tests.store_helpers import SAMPLE, Store, write_files
 
@@ -39,26 +40,37 @@ def _manifest(scope: Path) -> tuple[dict[str, Any], str]:
     return manifest, mf.write_atomic(scope / "manifest.json", manifest, scope.parent)
 
 
-def _sealed_scope(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Layout, dict, dict]:
+def _sealed_scope(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Layout, dict, seal.Seal]:
     """A scope, its manifest, and a seal of every directory written by a clean check. The
     ctime margin is 0 here (the directories were just made); test_margin_* covers it."""
     monkeypatch.setattr(seal, "MARGIN_NS", 0)
     layout = Layout(tmp_path / "root")
     scope = layout.scope(KEY)
     write_files(scope, FILES)
+    for top in CACHE_DIRS:  # as restore leaves a scope
+        (scope / top).mkdir(exist_ok=True)
     manifest, digest = _manifest(scope)
-    found = mf.inspect(scope, manifest, False, {})
+    found = mf.inspect(scope, manifest, False)
     assert found.problems == [] and found.listed_dirs == len(found.dir_stamps) > 5
     time.sleep(0.01)  # past the ctime tick of the last change
-    seal.refresh(layout, KEY, digest, found.dir_stamps, time.time_ns(), {})
+    listed = mf.listed(manifest)
+    seal.refresh(layout, KEY, digest, found.dir_stamps, time.time_ns(), seal.NONE, listed, False)
     sealed = seal.load(layout, KEY, digest)
-    assert sealed == found.dir_stamps
+    assert sealed == seal.Seal(stat_batch.Dirs.of(found.dir_stamps), listed, False)
     return layout, manifest, sealed
 
 
-def _kinds(layout: Layout, manifest: dict, sealed: dict) -> set[tuple[str, str]]:
-    found = mf.inspect(layout.scope(KEY), manifest, False, sealed)
+def _kinds(layout: Layout, manifest: dict, sealed: seal.Seal) -> set[tuple[str, str]]:
+    found = mf.inspect(layout.scope(KEY), manifest, False, sealed.dirs)
     return {(p.kind, p.path) for p in found.problems}
+
+
+def _quick(layout: Layout, sealed: seal.Seal) -> mf.Inspection | None:
+    """The check from the seal alone (what a restore tries before parsing the manifest)."""
+    assert sealed.listed is not None
+    return mf.inspect_listed(layout.scope(KEY), sealed.listed, sealed.dirs)
 
 
 def test_a_sealed_scope_is_checked_without_listing_a_directory(
@@ -68,13 +80,44 @@ def test_a_sealed_scope_is_checked_without_listing_a_directory(
     listed: list[str] = []
     real_scandir = os.scandir
     monkeypatch.setattr(os, "scandir", lambda p: listed.append(str(p)) or real_scandir(p))
-    found = mf.inspect(layout.scope(KEY), manifest, False, sealed)
+    found = mf.inspect(layout.scope(KEY), manifest, False, sealed.dirs)
     assert found.problems == [] and found.listed_dirs == 0
     assert listed == [str(layout.scope(KEY))]  # the scope's top level only
+    listed.clear()
+    quick = _quick(layout, sealed)
+    assert quick is not None and quick.problems == [] and quick.listed_dirs == 0
+    assert quick.dir_stamps == {} and listed == [str(layout.scope(KEY))]  # nothing listed
     # A full verification ignores the seal: every directory is listed and every file hashed.
     listed.clear()
-    full = mf.inspect(layout.scope(KEY), manifest, True, sealed)
-    assert full.problems == [] and full.listed_dirs == len(sealed)
+    full = mf.inspect(layout.scope(KEY), manifest, True, sealed.dirs)
+    assert full.problems == [] and full.listed_dirs == len(sealed.dirs.names)
+
+
+def test_a_restore_of_a_clean_sealed_scope_does_not_parse_the_manifest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layout, manifest, _sealed = _sealed_scope(tmp_path, monkeypatch)
+    parsed: list[int] = []
+    real_parse = mf.parse
+    monkeypatch.setattr(mf, "parse", lambda raw: parsed.append(1) or real_parse(raw))
+    reason, problems, contents, unsaved = store_restore._problem_of(
+        layout, KEY, store_restore.Options()
+    )
+    assert (reason, problems, unsaved, parsed) == (None, [], [], [])
+    sizes = [meta["size"] for meta in manifest["files"].values()]
+    assert contents == store_restore._Contents(list(manifest["files"]), sum(sizes), False)
+    # Full verification (what a signing key implies) never takes the seal's word.
+    reason = store_restore._problem_of(layout, KEY, store_restore.Options(full_verify=True))[0]
+    assert reason is None and parsed == [1]
+    # A truncated file with its mtime put back: the seal hands over to the manifest.
+    path = layout.scope(KEY) / "inductor/fxgraph/ef/entry4"
+    before = path.stat()
+    os.chmod(path, 0o644)
+    path.write_bytes(b"short")
+    _reset_times(path, before)
+    reason, problems, contents, _ = store_restore._problem_of(layout, KEY, store_restore.Options())
+    assert reason == "1 integrity problem(s): truncated" and contents is None
+    assert parsed == [1, 1]
 
 
 def _reset_times(path: Path, before: os.stat_result) -> None:
@@ -137,6 +180,20 @@ def test_a_seal_hides_nothing_even_with_directory_mtimes_put_back(
     assert expected <= problems, problems
     # The same answer as a check without the seal (kinds and paths, not order).
     assert problems == {(p.kind, p.path) for p in mf.check(scope, manifest, False)}
+    # The check from the seal alone never calls a tampered scope clean: it hands over to the
+    # manifest, which says what is wrong (above).
+    assert _quick(layout, sealed) is None
+
+
+def test_a_moved_mtime_sends_the_check_back_to_the_manifest_which_rehashes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file whose mtime moved but whose content did not is not a problem (the manifest's
+    sha256 says so); the seal alone cannot tell, so it does not decide."""
+    layout, manifest, sealed = _sealed_scope(tmp_path, monkeypatch)
+    os.utime(layout.scope(KEY) / "inductor/fxgraph/ef/entry3", ns=(0, 0))
+    assert _quick(layout, sealed) is None
+    assert _kinds(layout, manifest, sealed) == set()
 
 
 def test_margin_a_directory_changed_just_before_a_check_is_not_sealed_nor_its_ancestors(
@@ -152,20 +209,25 @@ def test_margin_a_directory_changed_just_before_a_check_is_not_sealed_nor_its_an
     time.sleep(0.05)
     write_files(scope, {"inductor/fxgraph/ab/late": b"x"})  # ab changes, fxgraph does not
     manifest, digest = _manifest(scope)
-    found = mf.inspect(scope, manifest, False, {})
+    found = mf.inspect(scope, manifest, False)
     assert found.problems == []
     young = found.dir_stamps["inductor/fxgraph/ab"][1]
     assert found.dir_stamps["inductor/fxgraph"][1] < young  # the parent is older
     # The check began within the margin of ab's change.
-    seal.refresh(layout, KEY, digest, found.dir_stamps, young + seal.MARGIN_NS - 1, {})
+    seal.refresh(
+        layout, KEY, digest, found.dir_stamps, young + seal.MARGIN_NS - 1, seal.NONE,
+        mf.listed(manifest), False,
+    )  # fmt: skip
     sealed = seal.load(layout, KEY, digest)
-    assert "inductor/fxgraph/ab" not in sealed
-    assert "inductor/fxgraph" not in sealed and "inductor" not in sealed
-    assert "inductor/aotautograd/cd" in sealed and "triton" in sealed
+    names = sealed.dirs.names
+    assert "inductor/fxgraph/ab" not in names
+    assert "inductor/fxgraph" not in names and "inductor" not in names
+    assert "inductor/aotautograd/cd" in names and "triton" in names
     # ab changes again in the same tick (simulated: its ctime is not compared at all): the
     # next check still lists it, through its unsealed ancestors.
     write_files(scope, {"inductor/fxgraph/ab/later": b"y"})
     assert ("unexpected", "inductor/fxgraph/ab/later") in _kinds(layout, manifest, sealed)
+    assert _quick(layout, sealed) is None
 
 
 def test_a_seal_belongs_to_one_manifest_and_one_scope_directory(
@@ -173,13 +235,13 @@ def test_a_seal_belongs_to_one_manifest_and_one_scope_directory(
 ) -> None:
     layout = _sealed_scope(tmp_path, monkeypatch)[0]
     digest = json.loads(layout.seal(KEY).read_text())["manifest_sha256"]
-    assert seal.load(layout, KEY, "0" * 64) == {}
+    assert seal.load(layout, KEY, "0" * 64) == seal.NONE
     # The same files copied to a new scope directory (a restore from an archive, a quarantine
     # and a new scope): another inode, so the seal no longer applies.
     scope = layout.scope(KEY)
     os.rename(scope, tmp_path / "moved")
     write_files(scope, FILES)
-    assert seal.load(layout, KEY, digest) == {}
+    assert seal.load(layout, KEY, digest) == seal.NONE
 
 
 _SEAL_VALUE = st.recursive(
@@ -191,7 +253,10 @@ _SEAL_VALUE = st.recursive(
 
 @settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    field=st.sampled_from(["schema", "scope", "dirs", "inodes", "ctimes", None]), value=_SEAL_VALUE
+    field=st.sampled_from(
+        ["schema", "scope", "dirs", "inodes", "ctimes", "files", "sizes", "mtimes", "signed", None]
+    ),
+    value=_SEAL_VALUE,
 )
 def test_any_seal_content_is_ignored_or_valid_never_a_crash(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, field: str | None, value: object
@@ -206,10 +271,12 @@ def test_any_seal_content_is_ignored_or_valid_never_a_crash(
         data[field] = value
         path.write_text(json.dumps(data))
     loaded = seal.load(layout, KEY, digest)
-    assert isinstance(loaded, dict)
-    assert all(isinstance(k, str) and len(v) == 2 for k, v in loaded.items())
+    assert isinstance(loaded, seal.Seal)
+    assert all(isinstance(k, str) and len(v) == 2 for k, v in loaded.dirs.stamps().items())
     write_files(layout.scope(KEY), {"inductor/fxgraph/ab/planted": b"evil"})
     assert ("unexpected", "inductor/fxgraph/ab/planted") in _kinds(layout, manifest, loaded)
+    if loaded.listed is not None:
+        assert _quick(layout, loaded) is None
 
 
 def test_a_seal_naming_directories_outside_the_scope_lists_none_of_them(
@@ -218,24 +285,41 @@ def test_a_seal_naming_directories_outside_the_scope_lists_none_of_them(
     layout, manifest, sealed = _sealed_scope(tmp_path, monkeypatch)
     outside = tmp_path / "outside"
     write_files(outside, {"secret": b"s"})
-    hostile = {**sealed, "../../outside": (0, 0), "inductor/../../../outside": (0, 0)}
-    assert _kinds(layout, manifest, hostile) == set()
+    hostile = {
+        **sealed.dirs.stamps(),
+        "../../outside": (0, 0),
+        "inductor/../../../outside": (0, 0),
+    }
+    assert _kinds(layout, manifest, seal.Seal(stat_batch.Dirs.of(hostile))) == set()
 
 
-def _tree(tmp_path: Path, count: int) -> tuple[list[str], list[stat_batch.Stamp]]:
-    paths, wanted = [], []
+class _Tree(NamedTuple):
+    """50 directories (first), then `count` files spread over them, and their stamps."""
+
+    paths: list[str]
+    dirs: int
+    firsts: list[int]
+    seconds: list[int]
+
+    def mismatches(self) -> list[int]:
+        return stat_batch.mismatches(self.paths, self.dirs, self.firsts, self.seconds)
+
+
+def _tree(tmp_path: Path, count: int) -> _Tree:
+    files = []
     for i in range(count):
         path = tmp_path / f"d{i % 50}" / f"f{i}"
         path.parent.mkdir(exist_ok=True)
         path.write_bytes(b"x" * (i % 7))
-        paths.append(str(path))
-        st_ = path.lstat()
-        wanted.append(stat_batch.stamp(st_, 0o100000))
-    for i in range(50):
-        path = tmp_path / f"d{i}"
-        paths.append(str(path))
-        wanted.append(stat_batch.stamp(path.lstat(), 0o040000))
-    return paths, wanted
+        files.append(path)
+    dirs = [tmp_path / f"d{i}" for i in range(50)]
+    stats = [p.lstat() for p in dirs] + [p.lstat() for p in files]
+    return _Tree(
+        [str(p) for p in dirs + files],
+        len(dirs),
+        [st.st_ino for st in stats[:50]] + [st.st_size for st in stats[50:]],
+        [st.st_ctime_ns for st in stats[:50]] + [st.st_mtime_ns for st in stats[50:]],
+    )
 
 
 def _allow_forks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -248,22 +332,31 @@ def _allow_forks(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_stat_batch_finds_the_same_mismatches_in_any_number_of_processes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    paths, wanted = _tree(tmp_path, 600)
+    tree = _tree(tmp_path, 600)
     time.sleep(0.02)  # past the ctime tick of the tree's last change
-    Path(paths[3]).write_bytes(b"longer than before")  # size
-    os.utime(paths[100], ns=(0, 0))  # mtime
-    Path(paths[200]).unlink()  # gone (and its directory d0, index 600, changed)
-    wanted[300] = (0o040000, *wanted[300][1:])  # expected a directory
-    (Path(paths[-1]) / "new").write_bytes(b"")  # a directory's ctime moves
-    expected = [3, 100, 200, 300, 600, len(paths) - 1]
-    assert stat_batch.mismatches(paths, wanted) == expected  # one process: below the minimum
+    paths = tree.paths
+    Path(paths[50 + 3]).write_bytes(b"longer than before")  # size
+    os.utime(paths[50 + 100], ns=(0, 0))  # mtime
+    Path(paths[50 + 200]).unlink()  # gone (and its directory d0, index 0, changed)
+    Path(paths[50 + 300]).unlink()  # a file replaced by a directory (in d0 too)
+    Path(paths[50 + 300]).mkdir()
+    tree.firsts[7] += 1  # a directory that is another inode than the one sealed
+    (Path(paths[49]) / "new").write_bytes(b"")  # a directory's ctime moves
+    # A file replaced by a symlink of the same size and mtime (the type alone gives it away;
+    # its directory d10's ctime too).
+    assert tree.firsts[50 + 10] == 3
+    Path(paths[50 + 10]).unlink()
+    os.symlink("xyz", paths[50 + 10])
+    os.utime(paths[50 + 10], ns=(0, tree.seconds[50 + 10]), follow_symlinks=False)
+    expected = [0, 7, 10, 49, 53, 60, 150, 250, 350]
+    assert tree.mismatches() == expected  # one process: below the minimum
     _allow_forks(monkeypatch)
     monkeypatch.setattr(stat_batch, "_MAX_WORKERS", 4)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(4)), raising=False)
     forks = []
     real_fork = os.fork
     monkeypatch.setattr(os, "fork", lambda: forks.append(1) or real_fork())
-    assert stat_batch.mismatches(paths, wanted) == expected
+    assert tree.mismatches() == expected
     assert len(forks) == 3
 
 
@@ -271,9 +364,9 @@ def test_the_stat_batch_finds_the_same_mismatches_in_any_number_of_processes(
 def test_a_failed_stat_child_is_made_up_for_by_the_parent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: str
 ) -> None:
-    paths, wanted = _tree(tmp_path, 200)
+    tree = _tree(tmp_path, 200)
     for i in (1, 2, 150):
-        os.utime(paths[i], ns=(0, 0))
+        os.utime(tree.paths[50 + i], ns=(0, 0))
     _allow_forks(monkeypatch)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
     parent = os.getpid()
@@ -287,7 +380,7 @@ def test_a_failed_stat_child_is_made_up_for_by_the_parent(
         return "not json" if failure == "garbage" else real_dumps([0])
 
     monkeypatch.setattr(stat_batch.json, "dumps", dumps)
-    assert stat_batch.mismatches(paths, wanted) == [1, 2, 150]
+    assert tree.mismatches() == [51, 52, 200]
 
 
 def test_in_place_restores_seal_the_scope_and_still_set_aside_a_planted_file(
@@ -312,6 +405,27 @@ def test_in_place_restores_seal_the_scope_and_still_set_aside_a_planted_file(
     assert state["hit"] and state["set_aside"] and state["set_aside"]["files"] == 1
     assert not (leaf / "planted").exists()
     assert "unsaved file(s)" in state["_stderr"]
+
+
+def test_a_restore_from_the_seal_reports_what_the_manifest_would(store: Store) -> None:
+    """The state a restore reports (hit, files, bytes, signed, mode) is the same whether the
+    seal vouched for the scope or the manifest was parsed (seal removed)."""
+    write_files(store.restore()["scope_dir"], SAMPLE)
+    assert store.save().returncode == 0
+    time.sleep(seal.MARGIN_NS / 1e9 + 0.1)
+    key = store.restore()["scope_key"]
+    assert store.save().returncode == 0
+    layout = Layout(store.root)
+    assert json.loads(layout.seal(key).read_text())["files"] == sorted(SAMPLE)
+    fields = ("hit", "files", "bytes", "signed", "mode", "set_aside", "quarantined")
+    from_seal = store.restore()
+    assert store.save().returncode == 0
+    layout.seal(key).unlink()
+    from_manifest = store.restore()
+    assert [from_seal[k] for k in fields] == [from_manifest[k] for k in fields]
+    assert from_seal["files"] == len(SAMPLE) and from_seal["bytes"] == sum(
+        len(body) for body in SAMPLE.values()
+    )
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ci_fxcache import atomic_write
 from ci_fxcache.store import stat_batch
@@ -262,17 +262,47 @@ def load(path: Path) -> dict[str, Any]:
 
 def read(path: Path) -> tuple[dict[str, Any], str]:
     """`load`, and the sha256 of the manifest file (what a seal belongs to)."""
+    raw, digest = read_raw(path)
+    return parse(raw), digest
+
+
+def read_raw(path: Path) -> tuple[bytes, str]:
+    """The manifest file's bytes and their sha256, unparsed; ManifestError when unreadable."""
     try:
         raw = path.read_bytes()
+    except OSError as exc:
+        raise ManifestError(f"unreadable manifest: {str(exc)[:200]}") from exc
+    return raw, hashlib.sha256(raw).hexdigest()
+
+
+def parse(raw: bytes) -> dict[str, Any]:
+    """A manifest file's bytes, parsed and shape-checked; ManifestError when unusable."""
+    try:
         data = json.loads(raw.decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         # ValueError covers malformed JSON and integers beyond Python's digit limit.
         raise ManifestError(f"unreadable manifest: {str(exc)[:200]}") from exc
     problem = _shape_problem(data)
     if problem is not None:
         raise ManifestError(problem)
     assert isinstance(data, dict)
-    return data, hashlib.sha256(raw).hexdigest()
+    return data
+
+
+class Listed(NamedTuple):
+    """Every file a manifest lists, in its order, with the size and mtime it records (-1 when
+    it records none): all the fast check compares, without the sha256s."""
+
+    names: list[str]
+    sizes: list[int]
+    mtimes: list[int]
+
+
+def listed(manifest: Mapping[str, Any]) -> Listed:
+    """The `Listed` of a shape-checked manifest."""
+    files: dict[str, dict[str, Any]] = manifest["files"]
+    metas = files.values()
+    return Listed(list(files), [m["size"] for m in metas], [m.get("mtime_ns", -1) for m in metas])
 
 
 def write_atomic(
@@ -299,11 +329,39 @@ class Inspection:
     started_ns: int  # wall clock when the inspection began (see store.seal)
 
 
+def _compare(
+    root: str, dirs: stat_batch.Dirs, files: list[str], sizes: list[int], mtimes: list[int]
+) -> tuple[set[int], list[int]]:
+    """One stat batch: (indices into `dirs` whose inode or ctime changed, indices into `files`
+    whose size or mtime differs from `sizes` / `mtimes`, which may be shorter than `files`: the
+    rest are not compared)."""
+    prefix = root + "/"
+    paths = [prefix + rel for rel in dirs.names]
+    paths += [prefix + rel for rel in files[: len(sizes)]]
+    count = len(dirs.names)
+    differ = stat_batch.mismatches(paths, count, dirs.inodes + sizes, dirs.ctimes + mtimes)
+    return {i for i in differ if i < count}, [i - count for i in differ if i >= count]
+
+
+def _walk(
+    root: str, problems: list[Problem], dirs: stat_batch.Dirs, changed: set[int], stamp: bool
+) -> tuple[dict[str, stat_batch.DirStamp], list[str]]:
+    """List what no unchanged sealed directory vouches for: (the stamps of every directory
+    checked, sealed ones first; the regular files found)."""
+    names, inodes, ctimes = dirs
+    stamps = {names[i]: (inodes[i], ctimes[i]) for i in range(len(names)) if i not in changed}
+    start = [top for top in CACHE_DIRS if top not in stamps]
+    # A seal is input like any other file: only directories inside the cache dirs are listed.
+    start += [names[i] for i in sorted(changed) if _safe_dir(names[i])]
+    found = [rel for _entry, rel in _files(root, problems, start, stamps if stamp else None)]
+    return stamps, found
+
+
 def inspect(
     scope_dir: Path,
     manifest: dict[str, Any],
     full: bool,
-    sealed: Mapping[str, stat_batch.DirStamp] | None = None,
+    sealed: stat_batch.Dirs | None = None,
     stamp: bool = True,
 ) -> Inspection:
     """Compare the scope's files with its manifest.
@@ -316,41 +374,52 @@ def inspect(
     Without `stamp`, listed directories are not stamped (nobody will seal them).
     """
     started_ns = time.time_ns()
-    listed: dict[str, dict[str, Any]] = manifest["files"]
+    entries: dict[str, dict[str, Any]] = manifest["files"]
     root = str(scope_dir)
-    prefix = root + "/"
     problems = _top_level_problems(root)
-    dirs = list(sealed) if sealed and not full else []
-    files = [rel for rel in listed if safe_relpath(rel)]
-    if len(files) != len(listed):
+    dirs = sealed if sealed is not None and not full else stat_batch.NO_DIRS
+    files = [rel for rel in entries if safe_relpath(rel)]
+    if len(files) != len(entries):
         problems.extend(
             Problem("escape", rel, "manifest entry leaves the scope")
-            for rel in listed
+            for rel in entries
             if not safe_relpath(rel)
         )
-    paths = [prefix + rel for rel in dirs] + [prefix + rel for rel in files]
-    wanted = [(stat.S_IFDIR, *sealed[rel]) for rel in dirs] if sealed else []
-    if not full:
-        wanted += [
-            (stat.S_IFREG, meta["size"], meta.get("mtime_ns", -1))
-            for meta in map(listed.__getitem__, files)
-        ]
-    differ = stat_batch.mismatches(paths[: len(wanted)], wanted)
-    changed = {i for i in differ if i < len(dirs)}
-    stamps = {rel: sealed[rel] for i, rel in enumerate(dirs) if i not in changed} if sealed else {}
-    unchanged = len(stamps)
-    start = [top for top in CACHE_DIRS if top not in stamps]
-    # A seal is input like any other file: only directories inside the cache dirs are listed.
-    start += [dirs[i] for i in sorted(changed) if _safe_dir(dirs[i])]
-    for _entry, rel in _files(root, problems, start, stamps if stamp else None):
-        if rel not in listed:
-            problems.append(Problem("unexpected", rel, UNLISTED))
-    suspects = range(len(files)) if full else [i - len(dirs) for i in differ if i >= len(dirs)]
-    for i in suspects:
-        problem = _file_problem(files[i], paths[len(dirs) + i], listed[files[i]], full)
+    metas = [] if full else [entries[rel] for rel in files]
+    sizes = [meta["size"] for meta in metas]
+    changed, differ = _compare(
+        root, dirs, files, sizes, [meta.get("mtime_ns", -1) for meta in metas]
+    )
+    stamps, found = _walk(root, problems, dirs, changed, stamp)
+    problems.extend(Problem("unexpected", rel, UNLISTED) for rel in found if rel not in entries)
+    prefix = root + "/"
+    for i in range(len(files)) if full else differ:
+        problem = _file_problem(files[i], prefix + files[i], entries[files[i]], full)
         if problem is not None:
             problems.append(problem)
-    return Inspection(problems, stamps, len(stamps) - unchanged, started_ns)
+    listed = len(stamps) - len(dirs.names) + len(changed)
+    return Inspection(problems, stamps, listed, started_ns)
+
+
+def inspect_listed(scope_dir: Path, expected: Listed, sealed: stat_batch.Dirs) -> Inspection | None:
+    """The fast check against a manifest's `Listed` alone (a seal's copy: see store.seal),
+    without parsing the manifest: the Inspection when it finds nothing wrong, None as soon as
+    anything differs (then `inspect` with the manifest says what). When every directory is as
+    sealed, nothing is listed and `dir_stamps` is empty: the seal stands as it is."""
+    started_ns = time.time_ns()
+    root = str(scope_dir)
+    problems = _top_level_problems(root)
+    if problems or not len(expected.names) == len(expected.sizes) == len(expected.mtimes):
+        return None
+    changed, differ = _compare(root, sealed, expected.names, expected.sizes, expected.mtimes)
+    if differ:
+        return None
+    if not changed and all(top in sealed.names for top in CACHE_DIRS):
+        return Inspection([], {}, 0, started_ns)
+    stamps, found = _walk(root, problems, sealed, changed, True)
+    if problems or (found and not set(found) <= set(expected.names)):
+        return None
+    return Inspection(problems, stamps, len(stamps) - len(sealed.names) + len(changed), started_ns)
 
 
 def _file_problem(rel: str, path: str, meta: dict[str, Any], full: bool) -> Problem | None:

@@ -42,9 +42,23 @@ def full_verification(requested: str | None, signing_key: str | None) -> bool:
     return bool(signing_key) or requested == "full"
 
 
+@dataclass(frozen=True)
+class _Contents:
+    """What restore hands out of a verified scope: its files (as the manifest lists them), their
+    bytes, and whether the manifest is signed."""
+
+    files: list[str]
+    total_bytes: int
+    signed: bool
+
+
+def _contents(listed: mf.Listed, signed: bool) -> _Contents:
+    return _Contents(listed.names, sum(listed.sizes), signed)
+
+
 @dataclass
 class _Checked:
-    manifest: dict[str, Any] | None
+    contents: _Contents | None
     busy: bool  # a live trusted job has the scope in place
     quarantined: dict[str, Any] | None = None
     set_aside: dict[str, Any] | None = None
@@ -53,8 +67,8 @@ class _Checked:
 
 def _problem_of(
     layout: Layout, key: str, opts: Options, served: Path | None = None
-) -> tuple[str | None, list[mf.Problem], dict[str, Any] | None, list[str]]:
-    """(reason to quarantine, problems, manifest, unsaved files) of scope `key`, checking the
+) -> tuple[str | None, list[mf.Problem], _Contents | None, list[str]]:
+    """(reason to quarantine, problems, contents, unsaved files) of scope `key`, checking the
     files of `served` (default: the scope itself) against the scope's manifest."""
     scope = layout.scope(key) if served is None else served
     if not layout.manifest(key).exists():
@@ -63,7 +77,19 @@ def _problem_of(
             return "files without a manifest", problems, None, []
         return None, [], None, sorted(files)
     try:
-        manifest, digest = mf.read(layout.manifest(key))
+        raw, digest = mf.read_raw(layout.manifest(key))
+        sealed = seal.load(layout, key, digest) if served is None else seal.NONE
+        # Full verification (always with a signing key) never uses a seal.
+        if sealed.listed is not None and not opts.full_verify:
+            quick = mf.inspect_listed(scope, sealed.listed, sealed.dirs)
+            if quick is not None:  # as sealed: the manifest need not be parsed
+                if quick.dir_stamps:  # directories were listed: seal them too
+                    seal.refresh(
+                        layout, key, digest, quick.dir_stamps, quick.started_ns, sealed,
+                        sealed.listed, sealed.signed,
+                    )  # fmt: skip
+                return None, [], _contents(sealed.listed, sealed.signed), []
+        manifest = mf.parse(raw)
         if manifest["scope_key"] != key:
             # A manifest (and its files) carried over from another scope: another environment.
             return f"manifest belongs to scope {manifest['scope_key'][:200]!r}", [], None, []
@@ -71,11 +97,13 @@ def _problem_of(
             reason = mf.signature_problem(manifest, opts.signing_key)
             if reason:
                 return reason, [], None, []
-        sealed = seal.load(layout, key, digest) if served is None else {}
-        found = mf.inspect(scope, manifest, opts.full_verify, sealed, stamp=served is None)
+        found = mf.inspect(scope, manifest, opts.full_verify, sealed.dirs, stamp=served is None)
         problems = found.problems
+        listed, signed = mf.listed(manifest), bool(manifest.get("signature"))
         if not problems and served is None:
-            seal.refresh(layout, key, digest, found.dir_stamps, found.started_ns, sealed)
+            seal.refresh(
+                layout, key, digest, found.dir_stamps, found.started_ns, sealed, listed, signed
+            )
     except mf.ManifestError as exc:
         return str(exc), [], None, []
     except (ValueError, TypeError, KeyError, RecursionError) as exc:  # never crash on content
@@ -85,7 +113,7 @@ def _problem_of(
     if broken:
         kinds = sorted({p.kind for p in broken})
         return f"{len(broken)} integrity problem(s): {', '.join(kinds)}", broken, None, []
-    return None, [], manifest, unsaved
+    return None, [], _contents(listed, signed), unsaved
 
 
 def _from_spare(layout: Layout, key: str, opts: Options, target: Path) -> _Checked | None:
@@ -98,11 +126,11 @@ def _from_spare(layout: Layout, key: str, opts: Options, target: Path) -> _Check
     strategy = spare.take(layout, key, digest, target)
     if strategy is None:
         return None
-    reason, _problems, manifest, unsaved = _problem_of(layout, key, opts, served=target)
-    if reason is not None or unsaved or manifest is None:
+    reason, _problems, contents, unsaved = _problem_of(layout, key, opts, served=target)
+    if reason is not None or unsaved or contents is None:
         scopes.remove_tree(target)
         return None
-    return _Checked(manifest, False, strategy=strategy)
+    return _Checked(contents, False, strategy=strategy)
 
 
 def _check_scope(layout: Layout, key: str, opts: Options) -> _Checked:
@@ -115,7 +143,7 @@ def _check_scope(layout: Layout, key: str, opts: Options) -> _Checked:
     elif not scope.exists():
         return _Checked(None, False)
     else:
-        reason, problems, manifest, unsaved = _problem_of(layout, key, opts)
+        reason, problems, contents, unsaved = _problem_of(layout, key, opts)
         if reason is None:
             aside = None
             if unsaved and not busy:
@@ -128,7 +156,7 @@ def _check_scope(layout: Layout, key: str, opts: Options) -> _Checked:
                     f"saving moved to {where}",
                     file=sys.stderr,
                 )
-            return _Checked(manifest, busy, None, aside)
+            return _Checked(contents, busy, None, aside)
     lines = [str(p) for p in problems]
     assert reason is not None
     where = scopes.quarantine(layout, key, reason, lines)
@@ -161,7 +189,7 @@ def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[st
             checked = _check_scope(layout, key, opts)
         if checked.quarantined:
             quarantined.append(checked.quarantined)
-        manifest = checked.manifest
+        contents = checked.contents
         scope = layout.scope(key)
         if not read_only and not checked.busy:
             for name in CACHE_DIRS:
@@ -173,23 +201,22 @@ def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[st
             if checked.strategy is not None:
                 strategy = checked.strategy
             else:
-                files = sorted(manifest["files"]) if manifest else []
+                files = sorted(contents.files) if contents else []
                 strategy = overlay.build(scope, files, base, opts.overlay_strategy)
             for name in CACHE_DIRS:
                 (base / name).mkdir(parents=True, exist_ok=True)
             if not read_only:
                 lease = scopes.take_lease(layout, key, "overlay")
-            if manifest is not None and scope.exists():
+            if contents is not None and scope.exists():
                 scopes.touch_last_used(layout, key)
-    if base != scope and use_spares and manifest is not None:
+    if base != scope and use_spares and contents is not None:
         spare.build_in_background(layout, key)  # the next overlay restore is a rename
-    files_meta = manifest["files"] if manifest else {}
     return {
         "schema": STATE_SCHEMA,
         "store": "local",
         "root": str(layout.root),
         "scope_key": key,
-        "hit": manifest is not None and bool(files_meta),
+        "hit": contents is not None and bool(contents.files),
         "read_only": read_only,
         "read_only_reason": ro_reason,
         "mode": strategy,
@@ -199,10 +226,10 @@ def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[st
         "verify_dir": str(base / "verify"),
         "overlay_dir": str(base) if base != scope else None,
         "spare": checked.strategy is not None,
-        "files": len(files_meta),
-        "bytes": sum(int(m["size"]) for m in files_meta.values()),
+        "files": len(contents.files) if contents else 0,
+        "bytes": contents.total_bytes if contents else 0,
         "verify_mode": "full" if opts.full_verify else "fast",
-        "signed": bool(manifest and manifest.get("signature")),
+        "signed": bool(contents and contents.signed),
         "signature_checked": bool(opts.signing_key),
         "invalidated": invalidated,
         "set_aside": checked.set_aside,

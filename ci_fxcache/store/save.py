@@ -35,7 +35,7 @@ class Refused(Exception):
 
 
 def _inspect(
-    scope: Path, key: str, listed: dict[str, Any], sealed: dict[str, stat_batch.DirStamp]
+    scope: Path, key: str, listed: dict[str, Any], sealed: stat_batch.Dirs
 ) -> mf.Inspection:
     """The scope checked against the committed entries `listed`; symlinks a job left in the
     cache dirs are removed first (never cached), then the scope is checked again."""
@@ -62,7 +62,7 @@ def _committed(layout: Layout, key: str, signing_key: str | None) -> _Committed:
     scope) when not: a changed committed file is never re-recorded or re-signed."""
     scope = layout.scope(key)
     previous: dict[str, Any] | None = None
-    sealed: dict[str, stat_batch.DirStamp] = {}
+    sealed = seal.NONE
     reason: str | None = None
     lines: list[str] = []
     if layout.manifest(key).exists():
@@ -76,7 +76,7 @@ def _committed(layout: Layout, key: str, signing_key: str | None) -> _Committed:
         elif previous is not None and signing_key:
             reason = mf.signature_problem(previous, signing_key)
     if reason is None:
-        found = _inspect(scope, key, previous["files"] if previous else {}, sealed)
+        found = _inspect(scope, key, previous["files"] if previous else {}, sealed.dirs)
         broken = [p for p in found.problems if not mf.is_unlisted(p)]
         if not broken:
             return _Committed(previous, found)
@@ -169,7 +169,10 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict
         # What the check listed is sealed for the new manifest, but for directories holding
         # files it does not list (another job's, when this one had an overlay).
         kept_out = {rel.rpartition("/")[0] for rel in set(unlisted) - set(new)}
-        seal.refresh(layout, key, digest, found.dir_stamps, found.started_ns, {}, kept_out)
+        seal.refresh(
+            layout, key, digest, found.dir_stamps, found.started_ns, seal.NONE,
+            mf.listed(manifest), bool(signing_key), kept_out,
+        )  # fmt: skip
         _release(lease)
         scopes.touch_last_used(layout, key)
     if overlay_dir is not None:

@@ -7,6 +7,11 @@ atime, and itself changes ctime). So a directory whose inode and ctime are what 
 a check listed it and found nothing wrong holds the same entries: the check stats it instead of
 listing it. Every file is still stat'ed against the manifest; a full verification ignores seals.
 
+A seal also carries the manifest's file list with each file's size and mtime (`Listed`), and
+whether the manifest is signed: a fast check that finds every directory and every file as sealed
+then needs nothing from the manifest, and skips parsing it (the manifest is most of what a
+restore reads). Anything that differs sends the check back to the manifest, which says what.
+
 A seal belongs to one manifest (its sha256) and one scope directory (device and inode): after a
 save, a quarantine or a copy to another host it no longer applies and the next check lists
 everything again. A directory is sealed only when its ctime is older than `MARGIN_NS` before
@@ -24,15 +29,31 @@ import json
 import os
 from collections.abc import Collection, Mapping
 from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ci_fxcache import atomic_write
+from ci_fxcache.store import manifest as mf
 from ci_fxcache.store.layout import Layout
-from ci_fxcache.store.stat_batch import DirStamp
+from ci_fxcache.store.stat_batch import NO_DIRS, Dirs, DirStamp
 
-SCHEMA = "fxcache-seal/1"
+SCHEMA = "fxcache-seal/2"
 MARGIN_NS = 2_000_000_000
+
+
+@dataclass(frozen=True)
+class Seal:
+    """A scope's seal: its sealed directories, and the manifest's `Listed` (every file, size and
+    mtime) and whether it is signed, so a fast check that finds nothing wrong need not parse the
+    manifest (None: unknown, the manifest is parsed)."""
+
+    dirs: Dirs = NO_DIRS
+    listed: mf.Listed | None = None
+    signed: bool = False
+
+
+NONE = Seal()
 
 
 def _scope_id(scope: Path) -> list[int] | None:
@@ -43,31 +64,44 @@ def _scope_id(scope: Path) -> list[int] | None:
     return [st.st_dev, st.st_ino]
 
 
-def load(layout: Layout, key: str, manifest_sha256: str) -> dict[str, DirStamp]:
-    """The sealed directories of scope `key` for this manifest; empty when there is no seal,
-    it belongs to another manifest or scope directory, or it is malformed in any way."""
+def _columns(data: dict[str, Any], names: tuple[str, str, str]) -> list[list[Any]] | None:
+    """Three equally long lists: strings, then two of integers; None when they are not."""
+    columns = [data.get(name) for name in names]
+    lists = [column for column in columns if isinstance(column, list)]
+    if not (
+        len(lists) == 3
+        and len(lists[0]) == len(lists[1]) == len(lists[2])
+        and set(map(type, lists[0])) <= {str}
+        and set(map(type, lists[1])) | set(map(type, lists[2])) <= {int}
+    ):
+        return None
+    try:  # a name Python cannot hand to the OS (a lone surrogate) is not one we wrote
+        "".join(lists[0]).encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return lists
+
+
+def load(layout: Layout, key: str, manifest_sha256: str) -> Seal:
+    """The seal of scope `key` for this manifest; `NONE` when there is no seal, it belongs to
+    another manifest or scope directory, or it is malformed in any way."""
     try:
         data = json.loads(layout.seal(key).read_bytes())
     except (OSError, ValueError, RecursionError):
-        return {}
+        return NONE
     if not (
         isinstance(data, dict)
         and data.get("schema") == SCHEMA
         and data.get("manifest_sha256") == manifest_sha256
         and data.get("scope") == _scope_id(layout.scope(key))
+        and isinstance(data.get("signed"), bool)
     ):
-        return {}
-    dirs, inodes, ctimes = (data.get(name) for name in ("dirs", "inodes", "ctimes"))
-    if not (
-        isinstance(dirs, list)
-        and isinstance(inodes, list)
-        and isinstance(ctimes, list)
-        and len(dirs) == len(inodes) == len(ctimes)
-        and set(map(type, dirs)) <= {str}
-        and set(map(type, inodes)) | set(map(type, ctimes)) <= {int}
-    ):
-        return {}
-    return dict(zip(dirs, zip(inodes, ctimes, strict=True), strict=True))
+        return NONE
+    dirs = _columns(data, ("dirs", "inodes", "ctimes"))
+    files = _columns(data, ("files", "sizes", "mtimes"))
+    if dirs is None or files is None:
+        return NONE
+    return Seal(Dirs(*dirs), mf.Listed(*files), data["signed"])
 
 
 def refresh(
@@ -76,13 +110,15 @@ def refresh(
     manifest_sha256: str,
     stamps: Mapping[str, DirStamp],
     started_ns: int,
-    previous: Mapping[str, DirStamp],
+    previous: Seal,
+    listed: mf.Listed,
+    signed: bool,
     exclude: Collection[str] = (),
 ) -> None:
     """Seal the directories of a clean check (`stamps`, taken by a check that began at
     `started_ns`) whose ctime is safely older than that start, but not those in `exclude`
-    (they hold files the manifest does not list); nothing is written when that is the seal
-    there is (`previous`)."""
+    (they hold files the manifest does not list), with the manifest's `listed` files and
+    whether it is `signed`; nothing is written when that is the seal there is (`previous`)."""
     limit = started_ns - MARGIN_NS
     dirs = {rel: st for rel, st in stamps.items() if st[1] < limit and rel not in exclude}
     # A directory that is not sealed is found only by listing its parent: so no ancestor of
@@ -92,23 +128,28 @@ def refresh(
             rel = rel.rpartition("/")[0]
             if dirs.pop(rel, None) is None:
                 break  # already unsealed, and so are its ancestors (or they will be)
-    if dirs != previous:
-        write(layout, key, manifest_sha256, dirs)
+    sealed = Seal(Dirs.of(dirs), listed, signed)
+    if sealed != previous:
+        write(layout, key, manifest_sha256, sealed)
 
 
-def write(layout: Layout, key: str, manifest_sha256: str, dirs: Mapping[str, DirStamp]) -> None:
-    """Record `dirs` as sealed for this manifest (best effort: a seal is only an accelerator)."""
+def write(layout: Layout, key: str, manifest_sha256: str, sealed: Seal) -> None:
+    """Record `sealed` for this manifest (best effort: a seal is only an accelerator)."""
     scope_id = _scope_id(layout.scope(key))
-    if scope_id is None:
+    if scope_id is None or sealed.listed is None:
         return
     body: dict[str, Any] = {
         "schema": SCHEMA,
         "manifest_sha256": manifest_sha256,
         "scope": scope_id,
-        # Three flat lists: a fifth of the parsing time of one object per directory.
-        "dirs": list(dirs),
-        "inodes": [stamp[0] for stamp in dirs.values()],
-        "ctimes": [stamp[1] for stamp in dirs.values()],
+        # Flat lists: a fifth of the parsing time of one object per directory or file.
+        "dirs": sealed.dirs.names,
+        "inodes": sealed.dirs.inodes,
+        "ctimes": sealed.dirs.ctimes,
+        "files": sealed.listed.names,
+        "sizes": sealed.listed.sizes,
+        "mtimes": sealed.listed.mtimes,
+        "signed": sealed.signed,
     }
     path = layout.seal(key)
     with suppress(OSError):

@@ -12,15 +12,37 @@ from __future__ import annotations
 import gc
 import json
 import os
-import stat
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from stat import S_ISDIR, S_ISREG
+from typing import NamedTuple
 
-# What is compared: the expected file type, then two fields that depend on it.
-Stamp = tuple[int, int, int]
 # A directory's (st_ino, st_ctime_ns): unchanged only if no entry was added, removed or
 # renamed in it (see store.seal).
 DirStamp = tuple[int, int]
+
+
+class Dirs(NamedTuple):
+    """Directories (relative paths) and the inode and ctime each is expected to have, as
+    columns: a restore compares tens of thousands, and columns cost no object per entry."""
+
+    names: list[str]
+    inodes: list[int]
+    ctimes: list[int]
+
+    @classmethod
+    def of(cls, stamps: Mapping[str, DirStamp]) -> Dirs:
+        """The columns of a {name: (inode, ctime)} mapping."""
+        return cls(
+            list(stamps), [st[0] for st in stamps.values()], [st[1] for st in stamps.values()]
+        )
+
+    def stamps(self) -> dict[str, DirStamp]:
+        """{name: (inode, ctime)}."""
+        return dict(zip(self.names, zip(self.inodes, self.ctimes, strict=True), strict=True))
+
+
+NO_DIRS = Dirs([], [], [])
 
 # Below this many paths a fork costs more than it saves.
 _MIN_PER_WORKER = 4096
@@ -32,23 +54,23 @@ def dir_stamp(st: os.stat_result) -> DirStamp:
     return st.st_ino, st.st_ctime_ns
 
 
-def stamp(st: os.stat_result, kind: int) -> Stamp:
-    """What is compared for an entry expected to be of type `kind` (stat.S_IFDIR or S_IFREG):
-    a directory's `dir_stamp`, a file's size and mtime (the fast integrity check)."""
-    if kind == stat.S_IFDIR:
-        return stat.S_IFMT(st.st_mode), *dir_stamp(st)
-    return stat.S_IFMT(st.st_mode), st.st_size, st.st_mtime_ns
-
-
-def _serial(paths: Sequence[str], wanted: Sequence[Stamp], share: range) -> list[int]:
+def _serial(
+    paths: Sequence[str], dirs: int, firsts: Sequence[int], seconds: Sequence[int], share: range
+) -> list[int]:
     lstat = os.lstat
     out = []
     for i in share:
-        want = wanted[i]
         try:
-            if stamp(lstat(paths[i]), want[0]) != want:
-                out.append(i)
+            st = lstat(paths[i])
         except (OSError, ValueError):
+            out.append(i)
+            continue
+        if i < dirs:
+            if not (
+                S_ISDIR(st.st_mode) and st.st_ino == firsts[i] and st.st_ctime_ns == seconds[i]
+            ):
+                out.append(i)
+        elif not (S_ISREG(st.st_mode) and st.st_size == firsts[i] and st.st_mtime_ns == seconds[i]):
             out.append(i)
     return out
 
@@ -70,9 +92,14 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def mismatches(paths: Sequence[str], wanted: Sequence[Stamp]) -> list[int]:
-    """Indices (ascending) of the paths whose `stamp` differs from `wanted` or that cannot be
-    lstat'ed (symlinks are never followed)."""
+def mismatches(
+    paths: Sequence[str], dirs: int, firsts: Sequence[int], seconds: Sequence[int]
+) -> list[int]:
+    """Indices (ascending) of the paths that cannot be lstat'ed (symlinks are never followed)
+    or differ from what is expected: the first `dirs` paths directories whose inode and ctime
+    are `firsts[i]` and `seconds[i]`, the rest regular files whose size and mtime are."""
+    if not len(paths) == len(firsts) == len(seconds) or not 0 <= dirs <= len(paths):
+        raise ValueError("mismatches: paths, firsts and seconds differ in length")
     workers = _workers(len(paths))
     # Strided shares: neighbours in the list cost alike (directories first, then files).
     shares = [range(k, len(paths), workers) for k in range(workers)]
@@ -85,7 +112,7 @@ def mismatches(paths: Sequence[str], wanted: Sequence[Stamp]) -> list[int]:
             try:
                 gc.disable()  # a collection would touch, and so copy, every inherited object
                 os.close(read_fd)
-                payload = json.dumps(_serial(paths, wanted, share)).encode("ascii")
+                payload = json.dumps(_serial(paths, dirs, firsts, seconds, share)).encode("ascii")
                 while payload:
                     payload = payload[os.write(write_fd, payload) :]
                 code = 0
@@ -93,7 +120,7 @@ def mismatches(paths: Sequence[str], wanted: Sequence[Stamp]) -> list[int]:
                 os._exit(code)
         os.close(write_fd)
         children.append((pid, read_fd, share))
-    found = _serial(paths, wanted, shares[0])
+    found = _serial(paths, dirs, firsts, seconds, shares[0])
     for pid, read_fd, share in children:
         try:
             data = _read_all(read_fd)
@@ -109,5 +136,5 @@ def mismatches(paths: Sequence[str], wanted: Sequence[Stamp]) -> list[int]:
         if isinstance(answer, list) and all(isinstance(i, int) and i in share for i in answer):
             found.extend(answer)
         else:  # the child failed: do its share here
-            found.extend(_serial(paths, wanted, share))
+            found.extend(_serial(paths, dirs, firsts, seconds, share))
     return sorted(found)
