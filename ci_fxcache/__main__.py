@@ -1,7 +1,5 @@
 """`python -m ci_fxcache` is the same as the `fxcache` command."""
 
-import sys
+from ci_fxcache.cli import entry
 
-from ci_fxcache.cli import main
-
-sys.exit(main())
+entry()

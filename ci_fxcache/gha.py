@@ -9,7 +9,6 @@ import contextlib
 import os
 import re
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -83,9 +82,9 @@ def _append_file_var(env_name: str, name: str, value: str) -> bool:
         return False
     if not _FILE_VAR_NAME.fullmatch(name):
         raise ValueError(f"{name!r} is not a valid name for ${env_name}")
-    delimiter = f"fxcache_{uuid.uuid4().hex}"
+    delimiter = f"fxcache_{os.urandom(16).hex()}"
     while delimiter in value:  # never in practice; then no value can contain it
-        delimiter = f"fxcache_{uuid.uuid4().hex}"
+        delimiter = f"fxcache_{os.urandom(16).hex()}"
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(f"{name}<<{delimiter}\n{value}\n{delimiter}\n")
     return True

@@ -99,7 +99,7 @@ install() { # VENV
   (cd "$root" && find ci_fxcache -name __pycache__ -prune -o -type f ! -name '*.pyc' -print0 |
     xargs -0 cp --parents -t "$site")
   "$1/bin/python" -m compileall -q "$site/ci_fxcache" >/dev/null
-  printf '#!%s\nimport sys\nfrom ci_fxcache.cli import main\nsys.exit(main())\n' \
+  printf '#!%s\nfrom ci_fxcache.cli import entry\nentry()\n' \
     "$1/bin/python" >"$1/bin/fxcache"
   chmod +x "$1/bin/fxcache"
 }

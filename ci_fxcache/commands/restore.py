@@ -5,17 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
-import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ci_fxcache import gha
 from ci_fxcache.commands import options
-from ci_fxcache.env import fingerprint
+from ci_fxcache.env.pending_fingerprint import Pending
 from ci_fxcache.errors import UsageError
 from ci_fxcache.store import overlay
+
+if TYPE_CHECKING:
+    from ci_fxcache.env.fingerprint import Fingerprint
 
 OVERLAY_ENV = "FXCACHE_OVERLAY"
 
@@ -68,7 +69,9 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
-def _cold_fallback(key: str, root: Path, error: str, fp: fingerprint.Fingerprint) -> dict[str, Any]:
+def _cold_fallback(key: str, root: Path, error: str, fp: Fingerprint) -> dict[str, Any]:
+    import tempfile  # here, not at the top: restore starts on every job's critical path
+
     from ci_fxcache.store.restore import STATE_SCHEMA
 
     # Under $RUNNER_TEMP inside Actions: the runner empties it after every job.
@@ -123,7 +126,7 @@ def run(
     redis_url: str | None,
 ) -> int:
     """Restore, write the state file, export the environment."""
-    taking = fingerprint.Pending(python, salt)
+    taking = Pending(python, salt)
     # Imported while the job's interpreter reports its versions: a restore is on every job's
     # critical path (docs/store.md, Performance).
     from ci_fxcache.env import scopekey
@@ -207,6 +210,8 @@ def _publish(state: dict[str, Any], env: dict[str, str], as_json: bool) -> None:
     elif exported:
         print(summary)
     else:
+        import shlex
+
         for name, value in env.items():
             print(f"export {name}={shlex.quote(value)}")
         print(summary, file=sys.stderr)

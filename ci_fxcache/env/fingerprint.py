@@ -12,7 +12,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ci_fxcache.env import cpu, gpus, interpreter
+from ci_fxcache.env import cpu, gpus
 from ci_fxcache.errors import UsageError
 
 SCHEMA_VERSION = 1
@@ -153,22 +153,8 @@ def default_salt() -> str:
     return os.environ.get("FXCACHE_KEY_SALT", "")
 
 
-class Pending:
-    """A fingerprint being taken: the target interpreter reads its versions in a process of
-    its own while this one detects GPUs (nvidia-smi can take longer than the interpreter)
-    and whatever else the caller does before `result()`."""
-
-    def __init__(self, python: str, salt: str | None = None) -> None:
-        self._python = python
-        self._salt = default_salt() if salt is None else salt
-        self._versions = interpreter.Snippet(interpreter.resolve(python), "read_versions")
-
-    def result(self) -> Fingerprint:
-        """The fingerprint (UsageError when the interpreter or its torch is unusable)."""
-        inventory = gpus.detect()
-        return from_interpreter_report(self._versions.result(), self._python, inventory, self._salt)
-
-
 def collect(python: str, salt: str | None = None) -> Fingerprint:
     """Fingerprint the target interpreter `python` on this host, without importing torch."""
+    from ci_fxcache.env.pending_fingerprint import Pending
+
     return Pending(python, salt).result()
