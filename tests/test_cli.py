@@ -134,3 +134,35 @@ def test_every_report_id_option_is_checked(run_fxcache: RunFxcache, argv: list[s
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "invalid report id '../x'" in lines[0], proc.stderr
+
+
+def test_restore_ends_without_interpreter_teardown_and_keeps_its_output_and_code(
+    run_fxcache: RunFxcache, tmp_path: Path
+) -> None:
+    """cli.QUICK_EXIT: `restore` leaves with os._exit once its output is flushed (an atexit
+    hook planted through sitecustomize never runs); other commands tear down as usual."""
+    import json
+
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(
+        "import atexit, os, sys\n"
+        "def mark():\n"
+        "    if sys.argv[0].endswith('__main__.py'):  # fxcache, not the snippets it runs\n"
+        "        open(os.environ['MARK'], 'a').write('teardown')\n"
+        "atexit.register(mark)\n"
+    )
+    runs = {
+        "key": ("key", "--python", TORCH_PYTHON, "--json"),
+        "restore": ("restore", "--python", TORCH_PYTHON, "--json", "--root",
+                    str(tmp_path / "root"), "--state-file", str(tmp_path / "state.json")),
+    }  # fmt: skip
+    for name, args in runs.items():
+        mark = tmp_path / f"{name}.mark"
+        proc = run_fxcache(*args, env={"PYTHONPATH": str(hooks), "MARK": str(mark)})
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)  # complete, though restore skipped the teardown
+        assert mark.exists() == (name not in ("restore",)), name
+    failed = run_fxcache("restore", "--python", str(tmp_path / "nope" / "python"))
+    assert failed.returncode == 2 and "no such file" in failed.stderr
+    assert len(failed.stderr.strip().splitlines()) == 1
