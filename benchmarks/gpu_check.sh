@@ -4,8 +4,8 @@
 #   PYTHON=python3 OUT_DIR=DIR benchmarks/gpu_check.sh
 #
 # Installs nothing: it needs an interpreter with a CUDA torch (PYTHON, default python3, which on
-# a bare CUDA machine is the one holding torch; the toolkit's own needs, pyyaml, jinja2,
-# requests and filelock, come with such images) and this checkout, run from PYTHONPATH.
+# a bare CUDA machine is the one holding torch; the toolkit's own needs, pyyaml, jinja2
+# and requests, come with such images) and this checkout, run from PYTHONPATH.
 # It runs, pinned by CUDA_VISIBLE_DEVICES to GPU 0's UUID (so the UUID slot path is exercised):
 #   1. `fxcache fingerprint --probe`, by index and by UUID: the no-import view of the GPU
 #      against `import torch`, and one scope key for both selections;

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ci_fxcache.store import scopes
+from ci_fxcache.store.layout import Layout
 from tests.conftest import TORCH_PYTHON, RunFxcache, _clean_env
 from tests.store_helpers import SAMPLE, Store, write_files
 
@@ -89,10 +91,8 @@ def test_invalidate_counts_the_quarantine_in_max_size(store: Store) -> None:
 
 
 def test_a_failed_removal_is_reported_as_failed(store: Store) -> None:
-    from filelock import FileLock
-
     first = _saved(store)
-    with FileLock(str(store.root / ".locks" / f"{first['scope_key']}.lock")):
+    with scopes.lock(Layout(store.root), first["scope_key"]):
         proc = store.run(
             "invalidate", "--root", str(store.root), "--max-age", "0s",
             env={"FXCACHE_LOCK_TIMEOUT": "0.3"},

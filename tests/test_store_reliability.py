@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ci_fxcache.store import scopes
+from ci_fxcache.store.layout import Layout
 from tests.conftest import RunFxcache, _clean_env
 from tests.store_helpers import SAMPLE, Store, tree_digest, write_files
 
@@ -275,8 +277,6 @@ def test_unusable_root_means_a_cold_job_not_a_failed_one(store: Store) -> None:
 
 
 def test_a_lock_held_too_long_is_a_warning_never_a_hang(store: Store) -> None:
-    from filelock import FileLock
-
     first = saved(store)
     (store.root.parent / "runner-temp").mkdir()
     env = {
@@ -285,7 +285,7 @@ def test_a_lock_held_too_long_is_a_warning_never_a_hang(store: Store) -> None:
         "RUNNER_TEMP": str(store.root.parent / "runner-temp"),
     }
     job = store.restore(state="job.json")
-    with FileLock(str(store.root / ".locks" / f"{first['scope_key']}.lock")):
+    with scopes.lock(Layout(store.root), first["scope_key"]):
         blocked = store.restore(state="blocked.json", env=env)
         assert blocked["mode"] == "cold-fallback"
         proc = store.save(state="job.json", env=env)

@@ -79,11 +79,12 @@ def _run_once(
 ) -> subprocess.CompletedProcess[str]:
     """Run `fxcache verify ARGS` once per session, whichever xdist worker asks first; the others
     wait on the lock and reuse its output (the cache dir is only ever copied by the tests)."""
-    from filelock import FileLock
+    import fcntl
 
     from tests.conftest import run_fxcache as fixture
 
-    with FileLock(str(root) + ".lock"):
+    with open(str(root) + ".lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # no timeout: the first run may compile for minutes
         done = root / "proc.json"
         if not done.exists():
             root.mkdir(parents=True, exist_ok=True)

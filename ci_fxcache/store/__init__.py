@@ -4,7 +4,7 @@ Layout (see docs/contracts.md):
 
     <root>/<scope-key>/{manifest.json, inductor/, triton/, verify/}
     <root>/.quarantine/   scopes that failed integrity checks, kept for inspection
-    <root>/.locks/        one lock file per scope (filelock)
+    <root>/.locks/        one lock file per scope (flock)
     <root>/.leases/       trusted in-place restores that have not saved yet
     <root>/.overlays/     private copy-on-write overlays of read-only restores
 """
