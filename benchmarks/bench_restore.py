@@ -2,6 +2,10 @@
 of the same scope (what actions/cache does), measured side by side in one run.
 
 Usage: python benchmarks/bench_restore.py [--python PY] [--size-mib 1024] [--repeat 5]
+                                         [--toolkit installed|source]
+fxcache runs as the action installs it (scripts/install-toolkit.sh: its own venv, the sources
+copied, bytecode compiled) unless `--toolkit source` (`python -m ci_fxcache` in this
+interpreter, with whatever import hooks its site-packages hold).
 Builds a scope of about 1 GiB of cache-like files (many small files plus some .so-sized ones)
 in a temporary directory, prints median wall times and ratios, and removes everything after.
 Targets: in-place restore <= 0.2 s and >= 50x faster than the archive; overlay >= 5x faster.
@@ -28,15 +32,28 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+FXCACHE = [sys.executable, "-m", "ci_fxcache"]  # replaced by the installed toolkit in main()
+
 
 def _fxcache(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ci_fxcache", *args],
-        check=True,
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    return subprocess.run([*FXCACHE, *args], check=True, capture_output=True, text=True, env=env)
+
+
+def _install_toolkit(work: Path, env: dict[str, str]) -> list[str]:
+    """Install the toolkit as the action does (into `work`); the command that runs it."""
+    tools = work / "tool-cache"
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "install-toolkit.sh")],
+        env={**env, "FXCACHE_ACTION_ROOT": str(ROOT), "FXCACHE_BASE_PYTHON": sys.executable,
+             "RUNNER_TOOL_CACHE": str(tools), "RUNNER_TEMP": str(work)},
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    found = sorted(tools.glob("fxcache-toolkit/*/bin/fxcache"))
+    if proc.returncode != 0 or not found:
+        sys.exit(f"bench: installing the toolkit failed ({proc.stdout[-300:]}{proc.stderr[-300:]});"
+                 " run with --toolkit source")  # fmt: skip
+    return [str(found[0])]
 
 
 def _populate(scope: Path, size_mib: int, seed: int = 0) -> tuple[int, int]:
@@ -82,16 +99,19 @@ def main() -> None:
     parser.add_argument("--python", default=sys.executable, help="interpreter with torch")
     parser.add_argument("--size-mib", type=int, default=1024)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--toolkit", choices=("installed", "source"), default="installed")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fxcache-bench-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "FXCACHE_"))}
     env["FXCACHE_ROOT"] = str(work / "root")
     # Time the toolkit as installed (pip writes bytecode), not recompiled from source each run.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    package = Path(__file__).resolve().parents[1] / "ci_fxcache"
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(package)], check=True)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "ci_fxcache")], check=True)
     base = ["--python", args.python, "--state-file"]
     try:
+        if args.toolkit == "installed":
+            FXCACHE[:] = _install_toolkit(work, env)
+        print(f"toolkit: {' '.join(FXCACHE)}")
         first = json.loads(
             _fxcache("restore", *base, str(work / "s0.json"), "--json", env=env).stdout
         )
@@ -171,15 +191,24 @@ def main() -> None:
                 "restore", *base, str(work / "m.json"), "--read-only", "--json", env=env
             ).stdout
         )["mode"]
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        sys.path.insert(0, str(ROOT))
         from ci_fxcache.store import manifest as mf
         from ci_fxcache.store import seal
         from ci_fxcache.store.layout import Layout
 
         manifest, digest = mf.read(scope / "manifest.json")
         check = timed(lambda: mf.check(scope, manifest, False), args.repeat)
-        sealed = seal.load(Layout(work / "root"), scope.name, digest)
-        check_sealed = timed(lambda: mf.inspect(scope, manifest, False, sealed), args.repeat)
+        layout = Layout(work / "root")
+        sealed = seal.load(layout, scope.name, digest)
+        assert sealed.listed is not None, "the restores above left no seal"
+
+        def from_seal() -> None:  # what a restore of a sealed scope does instead of parsing
+            raw_digest = mf.read_raw(scope / "manifest.json")[1]
+            now = seal.load(layout, scope.name, raw_digest)
+            assert now.listed is not None
+            assert mf.inspect_listed(scope, now.listed, now.dirs) is not None
+
+        check_sealed = timed(from_seal, args.repeat)
         print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         print(f"fxcache restore (in place)           : {in_place:.3f} s")
         print(f"fxcache restore (in place, full)     : {in_place_full:.3f} s  (signing key)")
@@ -187,7 +216,8 @@ def main() -> None:
         print(f"fxcache restore --read-only (hardlink): {overlay_hl:.3f} s")
         print(f"tar + zstd extract                   : {untar:.3f} s")
         print(f"  of restore: fast integrity check of {files} files (in-process): {check:.3f} s")
-        print(f"  the same check with the seal of {len(sealed)} directories: {check_sealed:.3f} s")
+        print(f"  the check from the seal ({len(sealed.dirs)} directories; read, load, check):"
+              f" {check_sealed:.3f} s")  # fmt: skip
         print(f"ratio archive / in place        : {untar / in_place:.1f}x (target >= 50x)")
         print(f"cost of full verification       : {in_place_full / in_place:.1f}x the fast restore")
         print(f"ratio archive / overlay {auto_mode:8s}: {untar / overlay_auto:.1f}x (target >= 5x)")
