@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store import restore as store_restore
-from ci_fxcache.store import seal, stat_batch
+from ci_fxcache.store import forked, seal, stat_batch
 from ci_fxcache.store.layout import CACHE_DIRS, Layout
 from tests.conftest import RunFxcache
 from tests.store_helpers import SAMPLE, Store, write_files
@@ -326,7 +326,7 @@ def _allow_forks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fork for small batches too; and although pytest-xdist's worker runs an I/O thread
     (the batch then stays in one process), the children here only stat and write a pipe."""
     monkeypatch.setattr(stat_batch, "_MIN_PER_WORKER", 1)
-    monkeypatch.setattr(stat_batch.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(forked.threading, "active_count", lambda: 1)
 
 
 def test_the_stat_batch_finds_the_same_mismatches_in_any_number_of_processes(
@@ -351,7 +351,7 @@ def test_the_stat_batch_finds_the_same_mismatches_in_any_number_of_processes(
     expected = [0, 7, 10, 49, 53, 60, 150, 250, 350]
     assert tree.mismatches() == expected  # one process: below the minimum
     _allow_forks(monkeypatch)
-    monkeypatch.setattr(stat_batch, "_MAX_WORKERS", 4)
+    monkeypatch.setattr(forked, "MAX_WORKERS", 4)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(4)), raising=False)
     forks = []
     real_fork = os.fork
@@ -379,7 +379,7 @@ def test_a_failed_stat_child_is_made_up_for_by_the_parent(
             raise RuntimeError("child dies")
         return "not json" if failure == "garbage" else real_dumps([0])
 
-    monkeypatch.setattr(stat_batch.json, "dumps", dumps)
+    monkeypatch.setattr(forked.json, "dumps", dumps)
     assert tree.mismatches() == [51, 52, 200]
 
 
