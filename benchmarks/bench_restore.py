@@ -216,7 +216,8 @@ def main() -> None:
         print(f"fxcache restore --read-only (hardlink): {overlay_hl:.3f} s")
         print(f"tar + zstd extract                   : {untar:.3f} s")
         print(f"  of restore: fast integrity check of {files} files (in-process): {check:.3f} s")
-        print(f"  the check from the seal ({len(sealed.dirs.names)} directories; read, load, check):"
+        sealed_dirs = len(sealed.dirs.names)
+        print(f"  the check from the seal ({sealed_dirs} directories; read, load, check):"
               f" {check_sealed:.3f} s")  # fmt: skip
         print(f"ratio archive / in place        : {untar / in_place:.1f}x (target >= 50x)")
         print(f"cost of full verification       : {in_place_full / in_place:.1f}x the fast restore")

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ci_fxcache.store import forked, seal, stat_batch
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store import restore as store_restore
-from ci_fxcache.store import forked, seal, stat_batch
 from ci_fxcache.store.layout import CACHE_DIRS, Layout
 from tests.conftest import RunFxcache
 from tests.store_helpers import SAMPLE, Store, write_files
