@@ -73,13 +73,19 @@ def _quick(layout: Layout, sealed: seal.Seal) -> mf.Inspection | None:
     return mf.inspect_listed(layout.scope(KEY), sealed.listed, sealed.dirs)
 
 
+def _calls(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[str]:
+    """The argument (as text) of every call of owner.name from now on (which still runs)."""
+    calls: list[str] = []
+    real = getattr(owner, name)
+    monkeypatch.setattr(owner, name, lambda arg: calls.append(str(arg)) or real(arg))
+    return calls
+
+
 def test_a_sealed_scope_is_checked_without_listing_a_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     layout, manifest, sealed = _sealed_scope(tmp_path, monkeypatch)
-    listed: list[str] = []
-    real_scandir = os.scandir
-    monkeypatch.setattr(os, "scandir", lambda p: listed.append(str(p)) or real_scandir(p))
+    listed = _calls(monkeypatch, os, "scandir")
     found = mf.inspect(layout.scope(KEY), manifest, False, sealed.dirs)
     assert found.problems == [] and found.listed_dirs == 0
     assert listed == [str(layout.scope(KEY))]  # the scope's top level only
@@ -97,18 +103,16 @@ def test_a_restore_of_a_clean_sealed_scope_does_not_parse_the_manifest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     layout, manifest, _sealed = _sealed_scope(tmp_path, monkeypatch)
-    parsed: list[int] = []
-    real_parse = mf.parse
-    monkeypatch.setattr(mf, "parse", lambda raw: parsed.append(1) or real_parse(raw))
+    parsed = _calls(monkeypatch, mf, "parse")
     reason, problems, contents, unsaved = store_restore._problem_of(
         layout, KEY, store_restore.Options()
     )
-    assert (reason, problems, unsaved, parsed) == (None, [], [], [])
+    assert (reason, problems, unsaved, len(parsed)) == (None, [], [], 0)
     sizes = [meta["size"] for meta in manifest["files"].values()]
     assert contents == store_restore._Contents(list(manifest["files"]), sum(sizes), False)
     # Full verification (what a signing key implies) never takes the seal's word.
     reason = store_restore._problem_of(layout, KEY, store_restore.Options(full_verify=True))[0]
-    assert reason is None and parsed == [1]
+    assert reason is None and len(parsed) == 1
     # A truncated file with its mtime put back: the seal hands over to the manifest.
     path = layout.scope(KEY) / "inductor/fxgraph/ef/entry4"
     before = path.stat()
@@ -117,7 +121,7 @@ def test_a_restore_of_a_clean_sealed_scope_does_not_parse_the_manifest(
     _reset_times(path, before)
     reason, problems, contents, _ = store_restore._problem_of(layout, KEY, store_restore.Options())
     assert reason == "1 integrity problem(s): truncated" and contents is None
-    assert parsed == [1, 1]
+    assert len(parsed) == 2
 
 
 def _reset_times(path: Path, before: os.stat_result) -> None:
