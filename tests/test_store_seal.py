@@ -255,7 +255,9 @@ _SEAL_VALUE = st.recursive(
 )
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     field=st.sampled_from(
         ["schema", "scope", "dirs", "inodes", "ctimes", "files", "sizes", "mtimes", "signed", None]
@@ -295,6 +297,36 @@ def test_a_seal_naming_directories_outside_the_scope_lists_none_of_them(
         "inductor/../../../outside": (0, 0),
     }
     assert _kinds(layout, manifest, seal.Seal(stat_batch.Dirs.of(hostile))) == set()
+
+
+def test_a_seal_whose_file_list_leaves_the_scope_is_not_taken_at_its_word(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A seal naming a file outside the scope (with that file's true size and mtime, so every
+    stat matches) hands the check to the manifest; the restore then re-seals from the manifest
+    and an overlay built from its contents writes nothing outside."""
+    layout, manifest, sealed = _sealed_scope(tmp_path, monkeypatch)
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"not ours")
+    st_ = outside.stat()
+    assert sealed.listed is not None
+    names, sizes, mtimes = sealed.listed
+    hostile = seal.Seal(
+        sealed.dirs,
+        mf.Listed([*names, "inductor/../../../outside"], [*sizes, st_.st_size],
+                  [*mtimes, st_.st_mtime_ns]),
+        False,
+    )  # fmt: skip
+    assert _quick(layout, hostile) is None
+    digest = json.loads(layout.seal(KEY).read_text())["manifest_sha256"]
+    seal.write(layout, KEY, digest, hostile)
+    assert seal.load(layout, KEY, digest) == hostile
+    reason, _problems, contents, _unsaved = store_restore._problem_of(
+        layout, KEY, store_restore.Options()
+    )
+    assert reason is None and contents is not None
+    assert contents.files == list(manifest["files"])  # the manifest's list, not the seal's
+    assert seal.load(layout, KEY, digest).listed == mf.listed(manifest)  # re-sealed
 
 
 class _Tree(NamedTuple):
