@@ -256,7 +256,7 @@ _SEAL_VALUE = st.recursive(
 
 
 @settings(
-    max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     field=st.sampled_from(
