@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ci_fxcache.store import forked, seal, stat_batch
+from ci_fxcache.store import forked, overlay, seal, stat_batch
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store import restore as store_restore
 from ci_fxcache.store.layout import CACHE_DIRS, Layout
@@ -299,12 +299,12 @@ def test_a_seal_naming_directories_outside_the_scope_lists_none_of_them(
     assert _kinds(layout, manifest, seal.Seal(stat_batch.Dirs.of(hostile))) == set()
 
 
-def test_a_seal_whose_file_list_leaves_the_scope_is_not_taken_at_its_word(
+def test_a_seal_whose_file_list_leaves_the_scope_never_places_a_file_outside(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A seal naming a file outside the scope (with that file's true size and mtime, so every
-    stat matches) hands the check to the manifest; the restore then re-seals from the manifest
-    and an overlay built from its contents writes nothing outside."""
+    """A forged seal naming a file outside the scope, with that file's true size and mtime
+    (every stat matches): the in-place check only stats it, and an overlay built from the
+    restore's contents skips it (store.overlay.build), so nothing lands outside."""
     layout, manifest, sealed = _sealed_scope(tmp_path, monkeypatch)
     outside = tmp_path / "outside"
     outside.write_bytes(b"not ours")
@@ -317,16 +317,19 @@ def test_a_seal_whose_file_list_leaves_the_scope_is_not_taken_at_its_word(
                   [*mtimes, st_.st_mtime_ns]),
         False,
     )  # fmt: skip
-    assert _quick(layout, hostile) is None
     digest = json.loads(layout.seal(KEY).read_text())["manifest_sha256"]
     seal.write(layout, KEY, digest, hostile)
-    assert seal.load(layout, KEY, digest) == hostile
-    reason, _problems, contents, _unsaved = store_restore._problem_of(
-        layout, KEY, store_restore.Options()
-    )
-    assert reason is None and contents is not None
-    assert contents.files == list(manifest["files"])  # the manifest's list, not the seal's
-    assert seal.load(layout, KEY, digest).listed == mf.listed(manifest)  # re-sealed
+    contents = store_restore._problem_of(layout, KEY, store_restore.Options())[2]
+    assert contents is not None and "inductor/../../../outside" in contents.files
+    target = tmp_path / "a" / "b" / "overlay"
+    overlay.build(layout.scope(KEY), sorted(contents.files), target, "hardlink")
+    assert not (tmp_path / "a" / "outside").exists()  # where the name leads from the overlay
+    assert outside.read_bytes() == b"not ours"
+    assert sorted(
+        os.path.relpath(os.path.join(top, name), target)
+        for top, _dirs, found in os.walk(target)
+        for name in found
+    ) == sorted(manifest["files"])
 
 
 class _Tree(NamedTuple):

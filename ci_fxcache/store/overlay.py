@@ -77,9 +77,14 @@ def _make_tree(root: str, directories: list[str]) -> None:
 
 
 def build(source: Path, files: list[str], target: Path, strategy: str = "auto") -> str:
-    """Populate `target` with `files` (paths relative to `source`); return the strategy used."""
+    """Populate `target` with `files` (paths relative to `source`); return the strategy used.
+    A path that is not inside a cache dir (a hostile seal's list: see store.seal) is skipped:
+    never placed, so never written outside `target`; the job misses that entry."""
+    from ci_fxcache.store.manifest import safe_relpath  # not at the top: restore imports this
+
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown overlay strategy {strategy!r}")
+    files = [rel for rel in files if safe_relpath(rel)]
     src_root, dst_root = str(source), str(target)
     os.makedirs(dst_root, exist_ok=True)
     _make_tree(dst_root, sorted({rel.rpartition("/")[0] for rel in files}))
