@@ -278,7 +278,9 @@ def test_any_seal_content_is_ignored_or_valid_never_a_crash(
         path.write_text(json.dumps(data))
     loaded = seal.load(layout, KEY, digest)
     assert isinstance(loaded, seal.Seal)
-    assert all(isinstance(k, str) and len(v) == 2 for k, v in loaded.dirs.stamps().items())
+    names, inodes, ctimes = loaded.dirs
+    assert len(names) == len(inodes) == len(ctimes) and all(isinstance(n, str) for n in names)
+    assert all(isinstance(i, int) for i in inodes + ctimes)
     write_files(layout.scope(KEY), {"inductor/fxgraph/ab/planted": b"evil"})
     assert ("unexpected", "inductor/fxgraph/ab/planted") in _kinds(layout, manifest, loaded)
     if loaded.listed is not None:
@@ -291,12 +293,11 @@ def test_a_seal_naming_directories_outside_the_scope_lists_none_of_them(
     layout, manifest, sealed = _sealed_scope(tmp_path, monkeypatch)
     outside = tmp_path / "outside"
     write_files(outside, {"secret": b"s"})
-    hostile = {
-        **sealed.dirs.stamps(),
-        "../../outside": (0, 0),
-        "inductor/../../../outside": (0, 0),
-    }
-    assert _kinds(layout, manifest, seal.Seal(stat_batch.Dirs.of(hostile))) == set()
+    names, inodes, ctimes = sealed.dirs
+    hostile = stat_batch.Dirs(
+        [*names, "../../outside", "inductor/../../../outside"], [*inodes, 0, 0], [*ctimes, 0, 0]
+    )
+    assert _kinds(layout, manifest, seal.Seal(hostile)) == set()
 
 
 def test_a_seal_whose_file_list_leaves_the_scope_never_places_a_file_outside(

@@ -7,4 +7,5 @@ Layout (see docs/contracts.md):
     <root>/.locks/        one lock file per scope (flock)
     <root>/.leases/       trusted in-place restores that have not saved yet
     <root>/.overlays/     private copy-on-write overlays of read-only restores
+    <root>/.seals/        what a clean check of each scope found (store.seal)
 """

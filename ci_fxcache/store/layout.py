@@ -62,7 +62,8 @@ class Layout:
         return self.root / LEASES / key
 
     def seal(self, key: str) -> Path:
-        """Which directories of scope `key` a clean check listed (see store.seal)."""
+        """The seal of scope `key`: which directories a clean check listed, and the manifest's
+        file list (see store.seal)."""
         return self.seals / f"{key}.json"
 
     @property

@@ -345,16 +345,17 @@ def _compare(
 
 def _walk(
     root: str, problems: list[Problem], dirs: stat_batch.Dirs, changed: set[int], stamp: bool
-) -> tuple[dict[str, stat_batch.DirStamp], list[str]]:
+) -> tuple[dict[str, stat_batch.DirStamp], list[str], int]:
     """List what no unchanged sealed directory vouches for: (the stamps of every directory
-    checked, sealed ones first; the regular files found)."""
+    checked, sealed ones first; the regular files found; how many directories were listed)."""
     names, inodes, ctimes = dirs
     stamps = {names[i]: (inodes[i], ctimes[i]) for i in range(len(names)) if i not in changed}
     start = [top for top in CACHE_DIRS if top not in stamps]
     # A seal is input like any other file: only directories inside the cache dirs are listed.
     start += [names[i] for i in sorted(changed) if _safe_dir(names[i])]
+    unchanged = len(stamps)
     found = [rel for _entry, rel in _files(root, problems, start, stamps if stamp else None)]
-    return stamps, found
+    return stamps, found, len(stamps) - unchanged
 
 
 def inspect(
@@ -390,14 +391,13 @@ def inspect(
     changed, differ = _compare(
         root, dirs, files, sizes, [meta.get("mtime_ns", -1) for meta in metas]
     )
-    stamps, found = _walk(root, problems, dirs, changed, stamp)
+    stamps, found, listed = _walk(root, problems, dirs, changed, stamp)
     problems.extend(Problem("unexpected", rel, UNLISTED) for rel in found if rel not in entries)
     prefix = root + "/"
     for i in range(len(files)) if full else differ:
         problem = _file_problem(files[i], prefix + files[i], entries[files[i]], full)
         if problem is not None:
             problems.append(problem)
-    listed = len(stamps) - len(dirs.names) + len(changed)
     return Inspection(problems, stamps, listed, started_ns)
 
 
@@ -416,10 +416,10 @@ def inspect_listed(scope_dir: Path, expected: Listed, sealed: stat_batch.Dirs) -
         return None
     if not changed and all(top in sealed.names for top in CACHE_DIRS):
         return Inspection([], {}, 0, started_ns)
-    stamps, found = _walk(root, problems, sealed, changed, True)
+    stamps, found, listed = _walk(root, problems, sealed, changed, True)
     if problems or (found and not set(found) <= set(expected.names)):
         return None
-    return Inspection(problems, stamps, len(stamps) - len(sealed.names) + len(changed), started_ns)
+    return Inspection(problems, stamps, listed, started_ns)
 
 
 def _file_problem(rel: str, path: str, meta: dict[str, Any], full: bool) -> Problem | None:

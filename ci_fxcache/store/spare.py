@@ -10,7 +10,6 @@ is served only after it passes the same integrity check against the manifest as 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -26,8 +25,8 @@ from ci_fxcache.store.layout import CACHE_DIRS, Layout
 def manifest_digest(layout: Layout, key: str) -> str | None:
     """The first 16 hex digits of the sha256 of the scope's manifest file, or None."""
     try:
-        return hashlib.sha256(layout.manifest(key).read_bytes()).hexdigest()[:16]
-    except OSError:
+        return mf.read_raw(layout.manifest(key))[1][:16]
+    except mf.ManifestError:
         return None
 
 

@@ -34,10 +34,6 @@ class Dirs(NamedTuple):
             list(stamps), [st[0] for st in stamps.values()], [st[1] for st in stamps.values()]
         )
 
-    def stamps(self) -> dict[str, DirStamp]:
-        """{name: (inode, ctime)}."""
-        return dict(zip(self.names, zip(self.inodes, self.ctimes, strict=True), strict=True))
-
 
 NO_DIRS = Dirs([], [], [])
 
