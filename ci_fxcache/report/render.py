@@ -14,7 +14,7 @@ from typing import Any
 
 from ci_fxcache import text_table, userfiles
 from ci_fxcache.errors import UsageError
-from ci_fxcache.report import labels
+from ci_fxcache.report import labels, recommendations
 from ci_fxcache.report.model import Report, Row
 
 _MIN_ROW_CHARS = 40  # no table row renders shorter than this
@@ -29,6 +29,7 @@ class Detail:
 
     environment: bool = True
     chart: bool = True
+    grid: bool = True
     logs: bool = True
     log_chars: int = 3000
     max_rows: int = 100_000
@@ -82,10 +83,41 @@ def _nowrap(word: str) -> str:
 
 
 def chart_top(value: Any) -> float:
-    """The y axis' end: the largest value rounded up to 1, 2 or 5 times a power of ten."""
+    """The axis' end, near the largest value: it rounded up to the next of 1, 1.2, 1.5, 2, 2.5,
+    3, 4, 5, 6, 8 times a power of ten (276.7 -> 300, 9.2 -> 10), so no bar is a sliver."""
     v = max(float(value or 0), 1.0)
     scale = 10 ** math.floor(math.log10(v))
-    return next(m * scale for m in (1, 2, 5, 10) if m * scale >= v)
+    steps = (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10)
+    return round(next(m * scale for m in steps if m * scale >= v * 1.02), 6)
+
+
+_BREAK_AFTER = re.compile(r"(\\_|_|[:/]|\.(?!\d))(?=[^\s<])")
+
+
+def break_points(escaped: str) -> str:
+    """Already escaped text (`md` or `html`) with a `<wbr>` after `.`, `:`, `_` and `/`, so a
+    long name (`myorg.models.big:build_model`) can wrap in a narrow table cell. `<wbr>` is
+    not copied with the text and takes no part in links or mentions."""
+    return _BREAK_AFTER.sub(lambda m: m.group(1) + "<wbr>", escaped)
+
+
+def keep_refs(escaped: str) -> str:
+    """An issue reference in a known issue's title (`pytorch#155332`, package data, already
+    escaped) joined by a word joiner instead of the escaper's zero-width space, which is a
+    line-break opportunity: both keep GitHub from linking it."""
+    return re.sub("#\u200b(?=[0-9])", "#\u2060", escaped)
+
+
+def group_in_order(rows: list[Any], attribute: str) -> list[tuple[str, list[Any]]]:
+    """(value, rows) per distinct `attribute`, in the order of each value's first row."""
+    out: dict[str, list[Any]] = {}
+    for row in rows:
+        out.setdefault(str(getattr(row, attribute)), []).append(row)
+    return list(out.items())
+
+
+def _speedup_cell(cell: str) -> str:
+    return cell.replace("x · ", "x&nbsp;· ")
 
 
 def _mermaid(value: Any) -> str:
@@ -139,8 +171,13 @@ def _environment(template: str | None) -> tuple[Any, str]:
         dynamic_word=labels.dynamic_word,
         chart_top=chart_top,
         nowrap=_nowrap,
+        wbr=break_points,
+        refs=keep_refs,
+        groupby_first=group_in_order,
+        nowrap_num=_speedup_cell,
     )
     env.globals["emoji"] = labels.EMOJI
+    env.globals["disable_line"] = recommendations.DISABLE_LINE
     return env, name
 
 
@@ -158,6 +195,8 @@ def _levels(report: Report) -> list[Detail]:
     lean = Detail(logs=False, chart=False, environment=False)
     out.append(replace(lean, problems_only=True))
     out.append(replace(lean, problems_only=True, recommendations=False))
+    lean = replace(lean, grid=False)
+    out.append(replace(lean, problems_only=True, recommendations=False))
     cap = 200
     while cap < rows:
         cap *= 2
@@ -168,8 +207,9 @@ def _levels(report: Report) -> list[Detail]:
 
 
 def _has_chart(report: Report) -> bool:
-    """Fleet reports have no chart: the matrix is their summary."""
-    return not report.fleet
+    """Whether any section draws a chart (the model draws one only where it adds something;
+    fleet reports never: the matrix and the grid are their summary)."""
+    return any(s.chart for s in report.sections)
 
 
 def _dropped(level: Detail, report: Report) -> str:
@@ -182,6 +222,8 @@ def _dropped(level: Detail, report: Report) -> str:
         parts.append("the chart")
     if not level.environment:
         parts.append("the evidence and environment tables")
+    if not level.grid:
+        parts.append("the dtype × dynamic grid")
     if level.problems_only:
         parts.append("the safe rows (the top line names them)")
     if not level.recommendations:
@@ -241,9 +283,12 @@ def markdown(
             low = mid + 1
     if low < len(levels) and len(attempt(low)) <= max_chars:
         return attempt(low)
-    # Last resort: the answer alone (one top line per environment), then a hard cut.
-    lines = [f"## fxcache: {'fleet report' if report.fleet else 'cache verification'}", ""]
-    lines += [f"- {md_text(t.heading)}: {md_text(', '.join(t.entries))}" for t in report.top]
+    # Last resort: the headline and the answer alone, then a hard cut.
+    lines = [headline_text(report, md_text), ""]
+    lines += [
+        f"- {md_text(t.heading)}: {md_text(' '.join([t.lead, ', '.join(t.entries)]).strip())}"
+        for t in report.top
+    ]
     note = (
         f"\n> [!NOTE]\n> Only the summary fits in {max_chars:,} characters; the table, "
         "recommendations and logs are in the job summary and the JSON results.\n"
@@ -252,6 +297,20 @@ def markdown(
     if len(text) <= max_chars:
         return text
     return text[: max(0, max_chars - len(note))] + note
+
+
+def headline_text(report: Report, escape: Any = None) -> str:
+    """The status line as plain text (`escape` applied to free text): the last-resort
+    markdown and the text format start with it."""
+    esc = escape or plain
+    h = report.headline
+    rid = f" ({esc(report.report_id)})" if report.report_id != "fxcache" else ""
+    if h is None:
+        return f"fxcache{rid}"
+    bits = [" · ".join(f"{n} {v}" for v, n in h.problems)] if h.problems else []
+    bits.append(f"{h.safe}/{h.ran} safe" + (" everywhere" if h.everywhere else ""))
+    bits += [esc(h.where), h.job, h.commit, h.run]
+    return f"fxcache{rid}: {h.emoji} " + " · ".join(b for b in bits if b)
 
 
 def _squeeze(text: str) -> str:
