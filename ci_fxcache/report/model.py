@@ -7,7 +7,6 @@ Rows switch on the structured `cause` (schema v2), never on the wording of `reas
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -15,6 +14,7 @@ from ci_fxcache.report import labels, recommendations
 from ci_fxcache.report.known_issues import KnownIssue
 from ci_fxcache.results import reader
 from ci_fxcache.results.reader import VERDICT_ORDER, Group, Results
+from ci_fxcache.results.writer import CI_PATTERNS
 from ci_fxcache.verify import causes
 
 TOP_ENTRIES = 8  # entries a top line names before "and N more in the table"
@@ -739,12 +739,6 @@ def grids(sections: list[Section], fleet: bool) -> list[Grid]:
     return out
 
 
-_SHA = re.compile(r"[0-9a-f]{7,64}")
-_SERVER = re.compile(r"https://[A-Za-z0-9.-]+(:[0-9]{1,5})?")
-_REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
-_NUMBER = re.compile(r"[0-9]{1,20}")
-
-
 def ci_run(results: Results) -> dict[str, str]:
     """The commit and run the results came from (`ci`, recorded by verify and merge inside
     GitHub Actions): the merged document's own, else the first shard's. Fields that do not
@@ -752,17 +746,11 @@ def ci_run(results: Results) -> dict[str, str]:
     docs = [results.doc, *(s.doc for g in results.groups for s in g.shards)]
     ci: dict[str, Any] = next((d["ci"] for d in docs if isinstance(d.get("ci"), dict)), {})
 
-    def ok(name: str, pattern: re.Pattern[str]) -> str:
+    def ok(name: str) -> str:
         value = ci.get(name)
-        return value if isinstance(value, str) and pattern.fullmatch(value) else ""
+        return value if isinstance(value, str) and CI_PATTERNS[name].fullmatch(value) else ""
 
-    return {
-        "sha": ok("sha", _SHA),
-        "server_url": ok("server_url", _SERVER),
-        "repository": ok("repository", _REPO),
-        "run_id": ok("run_id", _NUMBER),
-        "run_number": ok("run_number", _NUMBER),
-    }
+    return {name: ok(name) for name in CI_PATTERNS}
 
 
 def headline(results: Results, sections: list[Section], matrix: FleetMatrix | None) -> Headline:

@@ -330,6 +330,7 @@ def use_colour(stream: Any = None) -> bool:
 
 
 TEXT_WIDTH = 100
+LABEL_WIDTH = 40  # a combination column never takes more
 _TEXT_HEADERS = ("verdict", "combination", "cold s", "hot s", "speedup", "why")
 _TEXT_RIGHT = {2, 3, 4}  # cold s, hot s, speedup
 _MATRIX_WORD = {"safe": "safe", "no-gain": "no-gain", "unsafe": "UNSAFE", "error": "error"}
@@ -343,28 +344,46 @@ def _wrapped(text_: str, indent: str = "  ") -> list[str]:
     ) or [""]
 
 
+def _grouped(rows: list[Row]) -> list[tuple[str, list[Row]]]:
+    return group_in_order(rows, "group")
+
+
 def _text_table(rows: list[Row], colour: bool) -> list[str]:
-    table = [
+    """Rows under a heading per workload (where workloads vary); the label shortened in the
+    middle, the why wrapped onto lines of its own column, never past 100 columns."""
+    import textwrap
+
+    cells = [
         (
             r.verdict,
-            plain(r.label),
+            text_table.shorten_middle(plain(r.short or r.label), LABEL_WIDTH),
             r.cold_s,
             r.hot_s,
-            r.speedup,
+            plain(r.speedup_cell),
             (plain(r.why) + _issue_flag(r)).strip(),
         )
         for r in rows
     ]
-    widths = text_table.widths([_TEXT_HEADERS, *table])
-    # The last column takes what is left of the line and is clipped to it.
+    widths = text_table.widths([_TEXT_HEADERS, *cells])
+    # The last column takes what is left of the line; longer text wraps within it.
     widths[-1] = max(8, TEXT_WIDTH - sum(widths[:-1]) - 2 * (len(widths) - 1))
-    out = text_table.lines(
-        [_TEXT_HEADERS, *table], right=_TEXT_RIGHT, column_widths=widths, rule=True
-    )
-    if colour:
-        for i, (r, cells) in enumerate(zip(rows, table, strict=True), start=2):
-            code = _COLOURS.get(r.verdict, "0")
-            out[i] = f"\033[{code}m{cells[0]}\033[0m" + out[i][len(cells[0]) :]
+    offset = TEXT_WIDTH - widths[-1]
+    out = text_table.lines([_TEXT_HEADERS], column_widths=widths, rule=True)
+    by_row = {id(r): c for r, c in zip(rows, cells, strict=True)}
+    for group, members in _grouped(rows):
+        if group:
+            out.extend(_wrapped(f"[{group}]"))
+        for r in members:
+            row = by_row[id(r)]
+            why = textwrap.wrap(row[-1], widths[-1], break_on_hyphens=False) or [""]
+            line = text_table.lines([(*row[:-1], why[0])], right=_TEXT_RIGHT, column_widths=widths)[
+                0
+            ]
+            if colour:
+                code = _COLOURS.get(r.verdict, "0")
+                line = f"\033[{code}m{row[0]}\033[0m" + line[len(row[0]) :]
+            out.append(line)
+            out.extend(" " * offset + more for more in why[1:])
     return out
 
 
@@ -372,56 +391,92 @@ def _issue_flag(row: Row) -> str:
     return " [issue]" if row.issues else ""
 
 
-def text(report: Report, colour: bool = False) -> str:
-    """Plain text within 100 columns: the top lines, a table per environment, what to do."""
-    title = "fleet report" if report.fleet else "cache verification"
-    out = [
-        f"fxcache: {title}"
-        + (f" ({plain(report.report_id)})" if report.report_id != "fxcache" else "")
-    ]
-    top = report.top if report.fleet else []
-    for t in top:
-        out.extend(_wrapped(f"{t.heading}: {', '.join(t.entries)}."))
-    if report.matrix is not None:
-        rows = report.matrix.rows
-        label_w = min(40, max([len("combination")] + [len(plain(lab)) for lab, _ in rows]))
-        cols = [plain(c) for c in report.matrix.columns]
-        table = [["combination", *cols]] + [
-            [
-                plain(lab),
-                *(
-                    _MATRIX_WORD.get(v, "skipped" if v else "–") + ("*" if issue else "")
-                    for v, issue in cells
-                ),
-            ]
-            for lab, cells in rows
-        ]
+def _matrix_lines(report: Report) -> list[str]:
+    """The fleet matrix, problems only (worst first, under a heading per workload)."""
+    assert report.matrix is not None
+    matrix = report.matrix
+    cols = [plain(c) for c in matrix.columns]
+    problems = matrix.grouped(True)
+    out = []
+    if problems:
+        labels_ = [plain(matrix.short.get(lab, lab)) for _, rows in problems for lab, _ in rows]
+        label_w = min(LABEL_WIDTH, max([len("combination"), *map(len, labels_)]))
         out.append("")
         out.extend(
-            text_table.lines(table, column_widths=[label_w, *(max(len(c), 9) for c in cols)])
+            text_table.lines(
+                [["combination", *cols]], column_widths=[label_w, *(max(len(c), 9) for c in cols)]
+            )
         )
+        for group, rows in problems:
+            if group:
+                out.extend(_wrapped(f"[{group}]"))
+            out.extend(
+                text_table.lines(
+                    [
+                        [
+                            text_table.shorten_middle(plain(matrix.short.get(lab, lab)), label_w),
+                            *(
+                                _MATRIX_WORD.get(v, "skipped" if v else "–")
+                                + ("*" if issue else "")
+                                for v, issue in cells
+                            ),
+                        ]
+                        for lab, cells in rows
+                    ],
+                    column_widths=[label_w, *(max(len(c), 9) for c in cols)],
+                )
+            )
         out.append("(* a known upstream issue concerns this combination)")
+    others = len(matrix.rows) - matrix.problem_count
+    if others:
+        out.append(
+            f"{others} more combination(s) have no problem anywhere (--format md lists them)."
+        )
+    return out
+
+
+def text(report: Report, colour: bool = False) -> str:
+    """Plain text within 100 columns: the status line, a line per architecture (fleet), the
+    problems, a table per environment, what to do, known issues."""
+    out = _wrapped(headline_text(report))
+    if report.fleet:
+        for s in report.sections:
+            counts = " · ".join(f"{n} {v}" for v, n in s.counts.items() if n)
+            out.extend(_wrapped(f"  {plain(s.name)} {plain(s.gpu)}: {counts}", "    "))
+        for t in report.top:
+            out.extend(_wrapped(f"{t.heading}: {' '.join([t.lead, ', '.join(t.entries)]).strip()}"))
+        out.extend(_matrix_lines(report))
         for line_ in report.key_diffs:
             out.extend(_wrapped(f"keys differ: {line_}"))
     for section in report.sections:
+        rows = section.problem_rows if report.fleet else section.rows + section.skipped
+        if report.fleet and not rows:
+            continue
         out.append("")
         heading = f"{section.title} · {section.heading}" if section.heading else section.title
-        out.extend(_wrapped(("== " if report.fleet else "") + heading))
+        out.extend(_wrapped((f"== {section.name}: " if report.fleet else "") + heading))
         if not report.fleet:
             for t in section.top:
-                out.extend(_wrapped(f"{t.heading}: {', '.join(t.entries)}."))
+                entries = ", ".join(t.entries)
+                out.extend(_wrapped(f"{t.heading}: {' '.join([t.lead, entries]).strip()}"))
         out.append("")
-        out.extend(_text_table(section.rows + section.skipped, colour))
-        if section.advice:
+        out.extend(_text_table(rows, colour))
+        advice = [
+            a for a in section.advice if not (report.fleet and a == recommendations.DISABLE_LINE)
+        ]
+        if advice:
             out.append("")
             out.append("what to do (only alternatives this run verified):")
-            for line_ in section.advice:
+            for line_ in advice:
                 out.extend(_wrapped(f"  - {line_}", "    "))
-        if section.issues:
-            out.append("")
-            out.append("known upstream issues (links: fxcache report --format json):")
-            for i in section.issues:
-                out.extend(_wrapped(f"  - {i.id}: {i.title}", "    "))
+    if report.fleet and report.disable_line:
+        out.append("")
+        out.append(recommendations.DISABLE_LINE)
+    if report.issues:
+        out.append("")
+        out.append("known upstream issues (links: fxcache report --format json):")
+        for i in report.issues:
+            out.extend(_wrapped(f"  - {i.id}: {i.title}", "    "))
     return "\n".join(out).rstrip() + "\n"
 
 
