@@ -19,7 +19,7 @@ from ci_fxcache.verify import causes
 
 TOP_ENTRIES = 8  # entries a top line names before "and N more in the table"
 CHART_MAX_BARS = 12  # more bars repeat the table without adding to it
-CHART_MAX_LABEL = 30  # Mermaid drops every bar label once one runs much longer
+CHART_MAX_LABEL = 34  # Mermaid drops every bar label once one runs to about 35
 CHART_MAX_SPREAD = 20.0  # largest / smallest speedup: beyond this the small bars are slivers
 PROBLEMS = ("unsafe", "error", "no-gain")
 # The three top lines, in this order: (emoji, heading, verdicts it lists).
@@ -226,7 +226,10 @@ class Section:
     @property
     def top_line(self) -> str:
         """The top lines as one plain string (JSON summary, last-resort markdown)."""
-        return " ".join(f"{t.heading}: {', '.join(t.entries)}." for t in self.top)
+        return " ".join(
+            f"{t.heading}: {' '.join([t.lead, ', '.join(t.entries)]).strip().rstrip(':')}."
+            for t in self.top
+        )
 
 
 @dataclass
@@ -781,7 +784,8 @@ def headline(results: Results, sections: list[Section], matrix: FleetMatrix | No
         job = ""
     ci = ci_run(results)
     base = f"{ci['server_url']}/{ci['repository']}" if ci["server_url"] and ci["repository"] else ""
-    run = f"run #{ci['run_number']}" if ci["run_number"] else ""
+    # A word joiner after '#': GitHub would link a bare '#123' to issue 123.
+    run = f"run #\u2060{ci['run_number']}" if ci["run_number"] else ""
     run = run or (f"run {ci['run_id']}" if ci["run_id"] else "")
     return Headline(
         emoji=emoji,

@@ -225,7 +225,7 @@ def _dropped(level: Detail, report: Report) -> str:
     if not level.grid:
         parts.append("the dtype × dynamic grid")
     if level.problems_only:
-        parts.append("the safe rows (the top line names them)")
+        parts.append("the safe rows (the grid shows them)")
     if not level.recommendations:
         parts.append("the recommendations")
     if level.max_rows < Detail().max_rows:
@@ -283,20 +283,28 @@ def markdown(
             low = mid + 1
     if low < len(levels) and len(attempt(low)) <= max_chars:
         return attempt(low)
-    # Last resort: the headline and the answer alone, then a hard cut.
-    lines = [headline_text(report, md_text), ""]
+    # Last resort: the headline, the note, and the answer alone, then a hard cut.
+    head = "### " + headline_text(report, md_text) + "\n\n"
+    note = (
+        f"> [!NOTE]\n> Only the summary fits in {max_chars:,} characters; the table, "
+        "recommendations and logs are in the job summary and the JSON results.\n\n"
+    )
+    lines = []
+    if report.fleet:
+        lines += [f"- {md_text(s.name)}: {_counts(s.counts)}" for s in report.sections]
     lines += [
         f"- {md_text(t.heading)}: {md_text(' '.join([t.lead, ', '.join(t.entries)]).strip())}"
         for t in report.top
     ]
-    note = (
-        f"\n> [!NOTE]\n> Only the summary fits in {max_chars:,} characters; the table, "
-        "recommendations and logs are in the job summary and the JSON results.\n"
-    )
-    text = "\n".join(lines) + "\n" + note
+    body = "\n".join(lines) + "\n"
+    text = head + note + body
     if len(text) <= max_chars:
         return text
-    return text[: max(0, max_chars - len(note))] + note
+    return (head + note)[:max_chars] + body[: max(0, max_chars - len(head) - len(note))]
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return " · ".join(f"{n} {labels.EMOJI[v]}" for v, n in counts.items() if n)
 
 
 def headline_text(report: Report, escape: Any = None) -> str:
