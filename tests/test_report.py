@@ -63,7 +63,7 @@ def test_markdown_golden_every_verdict(run_fxcache: RunFxcache) -> None:
         "### fxcache: ❌ 2 unsafe · 2 error · 1 no-gain · 7/12 safe · H200 sm90 · job fails · "
         "[abc1234](https://github.com/acme-ml/train-stack/commit/"
         "abc1234def5678901234567890abcdef12345678) · "
-        "[run #\u2060123](https://github.com/acme-ml/train-stack/actions/runs/12941873650)"
+        "[run\u00a0#\u2060123](https://github.com/acme-ml/train-stack/actions/runs/12941873650)"
     )
     # At most three short top lines: 7/12 safe, all but the exceptions, each once with why.
     top = _top_lines(md)
@@ -83,7 +83,7 @@ def test_markdown_golden_every_verdict(run_fxcache: RunFxcache) -> None:
     assert "| fp16 | 💥 | ❌ | 💥 |" in md
     # The table: verdict first, seven columns, problems first, no speedup on unsafe rows.
     (header,) = TABLE_HEADER.findall(md)
-    assert header.count("|") - 1 == 7 and "| compile s (cold → hot) |" in header
+    assert header.count("|") - 1 == 7 and "| compile&nbsp;s (cold&nbsp;→&nbsp;hot) |" in header
     rows = [line for line in md.splitlines() if re.match(r"^\| (✅|🟡|❌|💥)&nbsp;", line)]
     verdicts = [row.split("&nbsp;")[1].split(" |")[0].replace("\u2011", "-") for row in rows]
     order = [reader.VERDICT_ORDER[v] for v in verdicts]
@@ -867,4 +867,4 @@ def test_the_status_line_names_commit_and_run_only_from_githubs_values(
     hostile["ci"]["run_number"] = "1\n## injected"
     first = render.markdown(build(hostile)).splitlines()[0]
     assert "evil" not in first and "injected" not in first and "](" not in first
-    assert first.endswith("· job fails · abc1234 · run 12941873650")
+    assert first.endswith("· job fails · abc1234 · run\u00a012941873650")

@@ -784,9 +784,9 @@ def headline(results: Results, sections: list[Section], matrix: FleetMatrix | No
         job = ""
     ci = ci_run(results)
     base = f"{ci['server_url']}/{ci['repository']}" if ci["server_url"] and ci["repository"] else ""
-    # A word joiner after '#': GitHub would link a bare '#123' to issue 123.
-    run = f"run #\u2060{ci['run_number']}" if ci["run_number"] else ""
-    run = run or (f"run {ci['run_id']}" if ci["run_id"] else "")
+    # No break after "run"; a word joiner after '#': GitHub would link a bare '#123'.
+    run = f"run\u00a0#\u2060{ci['run_number']}" if ci["run_number"] else ""
+    run = run or (f"run\u00a0{ci['run_id']}" if ci["run_id"] else "")
     return Headline(
         emoji=emoji,
         problems=[(v, counts[v]) for v in PROBLEMS if counts[v]],

@@ -317,7 +317,8 @@ def headline_text(report: Report, escape: Any = None) -> str:
         return f"fxcache{rid}"
     bits = [" · ".join(f"{n} {v}" for v, n in h.problems)] if h.problems else []
     bits.append(f"{h.safe}/{h.ran} safe" + (" everywhere" if h.everywhere else ""))
-    bits += [esc(h.where), h.job, h.commit, h.run]
+    run = h.run if escape else h.run.replace("\u2060", "").replace("\u00a0", " ")
+    bits += [esc(h.where), h.job, h.commit, run]
     return f"fxcache{rid}: {h.emoji} " + " · ".join(b for b in bits if b)
 
 
