@@ -610,6 +610,9 @@ def test_json_summary_and_safe_combos_of_a_fleet(run_fxcache: RunFxcache, tmp_pa
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["schema"] == "fxcache-report/1" and doc["fleet"] is True
+    assert doc["headline"].startswith(
+        "fxcache: ❌ 1 unsafe · 2/3 safe everywhere · 3 architectures"
+    )
     # bf16 dynamic is unsafe on sm80: not safe for the fleet, though safe on sm90.
     assert doc["safe_combos"] == [
         "sin_matmul-cuda-float32-dynamic-precompile-train",
