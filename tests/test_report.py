@@ -871,3 +871,60 @@ def test_the_status_line_names_commit_and_run_only_from_githubs_values(
     first = render.markdown(build(hostile)).splitlines()[0]
     assert "evil" not in first and "injected" not in first and "](" not in first
     assert first.endswith("· job fails · abc1234 · run\u00a012941873650")
+
+
+def _fleet_4x60_report() -> model.Report:
+    from ci_fxcache.fleet import merge
+    from tests.data import make_results
+
+    shards = [make_results.fleet_shard(a) for a in ("gfx942", "sm100", "sm90", "sm80")]
+    doc = {"schema": reader.MERGED_SCHEMA, "report_id": "fxcache", "groups": []}
+    for shard in shards:
+        doc["groups"].append({"key": shard["scope_key"], "shards": [shard]})
+    doc["key_diffs"] = merge.key_diffs(doc["groups"])
+    return build(doc)
+
+
+def test_a_fleet_answers_per_architecture_problems_first() -> None:
+    report = _fleet_4x60_report()
+    assert report.matrix is not None
+    # Columns in natural order, not as text (gfx942, sm100, sm80, sm90).
+    assert report.matrix.columns == ["sm80", "sm90", "sm100", "gfx942"]
+    # Rows sorted by their worst verdict across the columns: every problem before any
+    # all-green row, unsafe first.
+    ranks = [min(reader.VERDICT_ORDER[v] for v, _ in cells if v) for _, cells in report.matrix.rows]
+    assert ranks == sorted(ranks) and ranks[:4] == [0, 0, 0, 1] and report.matrix.problem_count == 5
+    # The sm80 row's smallest change (bf16 static precompile) is unsafe on gfx942: the
+    # advice takes one safe on every architecture instead.
+    (sm80,) = [s for s in report.sections if s.name == "sm80"]
+    (advice,) = [r.advice for r in sm80.rows if r.advice]
+    assert advice == "use bf16 dynamic fxgraph (verified safe, 3.6x)"
+    md = render.markdown(report)
+    assert len(md) < 20_000 and "Shortened" not in md
+    # Text: within 100 columns, long names under their heading, both ends of a label kept.
+    text = render.text(report)
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert "[myorg.models.very_long_module_name:build_model_factory]" in text
+    from ci_fxcache import text_table
+
+    short = text_table.shorten_middle("myorg.models.very_long_module_name:build_model", 30)
+    assert short == "myorg.models.ve…me:build_model" and len(short) == 30
+
+
+def test_advice_marks_where_an_alternative_is_not_safe() -> None:
+    """When no alternative is safe on every architecture, the advice says where it is not."""
+    a100 = json.loads((DATA / "shard_a100.json").read_text())
+    h200 = json.loads((DATA / "shard_h200.json").read_text())
+    for c in h200["combos"]:
+        if c["dtype"] == "float32":
+            c["verdict"], c["cause"] = "unsafe", "hot-mismatch"
+    doc = {
+        "schema": reader.MERGED_SCHEMA,
+        "groups": [{"key": "a", "shards": [a100]}, {"key": "b", "shards": [h200]}],
+    }
+    report = build(doc)
+    (sm80,) = [s for s in report.sections if s.name == "sm80"]
+    (advice,) = [r.advice for r in sm80.rows if r.advice]
+    assert advice.startswith(
+        "use fp32 dynamic precompile (verified safe, 200.0x; not safe on sm90)"
+    )
