@@ -93,7 +93,7 @@ def test_markdown_golden_every_verdict(run_fxcache: RunFxcache) -> None:
             assert row.split(" | ")[5] == "–", row  # the speedup cell
     assert "320.0x" not in md  # the unsafe row's speedup is nowhere
     # A no-gain cell says why next to its speedup.
-    assert "| 1.0x&nbsp;· 6 rebuilt |" in md
+    assert "| 1.0x&nbsp;· 6&nbsp;rebuilt |" in md
     assert "⏭️ 1 skipped</summary>" in md and "no Redis URL" in md
     # No chart: 6.2x beside 276.7x would be a sliver, and it only repeats the speedup column.
     assert "```mermaid" not in md

@@ -117,7 +117,8 @@ def group_in_order(rows: list[Any], attribute: str) -> list[tuple[str, list[Any]
 
 
 def _speedup_cell(cell: str) -> str:
-    return cell.replace("x · ", "x&nbsp;· ")
+    """`1.0x&nbsp;· 6&nbsp;rebuilt`: the cell wraps, if at all, only after its `·`."""
+    return re.sub(r" (rebuilt)$", r"&nbsp;\1", cell.replace("x · ", "x&nbsp;· "))
 
 
 def _mermaid(value: Any) -> str:
