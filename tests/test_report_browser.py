@@ -306,3 +306,21 @@ def test_a_real_fleet_reads_at_comment_width(tmp_path: Path) -> None:
         assert table["first_column_hidden"] == 0, table
     # A fleet draws no chart (the matrix and the grid are its summary).
     assert seen["mermaid_blocks"] == 0
+
+
+def test_one_runner_with_real_model_names_reads_at_comment_width(tmp_path: Path) -> None:
+    """One sm100 runner, 60 combinations of five long model names: rows under a heading per
+    model, nothing wider than the comment, no chart (its labels would be dropped)."""
+    from tests.data import make_results
+
+    report = build(make_results.fleet_shard("sm100"))
+    md = render.markdown(report)
+    assert "| workload |" not in md and "**myorg.<wbr>models.<wbr>very\\_<wbr>long" in md
+    seen = see(md, "sm100-long-names", tmp_path)
+    assert seen["error"] is None, seen["error"]
+    assert seen["first"]["text"].startswith("fxcache: ❌ 2 unsafe · 1 error · 1 no-gain · 56/60")
+    assert any(t["header"] == "dtype" for t in seen["tables"])
+    for table in seen["tables"]:
+        assert table["width"] <= WIDTH + 0.5, table
+        assert table["overflow"] <= 1 and table["first_column_hidden"] == 0, table
+    assert seen["mermaid_blocks"] == 0
