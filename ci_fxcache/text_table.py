@@ -10,6 +10,17 @@ def clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
+def shorten_middle(text: str, width: int) -> str:
+    """`text` within `width` characters, cut in the middle (`myorg.models…:build_model`), so
+    that both ends, where names differ, stay."""
+    if len(text) <= width:
+        return text
+    if width < 3:
+        return text[:width]
+    tail = (width - 1) // 2
+    return text[: width - 1 - tail] + "…" + text[len(text) - tail :]
+
+
 def widths(rows: Sequence[Sequence[str]]) -> list[int]:
     """Each column's width: its longest cell."""
     return [max(len(row[i]) for row in rows) for i in range(len(rows[0]))] if rows else []

@@ -46,8 +46,8 @@ def test_creates_then_updates_one_comment(
     assert second.returncode == 0, second.stderr
     assert "updated comment" in second.stdout
     (mine,) = _mine(fake_github)
-    assert "H200, sm90, torch 2.13.0+cu128 · sin\\_matmul" in str(mine["body"])
-    assert "✅ **Cache:** fp32 static fxgraph" in str(mine["body"])
+    assert "H200, sm90, torch 2.13.0+cu128 · sin\\_<wbr>matmul" in str(mine["body"])
+    assert "✅ **Cache:** 7/12 safe; all but:" in str(mine["body"])
     assert (
         len(fake_github.calls("POST", r".*/comments")) == 1 and len(fake_github.calls("PATCH")) == 1
     )

@@ -58,21 +58,32 @@ def test_markdown_golden_every_verdict(run_fxcache: RunFxcache) -> None:
     assert proc.returncode == 0, proc.stderr
     check_golden("report_h200.md", proc.stdout)
     md = proc.stdout
-    # At most three short top lines, every entry named the same way: dtype, dynamic, mechanism.
+    # The status line first: worst verdict, counts, where, the job, commit and run linked.
+    assert md.splitlines()[0] == (
+        "### fxcache: ❌ 2 unsafe · 2 error · 1 no-gain · 7/12 safe · H200 sm90 · job fails · "
+        "[abc1234](https://github.com/acme-ml/train-stack/commit/"
+        "abc1234def5678901234567890abcdef12345678) · "
+        "[run\u00a0#\u2060123](https://github.com/acme-ml/train-stack/actions/runs/12941873650)"
+    )
+    # At most three short top lines: 7/12 safe, all but the exceptions, each once with why.
     top = _top_lines(md)
     assert [line.split(" **")[1].split(":**")[0] for line in top] == [
         "Cache",
         "Do not cache",
         "Check",
     ]
-    assert top[0].startswith("✅ **Cache:** fp32 static fxgraph, fp32 static precompile, ")
+    assert top[0] == "✅ **Cache:** 7/12 safe; all but: \\"
     assert "bf16 dynamic precompile (wrong values on hot load)" in top[1]
     assert "fp16 dynamic precompile (crashed on hot load, SIGSEGV)" in top[1]
     assert "bf16 dynamic mega (hit, but 6 kernel files rebuilt)" in top[2]
     assert "fp16 static fxgraph (compiled differs from eager: compiler, not cache)" in top[2]
+    # The grid: rows = dtypes, columns = dynamic modes, mechanisms named where they differ.
+    assert "| dtype | static | dynamic | mark\\_<wbr>dynamic |" in md
+    assert "| bf16 | ✅ 9.1–266.7x | fxgraph ✅ 6.2x · precompile ❌ · mega 🟡 | – |" in md
+    assert "| fp16 | 💥 | ❌ | 💥 |" in md
     # The table: verdict first, seven columns, problems first, no speedup on unsafe rows.
     (header,) = TABLE_HEADER.findall(md)
-    assert header.count("|") - 1 == 7
+    assert header.count("|") - 1 == 7 and "| compile&nbsp;s (cold&nbsp;→&nbsp;hot) |" in header
     rows = [line for line in md.splitlines() if re.match(r"^\| (✅|🟡|❌|💥)&nbsp;", line)]
     verdicts = [row.split("&nbsp;")[1].split(" |")[0].replace("\u2011", "-") for row in rows]
     order = [reader.VERDICT_ORDER[v] for v in verdicts]
@@ -80,13 +91,14 @@ def test_markdown_golden_every_verdict(run_fxcache: RunFxcache) -> None:
     for row in rows:
         if "unsafe" in row.split("|")[1]:
             assert row.split(" | ")[5] == "–", row  # the speedup cell
-    assert "320.0x" not in md  # the unsafe row's speedup is nowhere, chart included
+    assert "320.0x" not in md  # the unsafe row's speedup is nowhere
+    # A no-gain cell says why next to its speedup.
+    assert "| 1.0x&nbsp;· 6&nbsp;rebuilt |" in md
     assert "⏭️ 1 skipped</summary>" in md and "no Redis URL" in md
-    # The chart: one series, safe rows only, y axis from 0.
-    chart = md.split("```mermaid\n")[1].split("```")[0]
-    assert chart.count("bar [") == 1 and "line [" not in chart
-    assert 'y-axis "speedup (x)" 0 --> ' in chart
-    assert 'bf16 dynamic precompile"' not in chart and "mega" not in chart
+    # No chart: 6.2x beside 276.7x would be a sliver, and it only repeats the speedup column.
+    assert "```mermaid" not in md
+    # An issue reference in a known issue's title does not break at a zero-width space.
+    assert "pytorch#\u2060155332" in md and "pytorch#\u200b155332" not in md
     # Logs only for rows that are not safe.
     logs = re.findall(r"<summary>Log: (\S+) ", md)
     assert logs and "✅" not in logs
@@ -102,8 +114,10 @@ def test_recommendations_one_line_per_problem_and_none_for_the_compiler() -> Non
     assert sum("disable the cache" in line for line in section.advice) == 1
     by_label = {r.label: r.advice for r in problems}
     assert by_label["bf16 dynamic precompile"] == (
-        "use bf16 static precompile (verified safe, 266.7x)"
+        "use bf16 static precompile (verified safe, 266.7x); changes how the model runs "
+        "(static shapes: each new input shape recompiles), not only the cache"
     )
+    assert by_label["bf16 dynamic mega"] == "use bf16 dynamic fxgraph (verified safe, 6.2x)"
     for label in ("fp16 mark_dynamic fxgraph", "fp16 static fxgraph"):  # cold-error, compiler
         assert by_label[label] == recommendations.NOT_THE_CACHE
         assert "use " not in by_label[label]
@@ -346,7 +360,9 @@ def test_recommendations_only_name_verified_safe_combos(verdicts: list[str]) -> 
         if row.cause in labels.COMPILER_CAUSES:
             assert row.advice == recommendations.NOT_THE_CACHE
             continue
-        m = re.fullmatch(r"use (.+?)(?::.*)? \(verified safe, .*\)|(.+)", row.advice)
+        m = re.fullmatch(
+            r"use (.+?)(?::.*)? \(verified safe, [^)]*\)(?:; changes how .*)?|(.+)", row.advice
+        )
         assert m is not None
         if m[1] is not None:
             assert m[1] in safe_labels, (m[1], safe_labels)
@@ -376,27 +392,45 @@ def test_merge_three_shards_keeps_environments_apart(
     assert proc.returncode == 0, proc.stderr
     md = proc.stdout
     check_golden("report_fleet.md", md)
-    # A matrix: rows = combination, one column per environment, identical runners collapsed.
-    assert "| combination | sm75 | sm80 | sm90 ×2 |" in md
-    # Safe on sm90, yet marked: a known upstream issue concerns it there.
-    assert "| bf16 dynamic precompile | ⏭️ | ❌ ⚠️ | ✅ ⚠️ |" in md
-    assert "| fp32 static precompile | ✅ | ✅ | ✅ |" in md
-    top = _top_lines(md)
-    assert top[0] == (
-        "✅ **Cache everywhere it ran:** fp32 static precompile, fp32 dynamic precompile \\"
-    )
-    assert top[1] == (
-        "❌ **Do not cache:** bf16 dynamic precompile on sm80 (wrong values on hot load)"
-    )
-    # Each identical runner's rows appear once, not once per runner.
-    h200 = md.split("### H200")[1]
-    assert h200.count("| ✅&nbsp;safe | fp32 | static | precompile |") == 1
-    # A100's recommendation names only what the A100 itself verified.
-    a100 = md.split("### A100")[1].split("### H200")[0]
+    lines = md.splitlines()
+    # The status line first, then one line per architecture, before any table.
     assert (
-        "bf16 dynamic precompile (unsafe): use fp32 dynamic precompile (verified safe, 200.0x)"
-        in a100
+        lines[0]
+        == "### fxcache: ❌ 1 unsafe · 2/3 safe everywhere · 3 architectures · 1/4 jobs fail"
     )
+    assert lines[2:5] == [
+        "- **sm75** Tesla T4, 2.13.0+cu128: 2 ✅ · 1 ⏭️",
+        "- **sm80** A100-SXM4-80GB, 2.13.0+cu128: 1 ❌ · 2 ✅",
+        "- **sm90 ×2** H200, 2.13.0+cu128: 3 ✅",
+    ]
+    assert md.index("- **sm90 ×2**") < md.index("|")
+    # The grid: where it is not safe, which architecture.
+    assert "| bf16 | – | ❌ sm80 |" in md
+    # A problems-only matrix: one column per environment, identical runners collapsed; the
+    # all-green rows folded.
+    problems = md.split("**Problems: 1 of 3 combinations**")[1].split("<details>")[0]
+    assert "| combination | sm75 | sm80 | sm90 ×2 |" in problems
+    # Safe on sm90, yet marked: a known upstream issue concerns it there.
+    assert "| bf16 dynamic precompile | ⏭️ | ❌⚠️ | ✅⚠️ |" in problems
+    assert "fp32 static precompile" not in problems
+    green = md.split("<summary>✅ 2 combinations with no problem anywhere</summary>")[1]
+    assert "| fp32 static precompile | ✅ | ✅ | ✅ |" in green.split("</details>")[0]
+    top = _top_lines(md)
+    assert top == [
+        "✅ **Cache everywhere it ran:** 2/3 safe; the exceptions are in the table below."
+    ]
+    # Sections show only their problems: nothing for the all-safe H200s.
+    assert "#### sm90" not in md
+    # A100's recommendation names only what the A100 itself verified, and says the dtype
+    # change is a change to the model.
+    a100 = md.split("#### sm80")[1]
+    assert (
+        "bf16 dynamic precompile (unsafe): use fp32 dynamic precompile (verified safe, 200.0x); "
+        "changes how the model runs (runs in fp32), not only the cache" in a100
+    )
+    # Said once: the known issue paragraph and "disable the cache".
+    assert md.count("**Known upstream issues:**") == 1
+    assert md.count(recommendations.DISABLE_LINE) == 1
 
 
 def test_runners_that_disagree_count_as_the_worst(tmp_path: Path) -> None:
@@ -443,11 +477,10 @@ def _fleet(n: int, log_lines: int) -> model.Report:
     "n, log_lines, dropped",
     [
         (4, 3000, "left out most of each log tail."),
-        (8, 400, "left out log tails."),
-        (16, 10, "left out log tails, the evidence and environment tables."),
-        (24, 10, "the evidence and environment tables, the safe rows (the top line names them)."),
-        (28, 10, "the safe rows (the top line names them), the recommendations."),
-        (40, 400, "Only the summary fits in 65,000 characters"),
+        (16, 400, "left out log tails."),
+        (24, 10, "left out log tails, the evidence and environment tables."),
+        (32, 10, "the safe rows (the grid shows them), the recommendations."),
+        (48, 10, "Only the summary fits in 65,000 characters"),
     ],
 )
 def test_size_limit_steps_down_and_keeps_the_answer(n: int, log_lines: int, dropped: str) -> None:
@@ -457,8 +490,13 @@ def test_size_limit_steps_down_and_keeps_the_answer(n: int, log_lines: int, drop
     md = render.markdown(report, max_chars=render.DEFAULT_MAX_CHARS)
     assert len(md) <= render.DEFAULT_MAX_CHARS < render.COMMENT_LIMIT
     assert dropped in md
-    # The answer survives shortening: the top lines are there.
-    assert "Cache everywhere it ran:" in md and "Do not cache:" in md
+    # The answer survives shortening: the status line first, a line per environment, and
+    # the note that says what was left out right below them, before any table.
+    assert md.startswith(f"### fxcache (big): ❌ {2 * n} unsafe · {2 * n} error")
+    arch_lines = [line for line in md.splitlines() if re.match(r"- .*: \d+ (✅|❌)", line)]
+    assert len(arch_lines) == n, arch_lines
+    note = md.index("[!NOTE]")
+    assert note < (md.index("|") if "|" in md else len(md))
     assert md.count("<details>") == md.count("</details>")  # no block cut in half
 
 
@@ -471,7 +509,10 @@ def test_user_template_replaces_builtin(run_fxcache: RunFxcache, tmp_path: Path)
         "report", str(DATA / "results_h200.json"), "--format", "md", "--template", str(tpl)
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("Cache: fp32 static fxgraph") and proc.stdout.endswith("[2]\n")
+    assert proc.stdout.startswith(
+        "Cache: 7/12 safe; all but. Do not cache: bf16 dynamic precompile"
+    )
+    assert proc.stdout.endswith("[2]\n")
     tpl.write_text("{{ report.nope }}")
     proc = run_fxcache(
         "report", str(DATA / "results_h200.json"), "--format", "md", "--template", str(tpl)
@@ -569,6 +610,9 @@ def test_json_summary_and_safe_combos_of_a_fleet(run_fxcache: RunFxcache, tmp_pa
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["schema"] == "fxcache-report/1" and doc["fleet"] is True
+    assert doc["headline"].startswith(
+        "fxcache: ❌ 1 unsafe · 2/3 safe everywhere · 3 architectures"
+    )
     # bf16 dynamic is unsafe on sm80: not safe for the fleet, though safe on sm90.
     assert doc["safe_combos"] == [
         "sin_matmul-cuda-float32-dynamic-precompile-train",
@@ -588,7 +632,8 @@ def test_json_summary_and_safe_combos_of_a_fleet(run_fxcache: RunFxcache, tmp_pa
             "id": "sin_matmul-cuda-bfloat16-dynamic-precompile-train",
             "runner": "gpu-a100-01",
             "cause": "hot-mismatch",
-            "text": "use fp32 dynamic precompile (verified safe, 200.0x)",
+            "text": "use fp32 dynamic precompile (verified safe, 200.0x); changes how the "
+            "model runs (runs in fp32), not only the cache",
         }
     ]
 
@@ -702,8 +747,10 @@ def test_free_text_from_results_is_escaped(fleet: bool) -> None:
     report = build(doc)
     md = render.markdown(report, max_chars=10**7)
     html = cmarkgfm.github_flavored_markdown_to_html(md, options=Options.CMARK_OPT_UNSAFE)
-    # Only our own links: the known upstream issues.
+    # Only our own links: the known upstream issues, the commit and run of the `ci` fields.
     ours = {i.url.replace("&", "&amp;") for i in known_issues.load_builtin()}
+    assert report.headline is not None
+    ours |= {report.headline.commit_url, report.headline.run_url}
     assert set(re.findall(r'<a href="([^"]*)"', html)) <= ours
     # Only our own tags; every <details> closed where we close it.
     tags = set(re.findall(r"<([a-z][a-z0-9]*)[\s>/]", html))
@@ -719,6 +766,8 @@ def test_free_text_from_results_is_escaped(fleet: bool) -> None:
         "br",
         "em",
         "blockquote",
+        "wbr",
+        "h4",
     }, tags
     assert "<img" not in html and "<script" not in html and "<b>" not in html
     assert html.count("<details>") == html.count("</details>") == md.count("<details>")
@@ -730,7 +779,7 @@ def test_free_text_from_results_is_escaped(fleet: bool) -> None:
     assert not re.search(r"#[0-9]", text)
     assert "http://evil" not in text and "https://evil" not in text and "www.evil" not in text
     # The text itself is still there for a reader.
-    assert "&lt;/details&gt;&lt;img src=x" in html
+    assert "&lt;/details&gt;&lt;img src=x" in html.replace("<wbr>", "")  # <wbr> is invisible
     assert "\u200borg/team" in text
 
 
@@ -751,5 +800,131 @@ def test_key_diffs_render_one_line_per_pair(tmp_path: Path) -> None:
         "gpu-t4-01 vs gpu-a100-01: cuda_version",
     ]
     md = render.markdown(report)
-    assert "- sm80 vs sm90: gpu\\_name, arch\n- sm75 vs sm90: triton\\_version\n" in md
+    assert "- sm80 vs sm90: gpu\\_<wbr>name, arch\n- sm75 vs sm90: triton\\_<wbr>version\n" in md
+    assert "<details><summary>Cache keys differ between environments (3)</summary>" in md
     assert "keys differ: sm80 vs sm90: gpu_name, arch" in render.text(report)
+
+
+def _safe_doc(speedups: list[float], workload: str = "sin_matmul") -> dict[str, Any]:
+    doc = json.loads((DATA / "results_cpu.json").read_text())
+    template = next(c for c in doc["combos"] if c["verdict"] == "safe")
+    doc["combos"] = []
+    for i, speedup in enumerate(speedups):
+        c = copy.deepcopy(template)
+        c["id"] = f"{workload}-{i}"
+        c["workload"] = workload
+        c["dtype"] = ["float32", "bfloat16", "float16", "bfloat16-autocast"][i % 4]
+        c["dynamic"] = ["false", "true", "mark"][(i // 4) % 3]
+        c["mechanism"] = ["fxgraph", "mega", "precompile"][i // 12 % 3]
+        c["speedup"] = speedup
+        doc["combos"].append(c)
+    return doc
+
+
+def test_chart_only_where_it_adds_something() -> None:
+    """Few bars with short labels, none a sliver: a chart, every bar labelled with its value,
+    the axis near the maximum, 'top N of M' when capped. Otherwise none."""
+    md = render.markdown(build(_safe_doc([2.0 + i * 0.1 for i in range(13)])))
+    chart = md.split("```mermaid\n")[1].split("```")[0]
+    assert '"showDataLabel": true' in chart
+    assert "top 12 of 13 safe" in chart
+    assert chart.count('", "') == 11  # 12 labels
+    assert 'y-axis "speedup (x)" 0 --> 4' in chart  # max 3.2x: the axis ends at 4, not 5 or 10
+    assert render.chart_top(276.7) == 300 and render.chart_top(9.2) == 10
+    # A sliver: 6x beside 280x.
+    assert "```mermaid" not in render.markdown(build(_safe_doc([6.0, 280.0, 7.0])))
+    # A label Mermaid would drop (a real model name): no chart.
+    long_name = "myorg.models.very_long_module_name:build_model_factory"
+    two_models = _safe_doc([2.0, 3.0])
+    other = copy.deepcopy(two_models["combos"][0])
+    other.update(id="other", workload=long_name)
+    two_models["combos"].append(other)
+    assert "```mermaid" not in render.markdown(build(two_models))
+
+
+def test_the_status_line_names_commit_and_run_only_from_githubs_values(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """verify and merge record GITHUB_SHA/... as `ci`; a value that is not GitHub's is not
+    recorded, and a document carrying one anyway gets no link from it."""
+    monkeypatch.setenv("GITHUB_SHA", "abc1234def5678901234567890abcdef12345678")
+    monkeypatch.setenv("GITHUB_SERVER_URL", "https://ghe.example.com/")
+    monkeypatch.setenv("GITHUB_REPOSITORY", "acme-ml/train-stack")
+    monkeypatch.setenv("GITHUB_RUN_ID", "99")
+    monkeypatch.setenv("GITHUB_RUN_NUMBER", "7) [x](javascript:alert(1)")
+    doc = writer.document(
+        fingerprint=None, scope_key=None, cache=None, settings={}, matrix={}, combos=[]
+    )
+    assert doc["ci"] == {
+        "sha": "abc1234def5678901234567890abcdef12345678",
+        "server_url": "https://ghe.example.com",
+        "repository": "acme-ml/train-stack",
+        "run_id": "99",
+    }
+    for name in writer.CI_VARIABLES.values():
+        monkeypatch.delenv(name)
+    assert writer.ci_from_env() is None
+    # A document edited by hand: the bad field builds no link; the others still do.
+    hostile = json.loads((DATA / "results_h200.json").read_text())
+    hostile["ci"]["repository"] = "x/y)[evil](https://evil.example"
+    hostile["ci"]["run_number"] = "1\n## injected"
+    first = render.markdown(build(hostile)).splitlines()[0]
+    assert "evil" not in first and "injected" not in first and "](" not in first
+    assert first.endswith("· job fails · abc1234 · run\u00a012941873650")
+
+
+def _fleet_4x60_report() -> model.Report:
+    from ci_fxcache.fleet import merge
+    from tests.data import make_results
+
+    shards = [make_results.fleet_shard(a) for a in ("gfx942", "sm100", "sm90", "sm80")]
+    doc = {"schema": reader.MERGED_SCHEMA, "report_id": "fxcache", "groups": []}
+    for shard in shards:
+        doc["groups"].append({"key": shard["scope_key"], "shards": [shard]})
+    doc["key_diffs"] = merge.key_diffs(doc["groups"])
+    return build(doc)
+
+
+def test_a_fleet_answers_per_architecture_problems_first() -> None:
+    report = _fleet_4x60_report()
+    assert report.matrix is not None
+    # Columns in natural order, not as text (gfx942, sm100, sm80, sm90).
+    assert report.matrix.columns == ["sm80", "sm90", "sm100", "gfx942"]
+    # Rows sorted by their worst verdict across the columns: every problem before any
+    # all-green row, unsafe first.
+    ranks = [min(reader.VERDICT_ORDER[v] for v, _ in cells if v) for _, cells in report.matrix.rows]
+    assert ranks == sorted(ranks) and ranks[:4] == [0, 0, 0, 1] and report.matrix.problem_count == 5
+    # The sm80 row's smallest change (bf16 static precompile) is unsafe on gfx942: the
+    # advice takes one safe on every architecture instead.
+    (sm80,) = [s for s in report.sections if s.name == "sm80"]
+    (advice,) = [r.advice for r in sm80.rows if r.advice]
+    assert advice == "use bf16 dynamic fxgraph (verified safe, 3.6x)"
+    md = render.markdown(report)
+    assert len(md) < 20_000 and "Shortened" not in md
+    # Text: within 100 columns, long names under their heading, both ends of a label kept.
+    text = render.text(report)
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert "[myorg.models.very_long_module_name:build_model_factory]" in text
+    from ci_fxcache import text_table
+
+    short = text_table.shorten_middle("myorg.models.very_long_module_name:build_model", 30)
+    assert short == "myorg.models.ve…me:build_model" and len(short) == 30
+
+
+def test_advice_marks_where_an_alternative_is_not_safe() -> None:
+    """When no alternative is safe on every architecture, the advice says where it is not."""
+    a100 = json.loads((DATA / "shard_a100.json").read_text())
+    h200 = json.loads((DATA / "shard_h200.json").read_text())
+    for c in h200["combos"]:
+        if c["dtype"] == "float32":
+            c["verdict"], c["cause"] = "unsafe", "hot-mismatch"
+    doc = {
+        "schema": reader.MERGED_SCHEMA,
+        "groups": [{"key": "a", "shards": [a100]}, {"key": "b", "shards": [h200]}],
+    }
+    report = build(doc)
+    (sm80,) = [s for s in report.sections if s.name == "sm80"]
+    (advice,) = [r.advice for r in sm80.rows if r.advice]
+    assert advice.startswith(
+        "use fp32 dynamic precompile (verified safe, 200.0x; not safe on sm90)"
+    )

@@ -100,4 +100,5 @@ def test_merge_and_comment_on_real_verify_output(
         proc = run_fxcache("comment", str(merged), env=env)
         assert proc.returncode == 0, proc.stderr
     (only,) = fake_github.comments[3]
-    assert "## fxcache: fleet report" in only["body"] and "### CPU " in only["body"]
+    body = only["body"]
+    assert "\n### fxcache: " in body and "\n- **cpu**, " in body and "\n- **sm90** H200" in body

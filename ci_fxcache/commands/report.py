@@ -52,10 +52,13 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
 
 
 def _summary_json(report: Any, safe: list[str]) -> str:
+    from ci_fxcache.report import render
+
     doc = {
         "schema": "fxcache-report/1",
         "report_id": report.report_id,
         "fleet": report.fleet,
+        "headline": render.headline_text(report),
         "counts": report.counts,
         "safe_combos": safe,
         "environments": [

@@ -11,7 +11,7 @@ from typing import Any
 
 from ci_fxcache import __version__, gha, timestamps
 from ci_fxcache.errors import UsageError
-from ci_fxcache.results import reader
+from ci_fxcache.results import reader, writer
 from ci_fxcache.verify import causes
 
 
@@ -97,6 +97,7 @@ def merge(paths: list[str], report_id: str | None = None) -> dict[str, Any]:
     summary = causes.summary(c for shard in read for c in shard["combos"])
     ordered = sorted(groups.values(), key=lambda g: (g["arch"], g["title"], g["key"]))
     return {
+        "ci": writer.ci_from_env(),  # the merge job's run; each shard keeps its own
         "key_diffs": key_diffs(ordered),
         "schema": reader.MERGED_SCHEMA,
         "fxcache_version": __version__,

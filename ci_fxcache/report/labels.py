@@ -8,6 +8,7 @@ or training mode only where the report holds more than one of them.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ci_fxcache.verify.matrix import dynamic_word, short_dtype
@@ -77,13 +78,43 @@ def constant_heading(combo: dict[str, Any] | None, varying: tuple[str, ...]) -> 
 
 def combo_label(combo: dict[str, Any], varying: tuple[str, ...] = ()) -> str:
     """`bf16 dynamic precompile`, prefixed by the varying fields (`resnet cuda train ...`)."""
-    bits = [field_word(combo, n) for n in varying]
-    bits += [
-        short_dtype(str(combo["dtype"])),
-        dynamic_word(combo["dynamic"]),
-        str(combo["mechanism"]),
-    ]
-    return " ".join(bits)
+    return " ".join(b for b in (group_label(combo, varying, " "), short_label(combo)) if b)
+
+
+def short_label(combo: dict[str, Any]) -> str:
+    """`bf16 dynamic precompile`: the label without the varying fields (rows under a heading)."""
+    return " ".join(
+        (short_dtype(str(combo["dtype"])), dynamic_word(combo["dynamic"]), str(combo["mechanism"]))
+    )
+
+
+def group_label(combo: dict[str, Any], varying: tuple[str, ...], sep: str = " · ") -> str:
+    """The varying fields alone (`resnet · cuda`): the heading a group of rows sits under."""
+    return sep.join(field_word(combo, n) for n in varying)
+
+
+# Dynamic modes in their natural order (grid columns): static, dynamic, mark_dynamic.
+DYNAMIC_ORDER = ("false", "true", "mark")
+
+
+def dynamic_rank(value: Any) -> int:
+    text = str(value).lower()
+    return DYNAMIC_ORDER.index(text) if text in DYNAMIC_ORDER else len(DYNAMIC_ORDER)
+
+
+_SM = re.compile(r"sm(\d+)([a-z]?)")
+
+
+def arch_key(arch: str) -> tuple[int, int, str]:
+    """Architectures in their natural order: NVIDIA by compute capability (sm80, sm90, sm100),
+    then ROCm (gfx...), then the CPU and anything else, each by name."""
+    first = arch.split("_")[0]  # several architectures are joined by "_": sort by the first
+    m = _SM.fullmatch(first)
+    if m:
+        return (0, int(m.group(1)), arch)
+    if first.startswith("gfx"):
+        return (1, 0, arch)
+    return (2, 0, arch)
 
 
 def fmt_seconds(value: Any) -> str:
@@ -92,6 +123,21 @@ def fmt_seconds(value: Any) -> str:
 
 def fmt_speedup(value: Any) -> str:
     return "–" if value is None else f"{float(value):.1f}x"
+
+
+# How a no-gain cell says why next to its speedup (`2.4x · miss`): the verdict stays no-gain.
+NO_GAIN_WORDS = {"miss": "miss", "rebuilt": "rebuilt", "slow": "slow", "partial-hit": "partial"}
+
+
+def fmt_speedup_why(value: Any, verdict: str, cause: str, kernels_built: int = 0) -> str:
+    """The speedup cell: `9.0x`; for no-gain rows also why (`2.4x · miss`, `1.0x · 6 rebuilt`)."""
+    shown = fmt_speedup(value)
+    if verdict != "no-gain":
+        return shown
+    word = NO_GAIN_WORDS.get(cause, cause)
+    if cause == "rebuilt" and kernels_built:
+        word = f"{kernels_built} rebuilt"
+    return f"{shown} · {word}"
 
 
 def fmt_err(value: Any) -> str:

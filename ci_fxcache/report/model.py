@@ -14,8 +14,14 @@ from ci_fxcache.report import labels, recommendations
 from ci_fxcache.report.known_issues import KnownIssue
 from ci_fxcache.results import reader
 from ci_fxcache.results.reader import VERDICT_ORDER, Group, Results
+from ci_fxcache.results.writer import CI_PATTERNS
+from ci_fxcache.verify import causes
 
 TOP_ENTRIES = 8  # entries a top line names before "and N more in the table"
+CHART_MAX_BARS = 12  # more bars repeat the table without adding to it
+CHART_MAX_LABEL = 34  # Mermaid drops every bar label once one runs to about 35
+CHART_MAX_SPREAD = 20.0  # largest / smallest speedup: beyond this the small bars are slivers
+PROBLEMS = ("unsafe", "error", "no-gain")
 # The three top lines, in this order: (emoji, heading, verdicts it lists).
 TOP_LINES = (
     ("✅", "Cache", ("safe",)),
@@ -63,6 +69,8 @@ class Row:
     disagreement: str = ""
     order: int = 0  # position in the results document (verify's plan order)
     advice: str = ""
+    group: str = ""  # the varying fields (workload...): the heading the row sits under
+    short: str = ""  # dtype, dynamic, mechanism
     verdict: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -109,6 +117,15 @@ class Row:
         return labels.fmt_speedup(self.combo.get("speedup")) if self.shows_speedup else "–"
 
     @property
+    def speedup_cell(self) -> str:
+        """The speedup, and for a no-gain row why it is no gain (`2.4x · miss`)."""
+        if not self.shows_speedup:
+            return "–"
+        hot = self.phase("hot")
+        built = int(hot.get("kernels_built") or 0) + int(hot.get("triton_kernels_built") or 0)
+        return labels.fmt_speedup_why(self.combo.get("speedup"), self.verdict, self.cause, built)
+
+    @property
     def hits_misses(self) -> str:
         hits, misses = self.combo.get("hits"), self.combo.get("misses")
         if self.verdict == "skipped" or (hits is None and misses is None):
@@ -145,6 +162,7 @@ class TopLine:
     emoji: str
     heading: str
     entries: list[str]
+    lead: str = ""  # '56/60 safe; all but:' before the entries (or instead of them)
 
 
 @dataclass
@@ -163,6 +181,29 @@ class Section:
     advice: list[str]
     counts: dict[str, int]
     varying: tuple[str, ...] = ()
+    gpu: str = ""  # 'H200' (empty on a CPU)
+    failing_jobs: int = 0  # runners whose `verify --fail-on` policy these verdicts fail
+    judged_jobs: int = 0  # runners whose document says its --fail-on policy
+    name: str = ""  # its column in a fleet report ('sm90 ×2')
+    chart: list[Row] = field(default_factory=list)  # the bars, when a chart adds something
+    chart_of: int = 0  # how many safe rows the chart chose from
+
+    @property
+    def where(self) -> str:
+        """'H200 sm90' or 'CPU x86_64 avx512': the environment in a few words."""
+        return f"{self.gpu} {self.arch}".strip() if self.gpu else self.title.split(", torch")[0]
+
+    @property
+    def ran(self) -> int:
+        return sum(n for v, n in self.counts.items() if v != "skipped")
+
+    @property
+    def problem_rows(self) -> list[Row]:
+        return [r for r in self.rows if r.verdict in PROBLEMS]
+
+    @property
+    def safe_rows(self) -> list[Row]:
+        return [r for r in self.rows if r.verdict == "safe"]
 
     @property
     def issues(self) -> list[KnownIssue]:
@@ -185,15 +226,69 @@ class Section:
     @property
     def top_line(self) -> str:
         """The top lines as one plain string (JSON summary, last-resort markdown)."""
-        return " ".join(f"{t.heading}: {', '.join(t.entries)}." for t in self.top)
+        return " ".join(
+            f"{t.heading}: {' '.join([t.lead, ', '.join(t.entries)]).strip().rstrip(':')}."
+            for t in self.top
+        )
 
 
 @dataclass
 class FleetMatrix:
-    """Rows = combination label, columns = environment; cells are verdicts (+ known issue)."""
+    """Rows = combination label, columns = environment; cells are verdicts (+ known issue).
+
+    Rows are sorted by their worst verdict across the columns (problems first, then plan
+    order); `groups` and `short` name the heading each row sits under and its label there."""
 
     columns: list[str]
     rows: list[tuple[str, list[tuple[str, bool]]]]  # label, [(verdict or "", has_issue)]
+    groups: dict[str, str] = field(default_factory=dict)  # label -> heading ('' when one)
+    short: dict[str, str] = field(default_factory=dict)  # label -> 'bf16 dynamic precompile'
+
+    @staticmethod
+    def is_problem(cells: list[tuple[str, bool]]) -> bool:
+        return any(v in PROBLEMS for v, _ in cells)
+
+    def grouped(self, problems: bool) -> list[tuple[str, list[tuple[str, list[tuple[str, bool]]]]]]:
+        """(heading, rows) for the problem rows (`problems`) or the others, headings in the order
+        of their first row."""
+        out: dict[str, list[tuple[str, list[tuple[str, bool]]]]] = {}
+        for label, cells in self.rows:
+            if self.is_problem(cells) == problems:
+                out.setdefault(self.groups.get(label, ""), []).append((label, cells))
+        return list(out.items())
+
+    @property
+    def problem_count(self) -> int:
+        return sum(self.is_problem(cells) for _, cells in self.rows)
+
+
+@dataclass
+class Grid:
+    """The dtype x dynamic answer for one workload (and mechanism set): rows = dtypes, columns =
+    dynamic modes, each cell the verdict's symbol (one per environment in a fleet), the
+    speedup where safe."""
+
+    group: str  # the workload etc. ('' when the report holds one)
+    mechanisms: list[str]  # the mechanisms its cells cover (named in a cell where they differ)
+    columns: list[str]  # 'static', 'dynamic', 'mark_dynamic'
+    rows: list[tuple[str, list[str]]]  # dtype, one cell per column
+
+
+@dataclass
+class Headline:
+    """The first line: `❌ 1 unsafe · 56/60 safe · H200 sm90 · job fails · abc1234 · run #123`."""
+
+    emoji: str
+    problems: list[tuple[str, int]]  # (verdict, count) for unsafe, error, no-gain when > 0
+    safe: int
+    ran: int
+    everywhere: bool  # a fleet counts combinations safe on every environment
+    where: str
+    job: str  # 'job fails', 'job passes', '2/4 jobs fail', or ''
+    commit: str = ""
+    commit_url: str = ""
+    run: str = ""
+    run_url: str = ""
 
 
 @dataclass
@@ -208,6 +303,35 @@ class Report:
     key_diffs: list[str]
     counts: dict[str, int]
     created_at: str
+    headline: Headline | None = None
+    grids: list[Grid] = field(default_factory=list)
+
+    @property
+    def issues(self) -> list[KnownIssue]:
+        """Every known issue any section shows, once."""
+        seen: dict[str, KnownIssue] = {}
+        for s in self.sections:
+            for issue in s.issues:
+                seen.setdefault(issue.id, issue)
+        return list(seen.values())
+
+    @property
+    def environments(self) -> list[tuple[str, list[tuple[str, str]]]]:
+        """A fleet's environment facts once: (field, [('', value)]) where every environment
+        agrees, else (field, [(column, value), ...]): the key differences."""
+        out: dict[str, list[tuple[str, str]]] = {}
+        for s in self.sections:
+            for name, value in s.env:
+                out.setdefault(name, []).append((s.name, value))
+        return [
+            (name, [("", seen[0][1])] if len({v for _, v in seen}) == 1 else seen)
+            for name, seen in out.items()
+        ]
+
+    @property
+    def disable_line(self) -> bool:
+        """Whether "Where no alternative fits..." belongs in the report (said once)."""
+        return any(recommendations.DISABLE_LINE in s.advice for s in self.sections)
 
     @property
     def unsafe_count(self) -> int:
@@ -336,15 +460,24 @@ def _short(entries: list[str]) -> list[str]:
     return [*entries[:TOP_ENTRIES], f"and {len(entries) - TOP_ENTRIES} more in the table"]
 
 
+def cache_line(heading: str, safe: list[str], ran: int, nothing: str) -> TopLine:
+    """'✅ Cache: 56/60 safe; all but:' (the lines after it list the exceptions) or, where the
+    safe ones are the fewer, '✅ Cache: 3/60 safe: a, b, c'."""
+    if not safe:
+        return TopLine("✅", heading, [nothing])
+    if len(safe) == ran:
+        return TopLine("✅", heading, [], f"all {ran} combinations safe")
+    if len(safe) > ran - len(safe):
+        return TopLine("✅", heading, [], f"{len(safe)}/{ran} safe; all but:")
+    return TopLine("✅", heading, _short(safe), f"{len(safe)}/{ran} safe:")
+
+
 def top_lines(rows: list[Row]) -> list[TopLine]:
     """At most three lines: what to cache, what not to cache and why, what to check and why."""
-    out = []
-    for emoji, heading, verdicts in TOP_LINES:
-        picked = [r for r in rows if r.verdict in verdicts]
-        if heading == "Cache":
-            entries = [r.label for r in picked] or ["nothing passed verification"]
-        else:
-            entries = [f"{r.label} ({r.why})" for r in picked]
+    safe = [r.label for r in rows if r.verdict == "safe"]
+    out = [cache_line("Cache", safe, len(rows), "nothing passed verification")]
+    for emoji, heading, verdicts in TOP_LINES[1:]:
+        entries = [f"{r.label} ({r.why})" for r in rows if r.verdict in verdicts]
         if entries:
             out.append(TopLine(emoji, heading, _short(entries)))
     return out
@@ -355,6 +488,58 @@ def _advice_lines(rows: list[Row]) -> list[str]:
     if any(r.advice and r.cause not in labels.COMPILER_CAUSES for r in rows):
         lines.append(recommendations.DISABLE_LINE)
     return lines
+
+
+def set_advice(
+    section: Section, combos: list[dict[str, Any]], unsafe_elsewhere: dict[str, list[str]]
+) -> None:
+    """Each problem row's advice: the best alternative verified safe here, preferring one safe
+    on every other environment too (`unsafe_elsewhere`: label -> where it is not safe); one
+    that is not says where."""
+    safe_by_model = recommendations.group_safe(combos)
+
+    def elsewhere(c: dict[str, Any]) -> list[str]:
+        return unsafe_elsewhere.get(labels.combo_label(c, section.varying), [])
+
+    for row in section.rows:
+        row.advice = ""
+        if row.verdict in PROBLEMS:
+            alt = recommendations.best_alternative(row.combo, safe_by_model, elsewhere)
+            alt_label = labels.short_label(alt) if alt else ""  # the same model, always
+            row.advice = recommendations.advice(
+                row.combo, row.cause, alt, alt_label, elsewhere(alt) if alt else []
+            )
+    section.advice = _advice_lines(section.rows)
+
+
+def _chart(rows: list[Row]) -> tuple[list[Row], int]:
+    """The bars (the fastest safe rows) when a chart adds something to the table: a few bars,
+    labels Mermaid can show, no bar a sliver beside the longest. Else no chart."""
+    safe = sorted(
+        (r for r in rows if r.verdict == "safe" and r.shows_speedup),
+        key=lambda r: -float(r.combo["speedup"]),
+    )
+    bars = safe[:CHART_MAX_BARS]
+    speeds = [float(r.combo["speedup"]) for r in bars]
+    if (
+        len(bars) < 2
+        or any(len(r.label) > CHART_MAX_LABEL for r in bars)
+        or min(speeds) <= 0
+        or max(speeds) / min(speeds) > CHART_MAX_SPREAD
+    ):
+        return [], len(safe)
+    return bars, len(safe)
+
+
+def _jobs(group: Group) -> tuple[int, int]:
+    """(runners whose --fail-on policy these verdicts fail, runners that state a policy)."""
+    failing = judged = 0
+    for shard in group.shards:
+        fail_on = (shard.doc.get("settings") or {}).get("fail_on")
+        if fail_on in causes.FAIL_ON:
+            judged += 1
+            failing += bool(causes.failing(shard.combos, str(fail_on)))
+    return failing, judged
 
 
 def build_section(
@@ -369,8 +554,6 @@ def build_section(
     if varying is None:
         # Skipped combinations (e.g. cuda on a CPU runner) need not lengthen every other label.
         varying = labels.varying_fields(ran)
-    safe_by_model = recommendations.group_safe(combos)
-
     torch_issues = [i for i in issues if i.concerns_torch(torch_version)]
 
     def make_row(c: dict[str, Any], runner: str, order: int) -> Row:
@@ -385,22 +568,22 @@ def build_section(
         for shard in group.shards
         for position, c in enumerate(shard.combos)
     ]
+    for r in runner_rows:
+        r.group = labels.group_label(r.combo, varying)
+        r.short = labels.short_label(r.combo)
     own_row = {id(r.combo): r for r in runner_rows}  # the worst runner's row, reused
     rows = [
         replace(own_row[id(c)], disagreement=note, order=position)
         for position, (c, _, note) in enumerate(worst.values())
     ]
-    for row in rows:
-        if row.verdict in ("unsafe", "no-gain", "error"):
-            alt = recommendations.best_alternative(row.combo, safe_by_model)
-            alt_label = labels.combo_label(alt, varying) if alt else ""
-            row.advice = recommendations.advice(row.combo, row.cause, alt, alt_label)
     rows.sort(key=lambda r: (VERDICT_ORDER[r.verdict], r.order))
     counts = {v: 0 for v in VERDICT_ORDER}
     for r in rows:
         counts[r.verdict] += 1
     shown = [r for r in rows if r.verdict != "skipped"]
-    return Section(
+    failing, judged = _jobs(group)
+    chart, chart_of = _chart(shown)
+    section = Section(
         title=title,
         arch=arch,
         heading=labels.constant_heading(next(iter(ran or combos), None), varying),
@@ -410,10 +593,17 @@ def build_section(
         skipped=[r for r in rows if r.verdict == "skipped"],
         runner_rows=runner_rows,
         top=top_lines(shown),
-        advice=_advice_lines(shown),
+        advice=[],
         counts=counts,
         varying=varying,
+        gpu=_gpu_summary(group.fingerprint)[0],
+        failing_jobs=failing,
+        judged_jobs=judged,
+        chart=chart,
+        chart_of=chart_of,
     )
+    set_advice(section, combos, {})
+    return section
 
 
 def column_names(sections: list[Section]) -> list[str]:
@@ -428,40 +618,188 @@ def column_names(sections: list[Section]) -> list[str]:
 
 
 def fleet_matrix(sections: list[Section]) -> FleetMatrix:
-    """Rows = combination, columns = environment (identical runners already share a column)."""
+    """Rows = combination, columns = environment (identical runners already share a column),
+    sorted by the worst verdict across the columns, then plan order."""
     cells: dict[str, dict[int, tuple[str, bool]]] = {}
+    first: dict[str, Row] = {}
     for index, section in enumerate(sections):
         for row in section.rows + section.skipped:
             cells.setdefault(row.label, {})[index] = (row.verdict, bool(row.issues))
+            first.setdefault(row.label, row)
+    rows = [
+        (label, [by_col.get(i, ("", False)) for i in range(len(sections))])
+        for label, by_col in cells.items()
+    ]
+
+    def worst(item: tuple[str, list[tuple[str, bool]]]) -> tuple[int, int]:
+        ranks = [VERDICT_ORDER[v] for v, _ in item[1] if v] or [len(VERDICT_ORDER)]
+        return (min(ranks), first[item[0]].order)
+
+    rows.sort(key=worst)
     return FleetMatrix(
-        columns=column_names(sections),
-        rows=[
-            (label, [by_col.get(i, ("", False)) for i in range(len(sections))])
-            for label, by_col in cells.items()
-        ],
+        columns=[s.name for s in sections],
+        rows=rows,
+        groups={label: first[label].group for label in cells},
+        short={label: first[label].short for label in cells},
     )
 
 
-def fleet_top(sections: list[Section], columns: list[str]) -> list[TopLine]:
-    """The three top lines for a fleet: safe everywhere; unsafe where; to check where."""
-    per_label: dict[str, list[tuple[str, Row]]] = {}
-    for name, section in zip(columns, sections, strict=True):
+def not_safe_where(sections: list[Section]) -> dict[str, list[str]]:
+    """Per combination label: the environments (column names) that ran it and found it not safe."""
+    out: dict[str, list[str]] = {}
+    for section in sections:
         for row in section.rows:
-            per_label.setdefault(row.label, []).append((name, row))
-    safe = [lab for lab, seen in per_label.items() if all(r.verdict == "safe" for _, r in seen)]
-    out = [
-        TopLine("✅", "Cache everywhere it ran", _short(safe) or ["nothing passed on every runner"])
-    ]
-    for emoji, heading, verdicts in TOP_LINES[1:]:
-        entries = [
-            f"{lab} on {name} ({row.why})"
-            for lab, seen in per_label.items()
-            for name, row in seen
-            if row.verdict in verdicts
-        ]
-        if entries:
-            out.append(TopLine(emoji, heading, _short(entries)))
+            if row.verdict != "safe":
+                out.setdefault(row.label, []).append(section.name)
     return out
+
+
+def fleet_top(sections: list[Section], matrix: FleetMatrix) -> list[TopLine]:
+    """The fleet's one top line: what is safe on every environment that ran it; the problems
+    table right below lists the exceptions, each once."""
+    ran = [lab for lab, cells in matrix.rows if any(v and v != "skipped" for v, _ in cells)]
+    bad = not_safe_where(sections)
+    safe = [lab for lab in ran if lab not in bad]
+    line = cache_line("Cache everywhere it ran", safe, len(ran), "nothing passed on every runner")
+    if line.lead.endswith("all but:"):
+        line.lead = line.lead.removesuffix(" all but:") + " the exceptions are in the table below."
+    return [line]
+
+
+def _grid_cell(per_mech: dict[str, list[Row | None]], columns: list[str], fleet: bool) -> str:
+    """One grid cell: the combinations of every mechanism at this dtype and dynamic mode, per
+    environment. Where they all agree, one symbol (with the speedup where safe, on one
+    environment; with where it is not safe, in a fleet); else one entry per mechanism."""
+    if not any(r for rows in per_mech.values() for r in rows):
+        return "–"
+
+    def worst(rows: list[Row | None]) -> str:
+        found = [r.verdict for r in rows if r]
+        return min(found, key=lambda v: VERDICT_ORDER[v]) if found else ""
+
+    def ran(rows: list[Row | None]) -> list[Row | None]:
+        """A skipped combination says nothing here unless nothing ran (the arch lines count it)."""
+        return [r if r and r.verdict != "skipped" else None for r in rows]
+
+    def entry(rows: list[Row | None], speed_rows: list[Row | None]) -> str:
+        verdict = worst(rows)
+        text = labels.EMOJI.get(verdict, "–")
+        if fleet:
+            bad = [c for c, r in zip(columns, rows, strict=True) if r and r.verdict in PROBLEMS]
+            return f"{text} {', '.join(bad)}" if bad and len(bad) < len(columns) else text
+        speeds = sorted(float(r.combo["speedup"]) for r in speed_rows if r and r.shows_speedup)
+        if verdict == "safe" and speeds:
+            lo, hi = labels.fmt_speedup(speeds[0]), labels.fmt_speedup(speeds[-1])
+            text += " " + (lo if lo == hi else lo.removesuffix("x") + "–" + hi)
+        return text
+
+    present = {m: ran(rows) for m, rows in per_mech.items() if any(ran(rows))}
+    if not present:
+        return labels.EMOJI["skipped"]
+    # Mechanisms agree when they have the same worst verdict, on the same environments.
+    patterns = {
+        (worst(rows), tuple(bool(r and r.verdict in PROBLEMS) for r in rows))
+        for rows in present.values()
+    }
+    if len(patterns) == 1:
+        first = next(iter(present.values()))
+        return entry(first, [r for rows in present.values() for r in rows])
+    return " · ".join(f"{m} {entry(rows, rows)}" for m, rows in present.items())
+
+
+def grids(sections: list[Section], fleet: bool) -> list[Grid]:
+    """Per workload (heading group): rows = dtypes, columns = dynamic modes; a cell names its
+    mechanisms only where their verdicts differ."""
+    columns = [s.name for s in sections]
+    found: dict[str, dict[tuple[str, str, str], list[Row | None]]] = {}
+    order: dict[str, list[Row]] = {}
+    for index, section in enumerate(sections):
+        for row in section.rows + section.skipped:
+            key = (str(row.combo["dtype"]), str(row.combo["dynamic"]), str(row.combo["mechanism"]))
+            cell = found.setdefault(row.group, {}).setdefault(key, [None] * len(sections))
+            if cell[index] is None:
+                cell[index] = row
+            order.setdefault(row.group, []).append(row)
+    out = []
+    for group, cells in found.items():
+        rows = sorted(order[group], key=lambda r: r.order)
+        mechs = list(dict.fromkeys(str(r.combo["mechanism"]) for r in rows))
+        dtypes = list(dict.fromkeys(str(r.combo["dtype"]) for r in rows))
+        dyns = sorted({str(r.combo["dynamic"]) for r in rows}, key=labels.dynamic_rank)
+        table = [
+            (
+                labels.short_dtype(d),
+                [
+                    _grid_cell(
+                        {m: cells[(d, y, m)] for m in mechs if (d, y, m) in cells}, columns, fleet
+                    )
+                    for y in dyns
+                ],
+            )
+            for d in dtypes
+        ]
+        out.append(Grid(group, mechs, [labels.dynamic_word(y) for y in dyns], table))
+    return out
+
+
+def ci_run(results: Results) -> dict[str, str]:
+    """The commit and run the results came from (`ci`, recorded by verify and merge inside
+    GitHub Actions): the merged document's own, else the first shard's. Fields that do not
+    look exactly like GitHub's are dropped, so no link is built from anything else."""
+    docs = [results.doc, *(s.doc for g in results.groups for s in g.shards)]
+    ci: dict[str, Any] = next((d["ci"] for d in docs if isinstance(d.get("ci"), dict)), {})
+
+    def ok(name: str) -> str:
+        value = ci.get(name)
+        return value if isinstance(value, str) and CI_PATTERNS[name].fullmatch(value) else ""
+
+    return {name: ok(name) for name in CI_PATTERNS}
+
+
+def headline(results: Results, sections: list[Section], matrix: FleetMatrix | None) -> Headline:
+    """The status line: worst verdict, problem counts, safe/total, where, the job, commit, run."""
+    counts = {v: sum(s.counts[v] for s in sections) for v in VERDICT_ORDER}
+    if matrix is None:
+        safe, ran = sections[0].counts["safe"], sections[0].ran
+        where = sections[0].where
+    else:
+        bad = not_safe_where(sections)
+        ran_labels = [
+            lab for lab, cells in matrix.rows if any(v and v != "skipped" for v, _ in cells)
+        ]
+        safe, ran = sum(lab not in bad for lab in ran_labels), len(ran_labels)
+        unique = len({s.arch for s in sections}) == len(sections)
+        where = f"{len(sections)} {'architectures' if unique else 'environments'}"
+    emoji = next(
+        (labels.EMOJI[v] for v in PROBLEMS if counts[v]),
+        labels.EMOJI["safe" if safe else "skipped"],
+    )
+    failing = sum(s.failing_jobs for s in sections)
+    judged = sum(s.judged_jobs for s in sections)
+    if judged == 1:
+        job = "job fails" if failing else "job passes"
+    elif judged:
+        job = f"{failing}/{judged} jobs fail" if failing else f"all {judged} jobs pass"
+    else:
+        job = ""
+    ci = ci_run(results)
+    base = f"{ci['server_url']}/{ci['repository']}" if ci["server_url"] and ci["repository"] else ""
+    # No break after "run"; a word joiner after '#': GitHub would link a bare '#123'.
+    run = f"run\u00a0#\u2060{ci['run_number']}" if ci["run_number"] else ""
+    run = run or (f"run\u00a0{ci['run_id']}" if ci["run_id"] else "")
+    return Headline(
+        emoji=emoji,
+        problems=[(v, counts[v]) for v in PROBLEMS if counts[v]],
+        safe=safe,
+        ran=ran,
+        everywhere=matrix is not None,
+        where=where,
+        job=job,
+        commit=ci["sha"][:7],
+        commit_url=f"{base}/commit/{ci['sha']}" if base and ci["sha"] else "",
+        run=run,
+        run_url=f"{base}/actions/runs/{ci['run_id']}" if base and ci["run_id"] and run else "",
+    )
 
 
 def key_diff_lines(doc: dict[str, Any]) -> list[str]:
@@ -494,16 +832,29 @@ def build(results: Results, issues: list[KnownIssue]) -> Report:
         varying = labels.varying_fields(
             [c for g in results.groups for s in g.shards for c in s.combos]
         )
-    sections = [build_section(g, issues, varying) for g in results.groups]
+    built = [(build_section(g, issues, varying), g) for g in results.groups]
+    built.sort(key=lambda sg: (labels.arch_key(sg[0].arch), sg[0].title))  # sm80, sm90, sm100, gfx
+    sections = [s for s, _ in built]
+    for section, name in zip(sections, column_names(sections), strict=True):
+        section.name = name
     counts = {v: sum(s.counts[v] for s in sections) for v in VERDICT_ORDER}
-    matrix = fleet_matrix(sections) if results.is_fleet else None
+    matrix = None
+    if results.is_fleet:
+        matrix = fleet_matrix(sections)
+        elsewhere = not_safe_where(sections)
+        for section, group in built:
+            section.chart = []  # the matrix and the grid are a fleet's summary
+            combos = [c for c, _, _ in _worst_per_combo(group).values()]
+            set_advice(section, combos, elsewhere)
     return Report(
         report_id=results.report_id,
         fleet=results.is_fleet,
         sections=sections,
         matrix=matrix,
-        top=fleet_top(sections, matrix.columns) if matrix else sections[0].top,
+        top=fleet_top(sections, matrix) if matrix else sections[0].top,
         key_diffs=key_diff_lines(results.doc) if results.is_fleet else [],
         counts=counts,
         created_at=str(results.doc.get("created_at") or ""),
+        headline=headline(results, sections, matrix),
+        grids=grids(sections, results.is_fleet),
     )

@@ -1,15 +1,18 @@
 """Recommendations: for each problem row, the single best alternative this run verified as safe.
 
 Alternatives are chosen only among combinations that the same run verified as safe, on the same
-environment, for the same workload, device and training mode. Failures the report attributes to
-the compiler get no cache advice; "disable the cache" is said once, after the lines.
+environment, for the same workload, device and training mode; in a fleet, one safe on every other
+environment comes first, and one that is not says where. A change of how the model runs (static
+shapes instead of dynamic ones, another dtype) says so: it is not a cache setting. Failures the
+report attributes to the compiler get no cache advice; "disable the cache" is said once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from ci_fxcache.report.labels import COMPILER_CAUSES, fmt_speedup
+from ci_fxcache.report.labels import COMPILER_CAUSES, fmt_speedup, short_dtype
 
 DISABLE_LINE = "Where no alternative fits, disable the cache for that model."
 NOTHING_SAFE = "nothing for this model was verified safe in this run"
@@ -42,20 +45,47 @@ def _rank(bad: dict[str, Any], good: dict[str, Any]) -> int:
 
 
 def best_alternative(
-    bad: dict[str, Any], safe_by_model: dict[tuple[str, str, str], list[dict[str, Any]]]
+    bad: dict[str, Any],
+    safe_by_model: dict[tuple[str, str, str], list[dict[str, Any]]],
+    not_safe_on: Callable[[dict[str, Any]], list[str]] = lambda c: [],
 ) -> dict[str, Any] | None:
-    """The smallest verified-safe change from `bad` (fastest first among equals), or None."""
+    """The smallest verified-safe change from `bad` (fastest first among equals), one safe
+    everywhere else (`not_safe_on` names where it is not) before any other; or None."""
     candidates = safe_by_model.get(same_model(bad), [])
     if not candidates:
         return None
     return min(
         candidates,
-        key=lambda g: (_rank(bad, g), -float(g.get("speedup") or 0), str(g["id"])),
+        key=lambda g: (
+            bool(not_safe_on(g)),
+            _rank(bad, g),
+            -float(g.get("speedup") or 0),
+            str(g["id"]),
+        ),
     )
 
 
+def model_change(bad: dict[str, Any], good: dict[str, Any]) -> str:
+    """What `good` changes in how the model runs, beyond the cache ('' when nothing)."""
+    bad_dyn, good_dyn = str(bad["dynamic"]).lower(), str(good["dynamic"]).lower()
+    changes = []
+    if good_dyn == "false" and bad_dyn != "false":
+        changes.append("static shapes: each new input shape recompiles")
+    elif good_dyn != bad_dyn:
+        changes.append("other dynamic-shape handling")
+    if good["dtype"] != bad["dtype"] and "autocast" not in str(good["dtype"]):
+        changes.append(f"runs in {short_dtype(str(good['dtype']))}")
+    if not changes:
+        return ""
+    return "changes how the model runs (" + "; ".join(changes) + "), not only the cache"
+
+
 def advice(
-    bad: dict[str, Any], cause: str, alternative: dict[str, Any] | None, alt_label: str
+    bad: dict[str, Any],
+    cause: str,
+    alternative: dict[str, Any] | None,
+    alt_label: str,
+    not_safe_on: list[str] | None = None,
 ) -> str:
     """What to do instead of `bad`, in one clause (without its label)."""
     if cause in COMPILER_CAUSES:
@@ -63,9 +93,15 @@ def advice(
     if alternative is None:
         return NOTHING_SAFE
     speed = fmt_speedup(alternative.get("speedup"))
+    where = f"; not safe on {', '.join(not_safe_on)}" if not_safe_on else ""
+    change = model_change(bad, alternative)
+    change = f"; {change}" if change else ""
     if "autocast" in str(alternative["dtype"]):
-        return f"use {alt_label}: an fp32 model under autocast (verified safe, {speed})"
-    return f"use {alt_label} (verified safe, {speed})"
+        return (
+            f"use {alt_label}: an fp32 model under autocast (verified safe, {speed}{where})"
+            + change
+        )
+    return f"use {alt_label} (verified safe, {speed}{where}){change}"
 
 
 def group_safe(combos: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from ci_fxcache import text_table, userfiles
 from ci_fxcache.errors import UsageError
-from ci_fxcache.report import labels
+from ci_fxcache.report import labels, recommendations
 from ci_fxcache.report.model import Report, Row
 
 _MIN_ROW_CHARS = 40  # no table row renders shorter than this
@@ -29,6 +29,7 @@ class Detail:
 
     environment: bool = True
     chart: bool = True
+    grid: bool = True
     logs: bool = True
     log_chars: int = 3000
     max_rows: int = 100_000
@@ -82,10 +83,42 @@ def _nowrap(word: str) -> str:
 
 
 def chart_top(value: Any) -> float:
-    """The y axis' end: the largest value rounded up to 1, 2 or 5 times a power of ten."""
+    """The axis' end, near the largest value: it rounded up to the next of 1, 1.2, 1.5, 2, 2.5,
+    3, 4, 5, 6, 8 times a power of ten (276.7 -> 300, 9.2 -> 10), so no bar is a sliver."""
     v = max(float(value or 0), 1.0)
     scale = 10 ** math.floor(math.log10(v))
-    return next(m * scale for m in (1, 2, 5, 10) if m * scale >= v)
+    steps = (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10)
+    return round(next(m * scale for m in steps if m * scale >= v * 1.02), 6)
+
+
+_BREAK_AFTER = re.compile(r"(\\_|_|[:/]|\.(?!\d))(?=[^\s<])")
+
+
+def break_points(escaped: str) -> str:
+    """Already escaped text (`md` or `html`) with a `<wbr>` after `.`, `:`, `_` and `/`, so a
+    long name (`myorg.models.big:build_model`) can wrap in a narrow table cell. `<wbr>` is
+    not copied with the text and takes no part in links or mentions."""
+    return _BREAK_AFTER.sub(lambda m: m.group(1) + "<wbr>", escaped)
+
+
+def keep_refs(escaped: str) -> str:
+    """An issue reference in a known issue's title (`pytorch#155332`, package data, already
+    escaped) joined by a word joiner instead of the escaper's zero-width space, which is a
+    line-break opportunity: both keep GitHub from linking it."""
+    return re.sub("#\u200b(?=[0-9])", "#\u2060", escaped)
+
+
+def group_in_order(rows: list[Any], attribute: str) -> list[tuple[str, list[Any]]]:
+    """(value, rows) per distinct `attribute`, in the order of each value's first row."""
+    out: dict[str, list[Any]] = {}
+    for row in rows:
+        out.setdefault(str(getattr(row, attribute)), []).append(row)
+    return list(out.items())
+
+
+def _speedup_cell(cell: str) -> str:
+    """`1.0x&nbsp;· 6&nbsp;rebuilt`: the cell wraps, if at all, only after its `·`."""
+    return re.sub(r" (rebuilt)$", r"&nbsp;\1", cell.replace("x · ", "x&nbsp;· "))
 
 
 def _mermaid(value: Any) -> str:
@@ -139,8 +172,13 @@ def _environment(template: str | None) -> tuple[Any, str]:
         dynamic_word=labels.dynamic_word,
         chart_top=chart_top,
         nowrap=_nowrap,
+        wbr=break_points,
+        refs=keep_refs,
+        groupby_first=group_in_order,
+        nowrap_num=_speedup_cell,
     )
     env.globals["emoji"] = labels.EMOJI
+    env.globals["disable_line"] = recommendations.DISABLE_LINE
     return env, name
 
 
@@ -158,6 +196,8 @@ def _levels(report: Report) -> list[Detail]:
     lean = Detail(logs=False, chart=False, environment=False)
     out.append(replace(lean, problems_only=True))
     out.append(replace(lean, problems_only=True, recommendations=False))
+    lean = replace(lean, grid=False)
+    out.append(replace(lean, problems_only=True, recommendations=False))
     cap = 200
     while cap < rows:
         cap *= 2
@@ -168,8 +208,9 @@ def _levels(report: Report) -> list[Detail]:
 
 
 def _has_chart(report: Report) -> bool:
-    """Fleet reports have no chart: the matrix is their summary."""
-    return not report.fleet
+    """Whether any section draws a chart (the model draws one only where it adds something;
+    fleet reports never: the matrix and the grid are their summary)."""
+    return any(s.chart for s in report.sections)
 
 
 def _dropped(level: Detail, report: Report) -> str:
@@ -182,8 +223,10 @@ def _dropped(level: Detail, report: Report) -> str:
         parts.append("the chart")
     if not level.environment:
         parts.append("the evidence and environment tables")
+    if not level.grid:
+        parts.append("the dtype × dynamic grid")
     if level.problems_only:
-        parts.append("the safe rows (the top line names them)")
+        parts.append("the safe rows (the grid shows them)")
     if not level.recommendations:
         parts.append("the recommendations")
     if level.max_rows < Detail().max_rows:
@@ -241,17 +284,43 @@ def markdown(
             low = mid + 1
     if low < len(levels) and len(attempt(low)) <= max_chars:
         return attempt(low)
-    # Last resort: the answer alone (one top line per environment), then a hard cut.
-    lines = [f"## fxcache: {'fleet report' if report.fleet else 'cache verification'}", ""]
-    lines += [f"- {md_text(t.heading)}: {md_text(', '.join(t.entries))}" for t in report.top]
+    # Last resort: the headline, the note, and the answer alone, then a hard cut.
+    head = "### " + headline_text(report, md_text) + "\n\n"
     note = (
-        f"\n> [!NOTE]\n> Only the summary fits in {max_chars:,} characters; the table, "
-        "recommendations and logs are in the job summary and the JSON results.\n"
+        f"> [!NOTE]\n> Only the summary fits in {max_chars:,} characters; the table, "
+        "recommendations and logs are in the job summary and the JSON results.\n\n"
     )
-    text = "\n".join(lines) + "\n" + note
+    lines = []
+    if report.fleet:
+        lines += [f"- {md_text(s.name)}: {_counts(s.counts)}" for s in report.sections]
+    lines += [
+        f"- {md_text(t.heading)}: {md_text(' '.join([t.lead, ', '.join(t.entries)]).strip())}"
+        for t in report.top
+    ]
+    body = "\n".join(lines) + "\n"
+    text = head + note + body
     if len(text) <= max_chars:
         return text
-    return text[: max(0, max_chars - len(note))] + note
+    return (head + note)[:max_chars] + body[: max(0, max_chars - len(head) - len(note))]
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return " · ".join(f"{n} {labels.EMOJI[v]}" for v, n in counts.items() if n)
+
+
+def headline_text(report: Report, escape: Any = None) -> str:
+    """The status line as plain text (`escape` applied to free text): the last-resort
+    markdown and the text format start with it."""
+    esc = escape or plain
+    h = report.headline
+    rid = f" ({esc(report.report_id)})" if report.report_id != "fxcache" else ""
+    if h is None:
+        return f"fxcache{rid}"
+    bits = [" · ".join(f"{n} {v}" for v, n in h.problems)] if h.problems else []
+    bits.append(f"{h.safe}/{h.ran} safe" + (" everywhere" if h.everywhere else ""))
+    run = h.run if escape else h.run.replace("\u2060", "").replace("\u00a0", " ")
+    bits += [esc(h.where), h.job, h.commit, run]
+    return f"fxcache{rid}: {h.emoji} " + " · ".join(b for b in bits if b)
 
 
 def _squeeze(text: str) -> str:
@@ -271,6 +340,7 @@ def use_colour(stream: Any = None) -> bool:
 
 
 TEXT_WIDTH = 100
+LABEL_WIDTH = 40  # a combination column never takes more
 _TEXT_HEADERS = ("verdict", "combination", "cold s", "hot s", "speedup", "why")
 _TEXT_RIGHT = {2, 3, 4}  # cold s, hot s, speedup
 _MATRIX_WORD = {"safe": "safe", "no-gain": "no-gain", "unsafe": "UNSAFE", "error": "error"}
@@ -284,28 +354,46 @@ def _wrapped(text_: str, indent: str = "  ") -> list[str]:
     ) or [""]
 
 
+def _grouped(rows: list[Row]) -> list[tuple[str, list[Row]]]:
+    return group_in_order(rows, "group")
+
+
 def _text_table(rows: list[Row], colour: bool) -> list[str]:
-    table = [
+    """Rows under a heading per workload (where workloads vary); the label shortened in the
+    middle, the why wrapped onto lines of its own column, never past 100 columns."""
+    import textwrap
+
+    cells = [
         (
             r.verdict,
-            plain(r.label),
+            text_table.shorten_middle(plain(r.short or r.label), LABEL_WIDTH),
             r.cold_s,
             r.hot_s,
-            r.speedup,
+            plain(r.speedup_cell),
             (plain(r.why) + _issue_flag(r)).strip(),
         )
         for r in rows
     ]
-    widths = text_table.widths([_TEXT_HEADERS, *table])
-    # The last column takes what is left of the line and is clipped to it.
+    widths = text_table.widths([_TEXT_HEADERS, *cells])
+    # The last column takes what is left of the line; longer text wraps within it.
     widths[-1] = max(8, TEXT_WIDTH - sum(widths[:-1]) - 2 * (len(widths) - 1))
-    out = text_table.lines(
-        [_TEXT_HEADERS, *table], right=_TEXT_RIGHT, column_widths=widths, rule=True
-    )
-    if colour:
-        for i, (r, cells) in enumerate(zip(rows, table, strict=True), start=2):
-            code = _COLOURS.get(r.verdict, "0")
-            out[i] = f"\033[{code}m{cells[0]}\033[0m" + out[i][len(cells[0]) :]
+    offset = TEXT_WIDTH - widths[-1]
+    out = text_table.lines([_TEXT_HEADERS], column_widths=widths, rule=True)
+    by_row = {id(r): c for r, c in zip(rows, cells, strict=True)}
+    for group, members in _grouped(rows):
+        if group:
+            out.extend(_wrapped(f"[{group}]"))
+        for r in members:
+            row = by_row[id(r)]
+            why = textwrap.wrap(row[-1], widths[-1], break_on_hyphens=False) or [""]
+            line = text_table.lines([(*row[:-1], why[0])], right=_TEXT_RIGHT, column_widths=widths)[
+                0
+            ]
+            if colour:
+                code = _COLOURS.get(r.verdict, "0")
+                line = f"\033[{code}m{row[0]}\033[0m" + line[len(row[0]) :]
+            out.append(line)
+            out.extend(" " * offset + more for more in why[1:])
     return out
 
 
@@ -313,56 +401,92 @@ def _issue_flag(row: Row) -> str:
     return " [issue]" if row.issues else ""
 
 
-def text(report: Report, colour: bool = False) -> str:
-    """Plain text within 100 columns: the top lines, a table per environment, what to do."""
-    title = "fleet report" if report.fleet else "cache verification"
-    out = [
-        f"fxcache: {title}"
-        + (f" ({plain(report.report_id)})" if report.report_id != "fxcache" else "")
-    ]
-    top = report.top if report.fleet else []
-    for t in top:
-        out.extend(_wrapped(f"{t.heading}: {', '.join(t.entries)}."))
-    if report.matrix is not None:
-        rows = report.matrix.rows
-        label_w = min(40, max([len("combination")] + [len(plain(lab)) for lab, _ in rows]))
-        cols = [plain(c) for c in report.matrix.columns]
-        table = [["combination", *cols]] + [
-            [
-                plain(lab),
-                *(
-                    _MATRIX_WORD.get(v, "skipped" if v else "–") + ("*" if issue else "")
-                    for v, issue in cells
-                ),
-            ]
-            for lab, cells in rows
-        ]
+def _matrix_lines(report: Report) -> list[str]:
+    """The fleet matrix, problems only (worst first, under a heading per workload)."""
+    assert report.matrix is not None
+    matrix = report.matrix
+    cols = [plain(c) for c in matrix.columns]
+    problems = matrix.grouped(True)
+    out = []
+    if problems:
+        labels_ = [plain(matrix.short.get(lab, lab)) for _, rows in problems for lab, _ in rows]
+        label_w = min(LABEL_WIDTH, max([len("combination"), *map(len, labels_)]))
         out.append("")
         out.extend(
-            text_table.lines(table, column_widths=[label_w, *(max(len(c), 9) for c in cols)])
+            text_table.lines(
+                [["combination", *cols]], column_widths=[label_w, *(max(len(c), 9) for c in cols)]
+            )
         )
+        for group, rows in problems:
+            if group:
+                out.extend(_wrapped(f"[{group}]"))
+            out.extend(
+                text_table.lines(
+                    [
+                        [
+                            text_table.shorten_middle(plain(matrix.short.get(lab, lab)), label_w),
+                            *(
+                                _MATRIX_WORD.get(v, "skipped" if v else "–")
+                                + ("*" if issue else "")
+                                for v, issue in cells
+                            ),
+                        ]
+                        for lab, cells in rows
+                    ],
+                    column_widths=[label_w, *(max(len(c), 9) for c in cols)],
+                )
+            )
         out.append("(* a known upstream issue concerns this combination)")
+    others = len(matrix.rows) - matrix.problem_count
+    if others:
+        out.append(
+            f"{others} more combination(s) have no problem anywhere (--format md lists them)."
+        )
+    return out
+
+
+def text(report: Report, colour: bool = False) -> str:
+    """Plain text within 100 columns: the status line, a line per architecture (fleet), the
+    problems, a table per environment, what to do, known issues."""
+    out = _wrapped(headline_text(report))
+    if report.fleet:
+        for s in report.sections:
+            counts = " · ".join(f"{n} {v}" for v, n in s.counts.items() if n)
+            out.extend(_wrapped(f"  {plain(s.name)} {plain(s.gpu)}: {counts}", "    "))
+        for t in report.top:
+            out.extend(_wrapped(f"{t.heading}: {' '.join([t.lead, ', '.join(t.entries)]).strip()}"))
+        out.extend(_matrix_lines(report))
         for line_ in report.key_diffs:
             out.extend(_wrapped(f"keys differ: {line_}"))
     for section in report.sections:
+        rows = section.problem_rows if report.fleet else section.rows + section.skipped
+        if report.fleet and not rows:
+            continue
         out.append("")
         heading = f"{section.title} · {section.heading}" if section.heading else section.title
-        out.extend(_wrapped(("== " if report.fleet else "") + heading))
+        out.extend(_wrapped((f"== {section.name}: " if report.fleet else "") + heading))
         if not report.fleet:
             for t in section.top:
-                out.extend(_wrapped(f"{t.heading}: {', '.join(t.entries)}."))
+                entries = ", ".join(t.entries)
+                out.extend(_wrapped(f"{t.heading}: {' '.join([t.lead, entries]).strip()}"))
         out.append("")
-        out.extend(_text_table(section.rows + section.skipped, colour))
-        if section.advice:
+        out.extend(_text_table(rows, colour))
+        advice = [
+            a for a in section.advice if not (report.fleet and a == recommendations.DISABLE_LINE)
+        ]
+        if advice:
             out.append("")
             out.append("what to do (only alternatives this run verified):")
-            for line_ in section.advice:
+            for line_ in advice:
                 out.extend(_wrapped(f"  - {line_}", "    "))
-        if section.issues:
-            out.append("")
-            out.append("known upstream issues (links: fxcache report --format json):")
-            for i in section.issues:
-                out.extend(_wrapped(f"  - {i.id}: {i.title}", "    "))
+    if report.fleet and report.disable_line:
+        out.append("")
+        out.append(recommendations.DISABLE_LINE)
+    if report.issues:
+        out.append("")
+        out.append("known upstream issues (links: fxcache report --format json):")
+        for i in report.issues:
+            out.extend(_wrapped(f"  - {i.id}: {i.title}", "    "))
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -541,8 +541,171 @@ def nothing_safe():
     return d
 
 
+# A fleet as a team runs it: four architectures, five real-looking model factories, 60
+# combinations each (3 dtypes x 2 dynamic modes x 2 mechanisms per model), a few problems.
+FLEET_MODELS = (
+    "myorg.models.very_long_module_name:build_model_factory",
+    "acme_research.vision.backbones.convnext_v2:convnext_v2_large_384",
+    "acme_research.nlp.llama_finetune.modeling:build_llama3_8b_lora",
+    "internal.recsys.two_tower_retrieval.model:make_two_tower_model",
+    "speech.asr.conformer_ctc.factory:conformer_ctc_xlarge_streaming",
+)
+FLEET_GPUS = {  # arch: (GPU name, capability, runner, ROCm)
+    "sm80": ("NVIDIA A100-SXM4-80GB", "8.0", "gpu-a100-01", False),
+    "sm90": ("NVIDIA H200", "9.0", "gpu-h200-01", False),
+    "sm100": ("NVIDIA B200", "10.0", "gpu-b200-01", False),
+    "gfx942": ("AMD Instinct MI300X", "9.4", "gpu-mi300x-01", True),
+}
+CI = {  # what verify records inside GitHub Actions (docs/reports.md)
+    "sha": "abc1234def5678901234567890abcdef12345678",
+    "server_url": "https://github.com",
+    "repository": "acme-ml/train-stack",
+    "run_id": "12941873650",
+    "run_number": "123",
+}
+
+
+def _fleet_problem(arch: str, workload: str, dtype: str, dynamic: str, mechanism: str):
+    """The problem (verdict, cause, reason) a fleet combination has on `arch`, or None."""
+    llama, convnext, speech = FLEET_MODELS[2], FLEET_MODELS[1], FLEET_MODELS[4]
+    key = (arch, workload, dtype, dynamic, mechanism)
+    problems = {
+        ("sm80", llama, "bfloat16", "true", "precompile"): (
+            "unsafe",
+            "hot-mismatch",
+            "hot outputs differ from the cold compile (max abs err 0.031)",
+        ),
+        ("gfx942", llama, "bfloat16", "false", "precompile"): (
+            "unsafe",
+            "hot-mismatch",
+            "hot outputs differ from the cold compile (max abs err 0.125)",
+        ),
+        ("sm100", llama, "bfloat16", "true", "precompile"): (
+            "unsafe",
+            "crash",
+            "hot process crashed (killed by SIGSEGV: core dumped)",
+        ),
+        ("sm100", convnext, "bfloat16", "true", "precompile"): (
+            "unsafe",
+            "hot-mismatch",
+            "hot outputs differ from the cold compile (max abs err 0.0625)",
+        ),
+        ("sm100", speech, "float16", "false", "fxgraph"): (
+            "error",
+            "compiler-mismatch",
+            "the cold compiled output differs from eager beyond the accuracy check",
+        ),
+        ("sm100", FLEET_MODELS[0], "float32", "true", "fxgraph"): (
+            "no-gain",
+            "miss",
+            "the FX graph cache missed on hot load (fxgraph_miss 3)",
+        ),
+    }
+    return problems.get(key)
+
+
+def fleet_shard(arch: str) -> dict[str, Any]:
+    """One architecture's results document of the 4 x 60 fleet (deterministic)."""
+    name, cap, runner, rocm = FLEET_GPUS[arch]
+    fp = fingerprint("2.13.0+rocm6.4" if rocm else "2.13.0+cu128", "12.8", [(name, cap, arch)])
+    if rocm:
+        fp.update(cuda_version=None, hip_version="6.4.43482", driver_version="6.12.12")
+        fp["gpu_source"] = "rocminfo"
+    combos = []
+    n = 0
+    for workload in FLEET_MODELS:
+        for dtype in ("float32", "bfloat16", "float16"):
+            for dynamic in ("false", "true"):
+                for mechanism in ("fxgraph", "precompile"):
+                    n += 1
+                    cold_s = round(31.0 + (n * 7.3) % 40, 1)
+                    hot_s = round(cold_s / (3.0 + (n % 5) * 0.6), 1)
+                    if mechanism == "precompile":
+                        hot_s = round(hot_s / 2, 1)
+                    kw = {"workload": workload}
+                    if rocm and dtype == "float16" and mechanism == "precompile" and n % 4 == 0:
+                        combos.append(
+                            skipped(
+                                "cuda",
+                                dtype,
+                                dynamic,
+                                mechanism,
+                                "caching precompile of float16 is not supported on ROCm here",
+                                "unsupported",
+                                **kw,
+                            )
+                        )
+                        continue
+                    problem = _fleet_problem(arch, workload, dtype, dynamic, mechanism)
+                    if problem is None:
+                        combos.append(safe("cuda", dtype, dynamic, mechanism, cold_s, hot_s, **kw))
+                        continue
+                    verdict, cause, reason = problem
+                    cold, hot = ok_pair(cold_s, hot_s, {"fxgraph_cache_hit": 2})
+                    cold["log_tail"] = f"compiled {workload.split(':')[-1]}\ncold compile done"
+                    extra: dict[str, Any] = {"cause": cause}
+                    if cause == "crash":
+                        hot = phase(
+                            "crash",
+                            None,
+                            {},
+                            "Fatal Python error: Segmentation fault",
+                            returncode=-11,
+                            signal="SIGSEGV",
+                        )
+                        extra["err"] = (None, 2.0e-03)
+                    elif cause == "hot-mismatch":
+                        hot["log_tail"] = "loaded precompiled graph\nmax abs diff 6.25e-02"
+                        extra.update(err=(0.0625, 3.1e-03), hits=1)
+                    elif cause == "compiler-mismatch":
+                        hot = phase("not-run", None, {}, "", returncode=None)
+                        extra["err"] = (None, 6.3e-02)
+                    elif cause == "miss":
+                        hot_s = round(cold_s / 1.1, 1)
+                        hot["compile_s"] = hot_s
+                        hot["log_tail"] = "FX graph cache miss: key differs\nhot compile done"
+                        extra.update(
+                            speedup=round(cold_s / hot_s, 2),
+                            misses=3,
+                            explain={"differs": [{"component": "inductor_config.freezing"}]},
+                        )
+                    combos.append(
+                        combo(
+                            "cuda",
+                            dtype,
+                            dynamic,
+                            mechanism,
+                            verdict,
+                            reason,
+                            cold=cold,
+                            hot=hot,
+                            **kw,
+                            **extra,
+                        )
+                    )
+    matrix = {
+        "devices": ["cuda"],
+        "dtypes": ["float32", "bfloat16", "float16"],
+        "dynamic": ["false", "true"],
+        "mechanisms": ["fxgraph", "precompile"],
+        "training": [True],
+        "workloads": list(FLEET_MODELS),
+    }
+    tag = "rocm6.4-gfx942" if rocm else f"cu12.8-{arch}"
+    doc = document(
+        runner,
+        fp,
+        f"fxcache-v1-linux-x86_64-cp312-torch2.13.0-{tag}-{n:04d}{arch:0>8}",
+        combos,
+        None,
+        matrix,
+    )
+    doc["ci"] = dict(CI)
+    return doc
+
+
 FILES = {
-    "results_h200.json": h200,
+    "results_h200.json": lambda: {**h200(), "ci": dict(CI)},
     "results_cpu.json": cpu,
     "results_nothing_safe.json": nothing_safe,
     "shard_h200.json": lambda: h200_plain("gpu-h200-01"),
