@@ -33,6 +33,7 @@ _COMPONENT_NAMES = {
     "gm": "traced FX graph",
     "autograd_config": "functorch config",
     "default_dtype": "default dtype",
+    "cpp_runtime_thread_count": "C++ kernel thread count",
 }
 # What torch keys on and the scope key leaves out (docs/scope-key.md has the whole table): when
 # one of these differs between cold and hot, the miss is named with the reason it can happen
@@ -48,6 +49,8 @@ NOT_IN_SCOPE = {
     "builds; the scope keys every visible model, not which one comes first",
     "GPU name": "torch keys the current device's name (the first that CUDA_VISIBLE_DEVICES "
     "leaves); the scope keys every visible model, not which one comes first",
+    "C++ kernel thread count": "torch keys the thread count its C++ kernels were built for "
+    "(torch.get_num_threads()); the scope does not hold the number of usable CPUs",
     TAG_COMPONENT: "torch's own cache breaker; fxcache's is --salt (FXCACHE_KEY_SALT)",
 }
 _INDEXED = re.compile(r"^(?P<base>\w+)\[(?P<item>[^\]]+)\]$")
