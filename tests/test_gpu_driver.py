@@ -20,13 +20,12 @@ H200 = "NVIDIA H200|9|0"
 H100 = "NVIDIA H100 80GB HBM3|9|0"
 
 
-@pytest.fixture(scope="module")
-def libcuda(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A directory holding the stub libcuda.so.1."""
+def libcuda_dir(lib_dir: Path) -> Path:
+    """Build the stub libcuda.so.1 into `lib_dir` (skips the test without a C compiler)."""
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         pytest.skip("no C compiler (cc or gcc) on PATH to build the stub libcuda.so.1")
-    lib_dir = tmp_path_factory.mktemp("libcuda")
+    lib_dir.mkdir(parents=True, exist_ok=True)
     library, source = lib_dir / "libcuda.so.1", DATA / "stub_libcuda.c"
     subprocess.run(
         [compiler, "-shared", "-fPIC", "-O1", "-o", str(library), str(source)],
@@ -35,6 +34,12 @@ def libcuda(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=120,
     )
     return lib_dir
+
+
+@pytest.fixture(scope="module")
+def libcuda(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding the stub libcuda.so.1."""
+    return libcuda_dir(tmp_path_factory.mktemp("libcuda"))
 
 
 def dev_root(tmp_path: Path, *nodes: str) -> Path:

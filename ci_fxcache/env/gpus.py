@@ -20,6 +20,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from ci_fxcache import gha
 from ci_fxcache.env import snippets, visible
@@ -227,10 +228,10 @@ def _nvidia(tool: str, env: Mapping[str, str]) -> GpuInventory | None:
     return GpuInventory(tuple(seen), driver, "nvidia-smi")
 
 
-def parse_cuda_driver(report: dict[str, object]) -> list[Gpu]:
+def parse_cuda_driver(report: dict[str, Any]) -> list[Gpu]:
     """Devices from the `cuda_driver` snippet's answer (CUDA's own order and names)."""
     found: list[Gpu] = []
-    for device in report.get("devices") or []:  # type: ignore[attr-defined]
+    for device in report.get("devices") or []:
         cap = str(device.get("capability", ""))
         name = str(device.get("name", "")).strip()
         if re.fullmatch(r"\d+\.\d+", cap) and cap != "0.0":
@@ -241,19 +242,30 @@ def parse_cuda_driver(report: dict[str, object]) -> list[Gpu]:
     return found
 
 
-def _libcuda(env: Mapping[str, str]) -> GpuInventory | None:
-    """Ask the CUDA driver through libcuda.so.1 in a process of its own (None when it cannot
-    be loaded or answers with an error: said in one line)."""
+def cuda_driver_report(env: Mapping[str, str]) -> dict[str, Any] | None:
+    """What the CUDA driver (libcuda.so.1) says, asked in a process of its own: the
+    `cuda_driver` snippet's answer (`library`, `error`, `driver_api`, `devices`), or None when
+    that process failed (said in one line)."""
     out = _run([sys.executable, "-I", "-c", snippets.source("cuda_driver")], env)
     if out is None:
         return None
     try:
         report = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
+        report = None
+    if not isinstance(report, dict):
         gha.warn("the CUDA driver query answered nonsense; assuming no GPU")
         return None
+    return report
+
+
+def _libcuda(env: Mapping[str, str]) -> GpuInventory | None:
+    """The CUDA driver's view (None when it cannot be loaded or answers with an error)."""
+    report = cuda_driver_report(env)
+    if report is None:
+        return None
     if report.get("error"):
-        gha.warn(f"nvidia-smi is missing and the CUDA driver says: {report['error']}")
+        gha.warn(f"asked for its GPUs, the CUDA driver (libcuda.so.1) says: {report['error']}")
         return None
     return GpuInventory(tuple(parse_cuda_driver(report)), _nvidia_driver_version(), "libcuda")
 
