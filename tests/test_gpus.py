@@ -64,6 +64,21 @@ def test_mig_slice_maps_to_its_parent(tmp_path: Path, monkeypatch: pytest.Monkey
     assert summary(inventory) == [(0, "NVIDIA A100-SXM4-80GB MIG 3g.40gb", "8.0", "sm80")]
 
 
+def test_gpus_in_mig_mode_are_their_slices_when_nothing_selects(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As in a container given MIG slices and no CUDA_VISIBLE_DEVICES: CUDA sees the slices,
+    # each with its profile (the scope holds it); an H100 in MIG mode without a slice gives none.
+    inventory = detect(monkeypatch, nvidia_smi(tmp_path, "nvidia-smi-query-mig.csv"))
+    assert summary(inventory) == [
+        (0, "NVIDIA A100-SXM4-80GB MIG 3g.40gb", "8.0", "sm80"),
+        (0, "NVIDIA A100-SXM4-80GB MIG 2g.20gb", "8.0", "sm80"),
+        (0, "NVIDIA A100-SXM4-80GB MIG 1g.10gb", "8.0", "sm80"),
+        (2, "Tesla V100-SXM2-32GB", "7.0", "sm70"),
+        (3, "Tesla P100-PCIE-16GB", "6.0", "sm60"),
+    ]
+
+
 def test_legacy_mig_id_names_its_parent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     legacy = "MIG-GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77/1/0"
     inventory = detect(monkeypatch, nvidia_smi(tmp_path), CUDA_VISIBLE_DEVICES=legacy)

@@ -111,8 +111,12 @@ def unknown_arch(name: str) -> str:
     return f"unknown-{name}"
 
 
+QUERY = "--query-gpu=index,uuid,name,compute_cap,driver_version,mig.mode.current"
+
+
 def parse_nvidia_smi(text: str) -> tuple[list[tuple[Gpu, str]], str | None]:
-    """Parse `--query-gpu=index,uuid,name,compute_cap,driver_version` CSV output.
+    """Parse `--query-gpu=index,uuid,name,compute_cap,driver_version[,mig.mode.current]` CSV
+    output.
 
     A `compute_cap` the driver cannot tell (`[N/A]`) keeps the device, with capability
     `unknown` and an architecture named after the model (see `unknown_arch`)."""
@@ -136,6 +140,28 @@ def parse_nvidia_smi(text: str) -> tuple[list[tuple[Gpu, str]], str | None]:
         found.append((gpu, uuid))
         driver = driver_version or driver
     return found, driver
+
+
+def mig_enabled(text: str) -> set[str]:
+    """UUIDs of the GPUs whose `mig.mode.current` (the query's sixth column) is Enabled."""
+    rows = csv.reader(line for line in text.splitlines() if line.strip())
+    return {r[1].strip() for r in rows if len(r) >= 6 and r[5].strip().lower() == "enabled"}
+
+
+def with_mig_slices(
+    found: Sequence[tuple[Gpu, str]], enabled: set[str], migs: dict[str, tuple[str, str]]
+) -> list[Gpu]:
+    """What CUDA sees when no variable selects: a GPU in MIG mode is not a device of its own,
+    its MIG slices are (named with their profile, in `nvidia-smi -L` order); one in MIG mode
+    without a slice gives none."""
+    seen: list[Gpu] = []
+    for gpu, uuid in found:
+        if uuid not in enabled:
+            seen.append(gpu)
+            continue
+        profiles = [profile for parent, profile in migs.values() if parent == uuid]
+        seen += [replace(gpu, name=f"{gpu.name} MIG {profile}") for profile in profiles]
+    return seen
 
 
 _LIST_GPU = re.compile(r"^GPU (\d+): (.+?) \(UUID: (GPU-[^)]+)\)\s*$")
@@ -189,32 +215,31 @@ def cuda_order_known(env: Mapping[str, str], found: Sequence[tuple[Gpu, str]]) -
 
 
 def _nvidia(tool: str, env: Mapping[str, str]) -> GpuInventory | None:
-    out = _run(
-        [
-            tool,
-            "--query-gpu=index,uuid,name,compute_cap,driver_version",
-            "--format=csv,noheader,nounits",
-        ],
-        env,
-    )
+    out = _run([tool, QUERY, "--format=csv,noheader,nounits"], env)
     if out is None:
         return None
     found, driver = parse_nvidia_smi(out)
     value = env.get(CUDA_VISIBLE)
+    migs: dict[str, tuple[str, str]] = {}
     if value is None:
-        return GpuInventory(tuple(g for g, _ in found), driver, "nvidia-smi")
+        enabled = mig_enabled(out)
+        if not enabled:
+            return GpuInventory(tuple(g for g, _ in found), driver, "nvidia-smi")
+        migs = parse_nvidia_smi_list(_run([tool, "-L"], env) or "")
+        return GpuInventory(tuple(with_mig_slices(found, enabled, migs)), driver, "nvidia-smi")
     entries = [e.strip() for e in value.split(",")]
     if any(visible.ordinal(e) >= 0 for e in entries) and not cuda_order_known(env, found):
         # Indices in CUDA's fastest-first order on a mixed host: only the driver knows them.
         driver_view = _libcuda(env)
-        if driver_view is not None and driver_view.gpus:
+        if driver_view is not None:  # the driver applied the order and the variable itself
+            if not driver_view.gpus:
+                gha.warn(f"{CUDA_VISIBLE}={value!r}: the CUDA driver sees no device under it")
             return GpuInventory(driver_view.gpus, driver, "libcuda")
         gha.warn(
             f"{CUDA_VISIBLE}={value!r} gives indices on a host with several GPU models and "
             f"{CUDA_ORDER} is not PCI_BUS_ID: read in nvidia-smi's (PCI) order, which CUDA may "
             f"not follow; set {CUDA_ORDER}=PCI_BUS_ID or use GPU UUIDs"
         )
-    migs: dict[str, tuple[str, str]] = {}
     if any(e.startswith("MIG-") for e in entries):
         migs = parse_nvidia_smi_list(_run([tool, "-L"], env) or "")
     seen, problem = visible.cuda_visible(
