@@ -226,7 +226,9 @@ def env_checks(out: Path, settings: list[dict[str, str] | None] | None = None) -
         text = " ".join(f"{k}={v!r}" for k, v in row["setting"].items()) or "(unset)"
         torch_n = len(row["torch"]) if not isinstance(row["torch"], str) else "err"
         smi_n = "-" if row["nvidia-smi"] is None else len(row["nvidia-smi"])
-        flags = ",".join(f"{k}:{'ok' if v else 'DIFF'}" for k, v in row["ok"].items())
+        flags = ",".join(
+            f"{k}:{'-' if row[k] is None else 'ok' if v else 'DIFF'}" for k, v in row["ok"].items()
+        )
         print(f"{text[:44]:<44} {torch_n!s:>5} {smi_n!s:>5} {len(row['libcuda']):>5}  {flags}")
     print(f"libcuda: {rows[0]['libcuda_path'] if rows else None}; nvidia-smi: {smi}")
     doc = {"rows": rows, "failed": len(failed), "nvidia_smi": smi}
