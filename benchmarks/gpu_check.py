@@ -4,6 +4,9 @@
         Inductor compile-worker processes alive at once under it (exit status: CMD's)
     python benchmarks/gpu_check.py check OUT_DIR WORK_DIR      read what gpu_check.sh wrote
         there, print each check and write OUT_DIR/checks.json; exit 1 when a check fails
+    python benchmarks/gpu_check.py env-checks OUT_DIR          the no-import GPU view
+        (nvidia-smi, libcuda.so.1) against torch.cuda's under several CUDA_VISIBLE_DEVICES
+        values; prints a table, writes OUT_DIR/env-checks.json; exit 1 on a disagreement
 
 The checks are those of issue 15 sections 3 to 5 that only a real GPU can answer: the fingerprint
 and `import torch` agree on the GPU (probe), index and UUID selection give one scope key, every
@@ -16,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -126,11 +130,119 @@ def check(out: Path, work: Path) -> int:
     return 1 if failed else 0
 
 
+# -- env checks (issue 28 sections 2-4) --
+# torch.cuda's own view, asked in a fresh process (CUDA reads its variables once, at init).
+TORCH_VIEW = (
+    "import json, torch\n"
+    "n = torch.cuda.device_count() if torch.cuda.is_available() else 0\n"
+    "print(json.dumps([[torch.cuda.get_device_name(i), '%d.%d' % "
+    "torch.cuda.get_device_capability(i)] for i in range(n)]))\n"
+)
+
+
+def _torch_view(env: dict[str, str]) -> list[list[str]] | str:
+    proc = subprocess.run(
+        [sys.executable, "-c", TORCH_VIEW],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if proc.returncode != 0:
+        return (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return [list(d) for d in json.loads(proc.stdout.splitlines()[-1])]
+
+
+def _without_cuda_variables() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("CUDA_")}
+
+
+def _visible_values() -> list[dict[str, str] | None]:
+    """The settings checked: unset, an index, a repeat, an invalid entry, a UUID prefix,
+    two indices in PCI order (two GPUs or more), empty."""
+    from ci_fxcache.env import gpus
+
+    found = gpus.detect(_without_cuda_variables())
+    values: list[dict[str, str] | None] = [None, {"CUDA_VISIBLE_DEVICES": "0"}]
+    values += [{"CUDA_VISIBLE_DEVICES": "0,0"}, {"CUDA_VISIBLE_DEVICES": "0,99,0"}]
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        query = [smi, "--query-gpu=uuid", "--format=csv,noheader", "-i", "0"]
+        proc = subprocess.run(query, capture_output=True, text=True, timeout=60, check=False)
+        if proc.returncode == 0 and proc.stdout.split():
+            values.append({"CUDA_VISIBLE_DEVICES": proc.stdout.split()[0][:12]})
+    if len(found.gpus) > 1:
+        values.append({"CUDA_VISIBLE_DEVICES": "1,0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+    values.append({"CUDA_VISIBLE_DEVICES": ""})
+    return values
+
+
+def _agrees(seen: Any, torch_view: list[list[str]] | str) -> bool:
+    """Whether a no-import view (None: that tool is missing) names torch's devices: the same
+    count, in the same order, with the same model (as the scope folds names) and capability."""
+    from ci_fxcache.env import gpus
+
+    if seen is None or isinstance(torch_view, str):
+        return True
+    ours = [(gpus.model_name(g.name), g.capability) for g in seen]
+    return ours == [(gpus.model_name(n), c) for n, c in torch_view]
+
+
+def env_checks(out: Path, settings: list[dict[str, str] | None] | None = None) -> int:
+    """Compare the fingerprint's two no-import views of the GPUs (nvidia-smi, the CUDA driver
+    through libcuda.so.1) with torch.cuda's, per CUDA_VISIBLE_DEVICES setting: name (as the
+    scope key folds it), capability, count. Print a table; write OUT/env-checks.json."""
+    from ci_fxcache.env import gpus
+
+    rows: list[dict[str, Any]] = []
+    base = _without_cuda_variables()
+    smi = shutil.which("nvidia-smi", path=base.get("PATH"))
+    for setting in settings if settings is not None else _visible_values():
+        env = {**base, **(setting or {})}
+        smi_view = gpus.detect(env) if smi else None
+        report = gpus.cuda_driver_report(env) or {}
+        driver_view = gpus.parse_cuda_driver(report) if not report.get("error") else []
+        torch_view = _torch_view(env)
+        views = {
+            "nvidia-smi": None if smi_view is None else smi_view.gpus,
+            "libcuda": driver_view,
+        }
+
+        rows.append(
+            {
+                "setting": setting or {},
+                "torch": torch_view,
+                "nvidia-smi": None if smi_view is None else [g.name for g in smi_view.gpus],
+                "libcuda": [g.name for g in driver_view],
+                "libcuda_path": report.get("library"),
+                "libcuda_error": report.get("error"),
+                "ok": {name: _agrees(seen, torch_view) for name, seen in views.items()},
+            }
+        )
+    failed = [r for r in rows if isinstance(r["torch"], str) or not all(r["ok"].values())]
+    print(f"{'setting':<44} {'torch':>5} {'smi':>5} {'cuda':>5}  ok")
+    for row in rows:
+        text = " ".join(f"{k}={v!r}" for k, v in row["setting"].items()) or "(unset)"
+        torch_n = len(row["torch"]) if not isinstance(row["torch"], str) else "err"
+        smi_n = "-" if row["nvidia-smi"] is None else len(row["nvidia-smi"])
+        flags = ",".join(
+            f"{k}:{'-' if row[k] is None else 'ok' if v else 'DIFF'}" for k, v in row["ok"].items()
+        )
+        print(f"{text[:44]:<44} {torch_n!s:>5} {smi_n!s:>5} {len(row['libcuda']):>5}  {flags}")
+    print(f"libcuda: {rows[0]['libcuda_path'] if rows else None}; nvidia-smi: {smi}")
+    doc = {"rows": rows, "failed": len(failed), "nvidia_smi": smi}
+    (out / "env-checks.json").write_text(json.dumps(doc, indent=1))
+    return 1 if failed else 0
+
+
 def main(argv: list[str]) -> int:
     if len(argv) >= 3 and argv[0] == "watch" and argv[2] == "--":
         return watch(Path(argv[1]), argv[3:])
     if len(argv) == 3 and argv[0] == "check":
         return check(Path(argv[1]), Path(argv[2]))
+    if len(argv) == 2 and argv[0] == "env-checks":
+        return env_checks(Path(argv[1]))
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -57,6 +57,11 @@ verify default-cuda
 verify transformer-bf16 --workloads transformer_block --dtypes bfloat16 --dynamic true \
   --mechanisms precompile --training true,false
 
+# -- env checks (issue 28 §2-4) --
+echo "== env checks: no-import GPU view vs torch.cuda ($((SECONDS - started)) s so far)"
+timeout 300 "$python" "$root/benchmarks/gpu_check.py" env-checks "$work" || echo "env checks: exit $?"
+# -- end env checks --
+
 echo "== checks ($((SECONDS - started)) s so far)"
 status=0
 "$python" "$root/benchmarks/gpu_check.py" check "$out" "$work" || status=$?

@@ -370,7 +370,35 @@ def test_a_gpu_change_is_named_once_from_the_system_facts_and_the_fx_key() -> No
 
     why = explain.explain(result("NVIDIA H200", "miss"), result("NVIDIA H100 80GB HBM3", "miss"))
     assert why["differs"] == [
-        {"component": "GPU name", "cold": "NVIDIA H200", "hot": "NVIDIA H100 80GB HBM3"}
+        {
+            "component": "GPU name",
+            "cold": "NVIDIA H200",
+            "hot": "NVIDIA H100 80GB HBM3",
+            "why": explain.NOT_IN_SCOPE["GPU name"],
+        }
+    ]
+
+
+def test_a_miss_on_a_field_the_scope_leaves_out_says_why() -> None:
+    """The scope keys the Python ABI (cp312); caching precompile refuses another patch
+    release, so a miss between 3.12.3 and 3.12.4 inside one scope is named with that reason."""
+
+    def result(python: str) -> dict[str, Any]:
+        lookup = _lookup("fxgraph", "hit")
+        system = {"python_version": python, "torch_version": "2.14.1", "gpu_name": "NVIDIA H200"}
+        return {"keyinfo": {"lookups": [lookup], "system": system}}
+
+    why = explain.explain(result("3.12.3"), result("3.12.4"))
+    assert [d["component"] for d in why["differs"]] == ["Python version"]
+    assert explain.summary(why) == (
+        "Python version '3.12.3' -> '3.12.4': caching precompile refuses other Python "
+        "versions; the scope keys only the ABI (cp312), not the patch release"
+    )
+    # A component the scope keys itself carries no such reason.
+    cold, hot = result("3.12.3"), result("3.12.3")
+    hot["keyinfo"]["system"]["torch_version"] = "2.14.2"
+    assert explain.explain(cold, hot)["differs"] == [
+        {"component": "torch version", "cold": "2.14.1", "hot": "2.14.2"}
     ]
 
 

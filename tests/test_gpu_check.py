@@ -132,3 +132,26 @@ def test_checks_catch_unbounded_compile_workers_and_a_bad_probe(tmp_path: Path) 
     assert gpu_check.check(out, work) == 1
     failed = json.loads((out / "checks.json").read_text())["failed"]
     assert failed == ["probe", "compile workers (default-cuda)"]
+
+
+def test_env_checks_compare_the_no_import_views_with_torch(tmp_path: Path) -> None:
+    """`gpu_check.py env-checks` on this host: torch 2.13.0 (CPU) sees no device, nor do
+    nvidia-smi (absent) and the driver (no libcuda): every row agrees, and the file is written."""
+    code = gpu_check.env_checks(tmp_path, [None, {"CUDA_VISIBLE_DEVICES": "0,0"}])
+    doc = json.loads((tmp_path / "env-checks.json").read_text())
+    assert code == 0 and doc["failed"] == 0 and len(doc["rows"]) == 2
+    assert all(row["torch"] == [] for row in doc["rows"])
+
+
+def test_env_checks_report_a_driver_torch_does_not_agree_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fault injection: a stub libcuda.so.1 reports an H200 that torch does not see."""
+    from tests.test_gpu_driver import H200, libcuda_dir
+
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(libcuda_dir(tmp_path / "lib")))
+    monkeypatch.setenv("STUB_CUDA_DEVICES", H200)
+    assert gpu_check.env_checks(tmp_path, [None]) == 1
+    (row,) = json.loads((tmp_path / "env-checks.json").read_text())["rows"]
+    assert row["libcuda"] == ["NVIDIA H200"] and row["ok"]["libcuda"] is False
+    assert row["libcuda_path"].endswith("libcuda.so.1")

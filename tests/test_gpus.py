@@ -64,6 +64,21 @@ def test_mig_slice_maps_to_its_parent(tmp_path: Path, monkeypatch: pytest.Monkey
     assert summary(inventory) == [(0, "NVIDIA A100-SXM4-80GB MIG 3g.40gb", "8.0", "sm80")]
 
 
+def test_gpus_in_mig_mode_are_their_slices_when_nothing_selects(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As in a container given MIG slices and no CUDA_VISIBLE_DEVICES: CUDA sees the slices,
+    # each with its profile (the scope holds it); an H100 in MIG mode without a slice gives none.
+    inventory = detect(monkeypatch, nvidia_smi(tmp_path, "nvidia-smi-query-mig.csv"))
+    assert summary(inventory) == [
+        (0, "NVIDIA A100-SXM4-80GB MIG 3g.40gb", "8.0", "sm80"),
+        (0, "NVIDIA A100-SXM4-80GB MIG 2g.20gb", "8.0", "sm80"),
+        (0, "NVIDIA A100-SXM4-80GB MIG 1g.10gb", "8.0", "sm80"),
+        (2, "Tesla V100-SXM2-32GB", "7.0", "sm70"),
+        (3, "Tesla P100-PCIE-16GB", "6.0", "sm60"),
+    ]
+
+
 def test_legacy_mig_id_names_its_parent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     legacy = "MIG-GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77/1/0"
     inventory = detect(monkeypatch, nvidia_smi(tmp_path), CUDA_VISIBLE_DEVICES=legacy)
@@ -74,13 +89,21 @@ def test_visible_devices_keep_cuda_order_and_stop_at_an_invalid_entry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = nvidia_smi(tmp_path)
-    # CUDA enumerates in the order given and ignores everything from the first bad entry on
-    ordered = detect(monkeypatch, path, CUDA_VISIBLE_DEVICES="1,GPU-9a8b,7,0")
+    # CUDA enumerates in the order given and ignores everything from the first bad entry on;
+    # indices in PCI order, as nvidia-smi lists them (see test_gpu_driver for CUDA's default)
+    ordered = detect(
+        monkeypatch, path, CUDA_VISIBLE_DEVICES="1,GPU-9a8b,7,0", CUDA_DEVICE_ORDER="PCI_BUS_ID"
+    )
     assert [g.arch for g in ordered.gpus] == ["sm90", "sm70"]
     assert "'7' names no device" in capsys.readouterr().err
     unknown_mig = detect(monkeypatch, path, CUDA_VISIBLE_DEVICES="MIG-00000000-dead,1")
     assert unknown_mig.gpus == ()
     assert "MIG-00000000-dead" in capsys.readouterr().err
+    # a device named twice (here by index and by UUID) leaves CUDA no device at all
+    twice = detect(
+        monkeypatch, path, CUDA_VISIBLE_DEVICES="2,GPU-9a8b", CUDA_DEVICE_ORDER="PCI_BUS_ID"
+    )
+    assert twice.gpus == () and "twice" in capsys.readouterr().err
 
 
 def test_unknown_compute_capability_keeps_the_device(
@@ -128,11 +151,13 @@ def test_scope_key_of_a_cuda_build_names_the_device(
 
 
 def test_rocminfo_agents_not_their_isa_names() -> None:
+    # The capability is the full target torch's FX graph key holds (gcnArchName, features
+    # included); the MI300X's second ISA, the generic gfx9-4-generic, is not its own.
     found = gpus.parse_rocminfo((DATA / "rocminfo.txt").read_text())
     assert [(g.index, g.name, g.capability, g.arch) for g in found] == [
-        (0, "AMD Instinct MI250X", "gfx90a", "gfx90a"),
-        (1, "AMD Instinct MI250X", "gfx90a", "gfx90a"),
-        (2, "AMD Instinct MI300X", "gfx942", "gfx942"),
+        (0, "AMD Instinct MI250X", "gfx90a:sramecc+:xnack-", "gfx90a"),
+        (1, "AMD Instinct MI250X", "gfx90a:sramecc+:xnack-", "gfx90a"),
+        (2, "AMD Instinct MI300X", "gfx942:sramecc+:xnack-", "gfx942"),
     ]
 
 
@@ -147,6 +172,10 @@ def test_rocminfo_agents_not_their_isa_names() -> None:
         ({"ROCR_VISIBLE_DEVICES": "1,2", "HIP_VISIBLE_DEVICES": "1"}, ["gfx942"]),
         ({"CUDA_VISIBLE_DEVICES": "2,0"}, ["gfx942", "gfx90a"]),
         ({"HIP_VISIBLE_DEVICES": "2", "CUDA_VISIBLE_DEVICES": "0"}, ["gfx942"]),
+        # HIP takes the agents' UUIDs too, and a repeated device leaves none
+        ({"HIP_VISIBLE_DEVICES": "GPU-b3a1c2d4e5f60718"}, ["gfx942"]),
+        ({"ROCR_VISIBLE_DEVICES": "1,2", "HIP_VISIBLE_DEVICES": "GPU-b3a1"}, ["gfx942"]),
+        ({"HIP_VISIBLE_DEVICES": "0,0"}, []),
     ],
 )
 def test_rocm_visible_devices_applied_as_the_runtimes_do(

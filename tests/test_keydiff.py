@@ -38,7 +38,10 @@ def test_results_documents_of_two_gpu_kinds_differ_in_a_keyed_field(
     )
     assert code == 1  # different scopes: two caches
     assert not result["same_scope"]
-    assert result["keyed"] == [{"field": "gpu_archs", "a": ["sm90"], "b": ["sm80"]}]
+    assert result["keyed"] == [
+        {"field": "gpu_archs", "a": ["sm90"], "b": ["sm80"]},
+        {"field": "gpu_models", "a": ["nvidia_h200"], "b": ["nvidia_a100_sxm4_80gb"]},
+    ]
     assert result["reported"] == [
         {"field": "gpus", "a": ["NVIDIA H200 (sm90)"], "b": ["NVIDIA A100-SXM4-80GB (sm80)"]}
     ]
@@ -108,10 +111,14 @@ def _missed(doc: dict[str, Any]) -> dict[str, Any]:
 def test_merge_records_how_a_missing_runner_differs_from_a_hitting_one(
     run_fxcache: RunFxcache, tmp_path: Path
 ) -> None:
-    # Same scope (sm90), but the second runner's GPU is an H100: torch keys on the GPU name,
-    # the scope key does not, so the difference shows among the reported fields.
+    # One architecture (sm90), but the second runner's GPU is an H100: torch keys on the GPU
+    # name, and so does the scope key (its GPU models): two scopes, the model named as keyed.
+    from ci_fxcache.env import scopekey
+    from ci_fxcache.env.fingerprint import Fingerprint
+
     h100 = _missed(shard("h200_b"))
     h100["fingerprint"]["gpus"][0]["name"] = "NVIDIA H100 80GB HBM3"
+    h100["scope_key"] = scopekey.scope_key(Fingerprint.from_dict(h100["fingerprint"]))
     a100 = _missed(shard("a100"))
     out = tmp_path / "all.json"
     proc = run_fxcache(
@@ -127,15 +134,21 @@ def test_merge_records_how_a_missing_runner_differs_from_a_hitting_one(
     by_runner = {d["runners"]["b"]: d for d in diffs}
     assert set(by_runner) == {"gpu-h200-02", "gpu-a100-01"}
     assert {d["runners"]["a"] for d in diffs} == {"gpu-h200-01"}
-    same = by_runner["gpu-h200-02"]
-    assert same["same_scope"] and same["keyed"] == [] and same["combos"] == [COMBO]
+    h100_diff = by_runner["gpu-h200-02"]
+    assert not h100_diff["same_scope"] and h100_diff["combos"] == [COMBO]
+    assert h100_diff["keyed"] == [
+        {"field": "gpu_models", "a": ["nvidia_h200"], "b": ["nvidia_h100_80gb_hbm3"]}
+    ]
     assert {
         "field": "gpus",
         "a": ["NVIDIA H200 (sm90)"],
         "b": ["NVIDIA H100 80GB HBM3 (sm90)"],
-    } in (same["reported"])
+    } in (h100_diff["reported"])
     other = by_runner["gpu-a100-01"]
-    assert other["keyed"] == [{"field": "gpu_archs", "a": ["sm90"], "b": ["sm80"]}]
+    assert other["keyed"] == [
+        {"field": "gpu_archs", "a": ["sm90"], "b": ["sm80"]},
+        {"field": "gpu_models", "a": ["nvidia_h200"], "b": ["nvidia_a100_sxm4_80gb"]},
+    ]
     assert other["a"] == shard("h200")["scope_key"] and other["b"] == a100["scope_key"]
 
 

@@ -101,9 +101,21 @@ def test_gpu_arch_change_changes_key_for_gpu_builds(fp: Fingerprint, arch: str) 
 
 
 @settings(max_examples=100, deadline=None)
+@given(fingerprints, st.sampled_from(["NVIDIA H200", "NVIDIA GH200 480GB", "NVIDIA L4"]))
+def test_gpu_model_change_changes_key_for_gpu_builds_only(fp: Fingerprint, name: str) -> None:
+    renamed = tuple(dataclasses.replace(g, name=name) for g in fp.gpus)
+    changed = dataclasses.replace(fp, gpus=renamed)
+    if fp.device_kind == "cpu" or {g.name for g in fp.gpus} in ({name}, set()):
+        assert scopekey.scope_key(changed) == scopekey.scope_key(fp)
+    else:
+        assert scopekey.scope_key(changed) != scopekey.scope_key(fp)
+
+
+@settings(max_examples=100, deadline=None)
 @given(fingerprints, st.randoms(use_true_random=False))
 def test_irrelevant_differences_do_not_change_key(fp: Fingerprint, rnd: object) -> None:
-    # Reported-only fields, GPU order/duplication and surrounding whitespace leave the key alone.
+    # Reported-only fields, GPU order/duplication, the case and spacing of GPU names and
+    # surrounding whitespace leave the key alone.
     import random
 
     assert isinstance(rnd, random.Random)
@@ -111,7 +123,7 @@ def test_irrelevant_differences_do_not_change_key(fp: Fingerprint, rnd: object) 
     rnd.shuffle(shuffled)
     other = dataclasses.replace(
         fp,
-        gpus=tuple(dataclasses.replace(g, name=g.name + " (renamed)") for g in shuffled * 2),
+        gpus=tuple(dataclasses.replace(g, name=f" {g.name.upper()}  ") for g in shuffled * 2),
         driver_version="999.1",
         python_executable="/elsewhere/bin/python",
         python_version=fp.python_version + "0",
@@ -163,3 +175,70 @@ def test_cli_key_json_and_parse(run_fxcache: RunFxcache) -> None:
     assert json.loads(parsed.stdout)["suffix"] == "run-1"
     bad = run_fxcache("key", "--parse", "not-a-key")
     assert bad.returncode == 2 and "not an fxcache scope key" in bad.stderr
+
+
+# torch's FX graph key holds the GPU's name (CacheBase.get_system: the CUDA device name, or
+# ROCm's full gcnArchName), so one scope must not mix models that share a compute capability.
+SM90 = Fingerprint(
+    torch_version="2.14.1+cu130",
+    torch_git_version="a" * 40,
+    cuda_version="13.0",
+    hip_version=None,
+    triton_version="3.8.0",
+    python_implementation="cpython",
+    python_version="3.12.3",
+    python_abi="cp312",
+    os="linux",
+    machine="x86_64",
+    gpus=(),
+    driver_version="580.65.06",
+    cpu_isa="avx512_vnni",
+    cpu_capability_override=None,
+)
+
+
+def _on(fp: Fingerprint, *names: str, capability: str = "9.0", arch: str = "sm90") -> str:
+    gpus = tuple(Gpu(i, name, capability, arch) for i, name in enumerate(names))
+    return scopekey.scope_key(dataclasses.replace(fp, gpus=gpus))
+
+
+def test_gpu_models_of_one_architecture_get_scopes_of_their_own() -> None:
+    models = [
+        "NVIDIA H100 80GB HBM3",
+        "NVIDIA H100 PCIe",
+        "NVIDIA H200",
+        "NVIDIA GH200 480GB",
+        "NVIDIA A100-SXM4-80GB MIG 3g.40gb",  # a MIG slice, named with its profile
+        "NVIDIA A100-SXM4-80GB MIG 1g.10gb",
+        "NVIDIA A100-SXM4-80GB",
+    ]
+    keys = [_on(SM90, name) for name in models]
+    assert len(set(keys)) == len(models), keys
+    assert all("-sm90-" in key for key in keys)  # the readable part stays the architecture
+    # What nvidia-smi, the driver and rocminfo may differ in for one model does not split it
+    assert _on(SM90, "NVIDIA  H200 ") == _on(SM90, "nvidia h200") == _on(SM90, "NVIDIA H200")
+    assert gpus_model_names(SM90, "NVIDIA H100 80GB HBM3") == ("nvidia_h100_80gb_hbm3",)
+
+
+def gpus_model_names(fp: Fingerprint, name: str) -> tuple[str, ...]:
+    return dataclasses.replace(fp, gpus=(Gpu(0, name, "9.0", "sm90"),)).gpu_models
+
+
+def test_rocm_scopes_hold_the_full_gcn_arch_name() -> None:
+    rocm = dataclasses.replace(SM90, cuda_version=None, hip_version="6.4.0")
+    mi300 = "AMD Instinct MI300X"
+    plain = _on(rocm, mi300, capability="gfx942:sramecc+:xnack-", arch="gfx942")
+    other = _on(rocm, mi300, capability="gfx942:sramecc-:xnack-", arch="gfx942")
+    assert plain != other and "-gfx942-" in plain and "-gfx942-" in other
+
+
+def test_cpu_scope_keys_are_unchanged_by_the_gpu_models() -> None:
+    # The key of a CPU build is what it was before GPU models were keyed (no cold compile
+    # for CPU users), and GPUs on the host still do not enter it.
+    cpu = dataclasses.replace(
+        SM90, torch_version="2.13.0+cpu", cuda_version=None, triton_version=None
+    )
+    expected = "fxcache-v1-linux-x86_64-cp312-torch2.13.0+cpu-cpu-799581093e7f"
+    assert scopekey.scope_key(cpu) == expected
+    assert _on(cpu, "NVIDIA H200") == expected
+    assert "gpu_models" not in cpu.keyed_fields()

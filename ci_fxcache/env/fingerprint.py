@@ -1,7 +1,8 @@
 """The environment fingerprint: everything that decides whether compiled code can be reused.
 
 Collected without importing torch: the target interpreter reads package metadata and parses
-`torch/version.py`; GPUs come from nvidia-smi / rocminfo; the CPU ISA from /proc/cpuinfo.
+`torch/version.py`; GPUs come from nvidia-smi, the CUDA driver (libcuda.so.1) or rocminfo; the
+CPU ISA from /proc/cpuinfo.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ci_fxcache import gha
 from ci_fxcache.env import cpu, gpus
 from ci_fxcache.errors import UsageError
 
@@ -59,8 +61,20 @@ class Fingerprint:
             return ()
         return tuple(sorted({g.arch for g in self.gpus}))
 
+    @property
+    def gpu_models(self) -> tuple[str, ...]:
+        """Sorted distinct models of the visible GPUs (`gpus.model`): torch's FX graph key
+        holds the device name (and on AMD the full gcnArchName), so does the scope."""
+        if self.device_kind == "cpu":
+            return ()
+        return tuple(sorted({gpus.model(g) for g in self.gpus}))
+
     def keyed_fields(self) -> dict[str, Any]:
-        """The fields that can change compiled code; the scope key hashes exactly these."""
+        """The fields that can change compiled code; the scope key hashes exactly these.
+
+        `gpu_models` is keyed for GPU builds only, so CPU scopes keep their keys; the CPU ISA
+        is keyed for every build, because torch's FX graph key does not hold it (see
+        docs/scope-key.md: a GPU build's scope also holds its CPU compiles)."""
         return {
             "torch_version": self.torch_version,
             "torch_git_version": self.torch_git_version,
@@ -71,6 +85,7 @@ class Fingerprint:
             "os": self.os,
             "machine": self.machine,
             "gpu_archs": list(self.gpu_archs),
+            **({"gpu_models": list(self.gpu_models)} if self.device_kind != "cpu" else {}),
             "cpu_isa": self.cpu_isa,
             "cpu_capability_override": self.cpu_capability_override,
             "salt": self.salt,
@@ -82,6 +97,7 @@ class Fingerprint:
         data["gpus"] = [asdict(g) for g in self.gpus]
         data["device_kind"] = self.device_kind
         data["gpu_archs"] = list(self.gpu_archs)
+        data["gpu_models"] = list(self.gpu_models)
         return data
 
     @classmethod
@@ -121,7 +137,7 @@ def from_interpreter_report(
     if not versions.get("__version__"):
         raise UsageError(f"{report['torch_path']}/version.py has no __version__: broken torch?")
     isa, override = cpu.detect()
-    return Fingerprint(
+    fp = Fingerprint(
         torch_version=str(versions["__version__"]),
         torch_git_version=str(versions.get("git_version") or "unknown"),
         cuda_version=versions.get("cuda"),
@@ -146,6 +162,10 @@ def from_interpreter_report(
         torch_path=report["torch_path"],
         gpu_source=inventory.source,
     )
+    warning = gpus.missing_gpu_warning(fp.device_kind, inventory)
+    if warning:
+        gha.warn(warning)
+    return fp
 
 
 def default_salt() -> str:

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ci_fxcache.env import cpu, interpreter
+from ci_fxcache.env import cpu, gpus, interpreter
 from ci_fxcache.env.fingerprint import Fingerprint
 
 PROBE_TIMEOUT_S = 300.0
@@ -27,10 +27,10 @@ def _public(version: str | None) -> str | None:
     return None if version is None else re.sub(r"\+.*$", "", version)
 
 
-def _identity(kind: str, name: str, capability: str, arch: str) -> tuple[str, ...]:
-    """What must agree about one GPU. On AMD, torch's capability is a number (9.0 for gfx90a
-    and gfx942 alike) while the fingerprint's is the gfx name: the gfx name is compared."""
-    return (name, arch) if kind == "rocm" else (name, capability, arch)
+def _identity(name: str, capability: str, arch: str) -> tuple[str, ...]:
+    """What must agree about one GPU: the model name as the scope holds it, the capability
+    (on AMD the full gcnArchName, `gfx90a:sramecc+:xnack-`) and the architecture."""
+    return (gpus.model_name(name), capability, arch)
 
 
 def compare(fp: Fingerprint, seen: dict[str, Any]) -> list[FieldCheck]:
@@ -49,11 +49,8 @@ def compare(fp: Fingerprint, seen: dict[str, Any]) -> list[FieldCheck]:
         )
     )
     if fp.device_kind != "cpu":
-        ours = [_identity(fp.device_kind, g.name, g.capability, g.arch) for g in fp.gpus]
-        theirs = [
-            _identity(fp.device_kind, g["name"], g["capability"], g["arch"])
-            for g in seen.get("gpus", [])
-        ]
+        ours = [_identity(g.name, g.capability, g.arch) for g in fp.gpus]
+        theirs = [_identity(g["name"], g["capability"], g["arch"]) for g in seen.get("gpus", [])]
         for index in range(max(len(ours), len(theirs))):
             mine = ours[index] if index < len(ours) else None
             other = theirs[index] if index < len(theirs) else None

@@ -30,7 +30,7 @@ KEY_PARTS = {
     "hash": "fingerprint hash",
 }
 # Derived or bookkeeping entries of Fingerprint.to_dict() that are not facts of their own.
-_NOT_REPORTED = ("schema", "device_kind", "gpu_archs")
+_NOT_REPORTED = ("schema", "device_kind", "gpu_archs", "gpu_models")
 
 
 @dataclass(frozen=True)

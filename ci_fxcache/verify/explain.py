@@ -33,6 +33,25 @@ _COMPONENT_NAMES = {
     "gm": "traced FX graph",
     "autograd_config": "functorch config",
     "default_dtype": "default dtype",
+    "cpp_runtime_thread_count": "C++ kernel thread count",
+}
+# What torch keys on and the scope key leaves out (docs/scope-key.md has the whole table): when
+# one of these differs between cold and hot, the miss is named with the reason it can happen
+# inside one scope.
+NOT_IN_SCOPE = {
+    "Python version": "caching precompile refuses other Python versions; the scope keys only "
+    "the ABI (cp312), not the patch release",
+    "torch source hash": "torch keys a hash of its installed source files; the scope keys the "
+    "version and git commit, so a rebuilt or patched torch of one version shares the scope",
+    "CUDA/HIP/Triton version": "torch keys Triton's source hash; the scope keys Triton's "
+    "version, so a rebuilt Triton of one version shares the scope",
+    "GPU toolchain hash": "torch hashes the current GPU's name with the CUDA/HIP and Triton "
+    "builds; the scope keys every visible model, not which one comes first",
+    "GPU name": "torch keys the current device's name (the first that CUDA_VISIBLE_DEVICES "
+    "leaves); the scope keys every visible model, not which one comes first",
+    "C++ kernel thread count": "torch keys the thread count its C++ kernels were built for "
+    "(torch.get_num_threads()); the scope does not hold the number of usable CPUs",
+    TAG_COMPONENT: "torch's own cache breaker; fxcache's is --salt (FXCACHE_KEY_SALT)",
 }
 _INDEXED = re.compile(r"^(?P<base>\w+)\[(?P<item>[^\]]+)\]$")
 _INDEXED_NAMES = {
@@ -167,6 +186,9 @@ def explain(cold: dict[str, Any], hot: dict[str, Any]) -> dict[str, Any]:
                 differs.append(change)
     system = _system_differs(cold, hot)
     differs = system + [d for d in differs if all(d["component"] != s["component"] for s in system)]
+    for change in differs:
+        if change["component"] in NOT_IN_SCOPE:
+            change["why"] = NOT_IN_SCOPE[change["component"]]
     return {"differs": differs, "misses": misses, "uncacheable": skipped}
 
 
@@ -180,8 +202,14 @@ def missed(combo: dict[str, Any]) -> bool:
 
 
 def summary(why: dict[str, Any], limit: int = 3) -> str:
-    """One line naming the differing components, e.g. `TORCH_COMPILE_CACHE_KEY_TAG '' -> 'x'`."""
-    parts = [f"{d['component']} {d['cold']!r} -> {d['hot']!r}" for d in why.get("differs", [])]
+    """One line naming the differing components, e.g. `Python version '3.12.3' -> '3.12.4':
+    caching precompile refuses other Python versions; ...` (the reason where the scope key
+    leaves the component out)."""
+    parts = [
+        f"{d['component']} {d['cold']!r} -> {d['hot']!r}"
+        + (f": {d['why']}" if d.get("why") else "")
+        for d in why.get("differs", [])
+    ]
     more = f" (+{len(parts) - limit} more)" if len(parts) > limit else ""
     return "; ".join(parts[:limit]) + more
 

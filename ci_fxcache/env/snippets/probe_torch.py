@@ -31,7 +31,8 @@ if torch.cuda.is_available():
             {
                 "index": index,
                 "name": props.name,
-                "capability": "%d.%d" % (major, minor),
+                # on AMD the full target torch's FX graph key holds (gfx90a:sramecc+:xnack-)
+                "capability": gcn if gcn else "%d.%d" % (major, minor),
                 "arch": gcn.split(":")[0] if gcn else "sm%d%d" % (major, minor),
             }
         )
