@@ -40,6 +40,7 @@ class Settings:
     redis_url: str | None = None
     share_cold: bool = True
     recheck_all: bool = False
+    deterministic: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """As the results document's `settings`."""
@@ -49,6 +50,7 @@ class Settings:
             "compare": self.compare,
             "fail_on": self.fail_on,
             "timeout_s": self.timeout,
+            "deterministic": self.deterministic,
         }
 
 
@@ -330,6 +332,7 @@ class Runner:
             "redis_url": self.settings.redis_url,
             "cache_tag": tag,
             "artifacts": artifacts,
+            "deterministic": self.settings.deterministic,
         }
 
     def run_combo(self, combo: Combo, hot_only: bool) -> dict[str, Any]:

@@ -42,6 +42,7 @@ def evidence(outcome: Outcome, timeout: float) -> dict[str, Any]:
         "eager_reproducible",
         "eager_note",
         "self_stable",
+        "self_stable_detail",
         "recompile_guard",
         "triton_kernels_built",
         "triton_kernel_builds",
@@ -117,8 +118,13 @@ class Evidence:
 
     @property
     def bitwise(self) -> bool:
-        """Whether hot is compared with cold bit for bit (else within the dtype tolerance)."""
-        return self.settings["compare"] == "bitwise" and self.hot_result.get("self_stable", True)
+        """Whether hot is compared with cold bit for bit (else within the dtype tolerance): only
+        when both phases found the compiled model bitwise stable against itself."""
+        return (
+            self.settings["compare"] == "bitwise"
+            and self.cold_result.get("self_stable", True) is not False
+            and self.hot_result.get("self_stable", True) is not False
+        )
 
     @property
     def hot_ran(self) -> bool:
@@ -276,13 +282,18 @@ def notes(ev: Evidence) -> list[dict[str, Any]]:
                 guard=guard,
             )
         )
-    if ev.hot_result.get("self_stable") is False:
+    unstable = [
+        f"{name} phase: {result.get('self_stable_detail') or 'outputs changed'}"
+        for name, result in (("cold", ev.cold_result), ("hot", ev.hot_result))
+        if result.get("self_stable") is False
+    ]
+    if unstable:
         found.append(
             causes.note(
                 "nondeterministic",
-                "the compiled model is not bitwise stable against itself in one process "
-                f"({ev.hot_result.get('self_stable_detail') or 'outputs changed'}); "
-                "hot and cold were compared within the dtype tolerance",
+                "the compiled model is not bitwise stable against itself in one process ("
+                + "; ".join(unstable)
+                + "); hot and cold were compared within the dtype tolerance",
             )
         )
     if ev.cold.get("eager_reproducible") is False:
