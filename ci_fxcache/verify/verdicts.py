@@ -46,6 +46,9 @@ def evidence(outcome: Outcome, timeout: float) -> dict[str, Any]:
         "recompile_guard",
         "triton_kernels_built",
         "triton_kernel_builds",
+        "triton_count",
+        "triton_uncounted",
+        "triton_driver_builds",
         "notes",
     ):
         if name in result:
@@ -306,6 +309,24 @@ def notes(ev: Evidence) -> list[dict[str, Any]]:
                 "the model draws random numbers (its eager output changes with the seed): "
                 "compiled vs eager was not compared element-wise; hot vs cold was, from the "
                 "same seed",
+            )
+        )
+    if ev.hot.get("triton_uncounted"):
+        found.append(
+            causes.note(
+                "triton-uncounted",
+                f"hot phase: {ev.hot['triton_uncounted']}; a hot load that rebuilt Triton "
+                "kernels cannot be told from a complete one here",
+            )
+        )
+    drivers = ev.hot.get("triton_driver_builds") or []
+    if drivers:
+        found.append(
+            causes.note(
+                "triton-driver-built",
+                f"the hot process built {len(drivers)} Triton C module(s) with the host's C "
+                f"compiler ({', '.join(drivers[:5])}): TRITON_CACHE_DIR did not hold them; a "
+                "cache that keeps the Triton directory carries them",
             )
         )
     for part in ev.why.get("uncacheable") or []:

@@ -294,7 +294,12 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         "pid": os.getpid(),
     }
     keyinfo.install()
-    triton_builds.install(in_process=spec["phase"] == "hot" and spec["combo"]["device"] == "cuda")
+    device = spec["combo"]["device"]
+    triton_builds.install(
+        in_process=spec["phase"] == "hot" and device == "cuda",
+        cache_dir=Path(spec["triton_dir"]),
+        device=device,
+    )
     try:
         _phase(spec, result)
     except Exception as exc:
