@@ -115,11 +115,11 @@ def test_no_triton_in_a_cuda_phase_is_said(
 
 
 def _judge(hot_extra: dict[str, Any]) -> dict[str, Any]:
-    cold = {"status": "ok", "compile_s": 10.0, "counters": {}}
-    hot = {"status": "ok", "compile_s": 1.0, "counters": HIT, **hot_extra}
-    combo = {"workload": "w", "device": "cuda", "dtype": "float32", "dynamic": "false"}
-    combo |= {"mechanism": "mega", "training": False}
-    settings = {"compare": "bitwise", "min_speedup": 2.0}
+    cold: dict[str, Any] = {"status": "ok", "compile_s": 10.0, "counters": {}}
+    hot: dict[str, Any] = {"status": "ok", "compile_s": 1.0, "counters": HIT, **hot_extra}
+    combo: dict[str, Any] = {"workload": "w", "device": "cuda", "dtype": "float32"}
+    combo |= {"dynamic": "false", "mechanism": "mega", "training": False}
+    settings: dict[str, Any] = {"compare": "bitwise", "min_speedup": 2.0}
     vs_cold = {"max_abs_err": 0.0, "bitwise": True, "close": True, "detail": ""}
     return verdicts.judge(combo, cold, hot, {}, {"vs_cold": vs_cold}, settings)
 
