@@ -14,21 +14,16 @@ import pytest
 from ci_fxcache.verify import cpus, matrix
 from ci_fxcache.verify import runner as verify_runner
 from ci_fxcache.verify.forkserver import Outcome
+from tests.test_gpu_slots import H100, StubForkServer
 
-H100 = ("NVIDIA H100 80GB HBM3", [9, 0])
 
-
-class TimingForkServer:
-    """Answers `run()` like the fork server; records each phase's device, interval and env."""
+class TimingForkServer(StubForkServer):
+    """test_gpu_slots' stub fork server that also records each phase's device, interval and
+    environment, and makes every phase last long enough for each pool thread to start one."""
 
     def __init__(self, gpus: int) -> None:
-        self.info: dict[str, Any] = {
-            "cuda_capabilities": [H100[1]] * gpus,
-            "cuda_names": [H100[0]] * gpus,
-            "hip": False,
-        }
+        super().__init__([H100] * gpus)
         self.phases: list[tuple[str, str, float, float, dict[str, str]]] = []
-        self._lock = threading.Lock()
 
     def run(
         self,
@@ -40,18 +35,13 @@ class TimingForkServer:
         env: dict[str, str] | None = None,
     ) -> Outcome:
         started = time.monotonic()
-        threading.Event().wait(0.05)  # long enough for every pool thread to start one
+        threading.Event().wait(0.05)
+        outcome = super().run(kind, spec, work_dir, name, timeout, env)
         with self._lock:
             self.phases.append(
                 (spec["combo"]["device"], spec["phase"], started, time.monotonic(), env or {})
             )
-        result = {
-            "status": "ok",
-            "compile_s": 10.0 if spec["phase"] == "cold" else 1.0,
-            "counters": {"fxgraph_cache_hit": 1} if spec["phase"] == "hot" else {},
-            "vs_cold": {"max_abs_err": 0.0, "bitwise": True, "close": True, "detail": ""},
-        }
-        return Outcome(result, 0, None, False, "")
+        return outcome
 
 
 def _plan(workloads: int) -> matrix.Matrix:
