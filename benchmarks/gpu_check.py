@@ -315,8 +315,7 @@ def check(out: Path, work: Path) -> int:
     with contextlib.suppress(OSError, ValueError):
         preflight_doc = json.loads((work / "preflight.json").read_text())
     runs = _results(work)
-    combos = [c for name, cs in runs.items() if not name.endswith("-cpu") for c in cs]
-    cuda = [c for c in combos if c.get("device") == "cuda"]
+    cuda = [c for cs in runs.values() for c in cs if c.get("device") == "cuda"]
     if preflight_doc.get("stop") or not preflight_doc:
         record("preflight", False, str(preflight_doc.get("stop") or "no preflight.json"))
     elif not preflight_doc.get("gpus"):
@@ -334,15 +333,46 @@ def check(out: Path, work: Path) -> int:
             seen["peak_compile_workers"] <= bound,
             f"peak {seen['peak_compile_workers']}, bound {bound} ({threads} threads a phase)",
         )
+    measured = side_by_side(runs)
+    if measured:
+        print("measured:", json.dumps(measured))
     verdicts: dict[str, int] = {}
     for combo in (c for cs in runs.values() for c in cs):
         verdicts[combo["verdict"]] = verdicts.get(combo["verdict"], 0) + 1
     print("verdicts:", json.dumps(verdicts))
     failed = [c["check"] for c in checks if not c["ok"]]
     (out / "checks.json").write_text(
-        json.dumps({"checks": checks, "verdicts": verdicts, "failed": failed}, indent=1)
+        json.dumps(
+            {"checks": checks, "verdicts": verdicts, "measured": measured, "failed": failed},
+            indent=1,
+        )
     )
     return 1 if failed else 0
+
+
+def side_by_side(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """The cold and hot compile times of the CUDA combinations that ran both under
+    `--device auto` (beside the CPU stage) and alone: their sums and the ratio auto / alone
+    (issue 28 §1: about 1 when GPU phases are never timed beside CPU phases). A measurement
+    printed for the reader, not a pass/fail check: one run's timings are noisy."""
+    alone = {c["id"]: c for c in runs.get("cuda-alone", []) if c.get("verdict") != "skipped"}
+    both = [(c, alone[c["id"]]) for c in runs.get("default-auto", []) if c["id"] in alone]
+    found: dict[str, Any] = {}
+    for phase in ("cold", "hot"):
+        pairs = [
+            (a[phase]["compile_s"], b[phase]["compile_s"])
+            for a, b in both
+            if (a.get(phase) or {}).get("compile_s") and (b.get(phase) or {}).get("compile_s")
+        ]
+        if pairs:
+            auto_s, alone_s = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+            found[f"{phase}_auto_vs_alone"] = {
+                "combinations": len(pairs),
+                "auto_s": round(auto_s, 2),
+                "alone_s": round(alone_s, 2),
+                "ratio": round(auto_s / alone_s, 2),
+            }
+    return found
 
 
 def _gpu_checks(

@@ -259,3 +259,19 @@ def test_phase_logs_are_copied_before_verify_deletes_them(tmp_path: Path) -> Non
     log.write_text("compiling\ndone\n")
     gpu_check.copy_logs(source, dest)
     assert (dest / "combo-1__cold.log").read_text() == "compiling\ndone\n"
+
+
+def test_auto_and_alone_times_are_set_side_by_side(tmp_path: Path) -> None:
+    out, work, results = _gpu_run(tmp_path)
+    _write(work, results)
+    alone = {"combos": [dict(results["combos"][0], cold=_phase(compile_s=2.0))]}
+    (work / "results" / "cuda-alone.json").write_text(json.dumps(alone))
+    assert gpu_check.check(out, work) == 0
+    measured = json.loads((out / "checks.json").read_text())["measured"]
+    assert measured["cold_auto_vs_alone"] == {
+        "combinations": 1,
+        "auto_s": 3.0,
+        "alone_s": 2.0,
+        "ratio": 1.5,
+    }
+    assert measured["hot_auto_vs_alone"]["ratio"] == 1.0
