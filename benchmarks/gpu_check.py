@@ -25,7 +25,8 @@ cache hit it.
 
 Issue 28 §2-4's environment checks (scope key, libcuda, visible devices) are added as
 functions here and one entry in `SUBCOMMANDS` (`env-checks WORK`): gpu_check.sh calls it when
-`has env-checks` says it exists.
+`has env-checks` says it exists; what it writes to WORK/env-checks.json (`ENV_CHECKS`) joins
+checks.json, each check named `env: ...`.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 TABLE_LIMIT = 12_000
+ENV_CHECKS = "env-checks.json"  # {"checks": [{"check", "ok", "detail"}]}, by `env-checks WORK`
 PREFLIGHT_GPU, PREFLIGHT_NO_CUDA, PREFLIGHT_STOP = 0, 3, 4
 
 
@@ -324,6 +326,10 @@ def check(out: Path, work: Path) -> int:
         record("skips", causes <= {"no-device"}, f"CUDA causes {sorted(map(str, causes))}")
     else:
         _gpu_checks(work, runs, cuda, record)
+    # The env-checks subcommand (issue 28 §2-4) writes its own checks here, in the same shape.
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        for item in json.loads((work / ENV_CHECKS).read_text())["checks"]:
+            record(f"env: {item['check']}", bool(item["ok"]), str(item.get("detail", "")))
     for peak_file in sorted(work.glob("*.peak.json")):
         seen = json.loads(peak_file.read_text())
         threads = seen["threads"]

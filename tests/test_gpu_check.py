@@ -275,3 +275,12 @@ def test_auto_and_alone_times_are_set_side_by_side(tmp_path: Path) -> None:
         "ratio": 1.5,
     }
     assert measured["hot_auto_vs_alone"]["ratio"] == 1.0
+
+
+def test_env_checks_join_the_checks(tmp_path: Path) -> None:
+    out, work, results = _gpu_run(tmp_path)
+    _write(work, results)
+    env = {"checks": [{"check": "libcuda", "ok": False, "detail": "cuInit returned 100"}]}
+    (work / gpu_check.ENV_CHECKS).write_text(json.dumps(env))
+    assert gpu_check.check(out, work) == 1
+    assert json.loads((out / "checks.json").read_text())["failed"] == ["env: libcuda"]
