@@ -19,6 +19,17 @@ from ci_fxcache.worker import triton_builds
 HIT = {"fxgraph_cache_hit": 2, "aot_autograd_cache_hit": 1}
 
 
+@pytest.fixture(autouse=True)
+def _no_stand_in_left() -> Any:
+    """Take the stand-in `triton` out of sys.modules after each test (monkeypatch only restores
+    the entries it changed, not the modules an import added)."""
+    before = {m: sys.modules[m] for m in list(sys.modules) if m.split(".")[0] == "triton"}
+    yield
+    for name in [m for m in list(sys.modules) if m.split(".")[0] == "triton"]:
+        del sys.modules[name]
+    sys.modules.update(before)
+
+
 def _fake_triton(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str, knobs: bool) -> Any:
     pkg = tmp_path / "site" / "triton"
     pkg.mkdir(parents=True)
