@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.gpu_check import peak_compile_workers
-from ci_fxcache.verify import runner
+from ci_fxcache.verify import cpus, runner
 from tests.conftest import ROOT, _clean_env, torch2_python
 
 pytestmark = pytest.mark.slow
@@ -33,7 +33,7 @@ def test_parallel_phases_share_the_cores_for_compile_workers(tmp_path: Path) -> 
     common = ["--device", "cpu", "--dtypes", "float32", "--dynamic", "false"]
     common += ["--mechanisms", "fxgraph", "--training", "false", "--phase", "cold"]
     jobs = 2
-    threads = max(1, runner._cores() // jobs)
+    threads = runner.compile_threads(jobs)
     workloads = f"{WORKLOAD},{WORKLOAD}_b"
     with ThreadPoolExecutor(2) as pool:  # two runs side by side, each counted in its own tree
         # The pool is there to be counted: a user's own TORCHINDUCTOR_COMPILE_THREADS is kept.
@@ -55,5 +55,6 @@ def test_parallel_phases_share_the_cores_for_compile_workers(tmp_path: Path) -> 
 
 
 def test_compile_threads_divide_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runner, "_cores", lambda: 64)
-    assert [runner.compile_threads(j) for j in (1, 2, 8, 64, 100)] == [64, 32, 8, 1, 1]
+    monkeypatch.setattr(cpus, "usable_cpus", lambda *a, **k: 64)
+    # Inductor's own bound: never more than min(32, usable CPUs)
+    assert [runner.compile_threads(j) for j in (1, 2, 8, 64, 100)] == [32, 32, 8, 1, 1]

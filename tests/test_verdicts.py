@@ -226,3 +226,15 @@ def test_the_report_switches_on_cause_not_on_the_reasons_wording(cause: str, wor
         "hot": _phase(),
     }
     assert words in why_text(combo, cause_of(combo))
+
+
+def test_a_cold_phase_unstable_against_itself_means_tolerance_not_unsafe() -> None:
+    # hot was stable (it reran without a change), cold was not: the difference is the model's
+    cold_result = {"self_stable": False, "self_stable_detail": "output 0 on the second shape"}
+    judged = judge(hot_result={"vs_cold": OFF, "self_stable": True}, cold_result=cold_result)
+    assert (judged["verdict"], judged["cause"]) == ("safe", "hit"), judged["reason"]
+    (note,) = judged["notes"]
+    assert note["kind"] == "nondeterministic" and "cold phase: output 0" in note["text"]
+    # both self-stable: a hot/cold difference is unsafe
+    judged = judge(hot_result={"vs_cold": OFF, "self_stable": True}, cold_result={})
+    assert (judged["verdict"], judged["cause"]) == ("unsafe", "hot-mismatch")

@@ -61,6 +61,13 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "no-gain); never",
     )
     parser.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per phase")
+    parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="compile and run with torch's deterministic algorithms and Inductor's deterministic "
+        "mode, for bitwise checks of models with atomics; part of torch's cache key: the job "
+        "that uses the cache must set them too (docs/verify.md)",
+    )
     parser.add_argument("--jobs", type=int, metavar="N", help="parallel combinations")
     parser.add_argument(
         "--recheck-all",
@@ -190,6 +197,7 @@ def run(
     jobs: int | None,
     recheck_all: bool,
     separate_cold: bool,
+    deterministic: bool,
     cache_state: str | None,
     redis_url: str | None,
     report_id: str,
@@ -224,6 +232,7 @@ def run(
         redis_url=redis_cache.configured_url(redis_url),
         share_cold=not separate_cold,
         recheck_all=recheck_all,
+        deterministic=deterministic,
     )
     try:
         server = ForkServer(interpreter_path, run_dir)

@@ -30,6 +30,8 @@ NOTE_KINDS = (
     "random-ops",
     "fp64-accuracy",
     "carried",
+    "triton-uncounted",
+    "triton-driver-built",
 )
 
 # Which verdicts fail `--fail-on X` (each level includes the ones before it).

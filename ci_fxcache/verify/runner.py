@@ -17,7 +17,7 @@ from ci_fxcache import timestamps
 from ci_fxcache.env import gpus, torch_support
 from ci_fxcache.errors import UsageError
 from ci_fxcache.store import manifest, redis_cache
-from ci_fxcache.verify import recheck, verdicts
+from ci_fxcache.verify import cpus, recheck, verdicts
 from ci_fxcache.verify.forkserver import ForkServer
 from ci_fxcache.verify.matrix import Combo, Matrix
 
@@ -40,6 +40,7 @@ class Settings:
     redis_url: str | None = None
     share_cold: bool = True
     recheck_all: bool = False
+    deterministic: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """As the results document's `settings`."""
@@ -49,6 +50,7 @@ class Settings:
             "compare": self.compare,
             "fail_on": self.fail_on,
             "timeout_s": self.timeout,
+            "deterministic": self.deterministic,
         }
 
 
@@ -330,6 +332,7 @@ class Runner:
             "redis_url": self.settings.redis_url,
             "cache_tag": tag,
             "artifacts": artifacts,
+            "deterministic": self.settings.deterministic,
         }
 
     def run_combo(self, combo: Combo, hot_only: bool) -> dict[str, Any]:
@@ -510,34 +513,38 @@ def has_reference(cache_dir: Path, combo: Combo) -> bool:
     ).is_file()
 
 
-def _cores() -> int:
-    """CPU cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def default_jobs(combos: list[Combo], info: dict[str, Any]) -> int:
-    """CPU cores for CPU combos plus one per GPU for CUDA combos."""
-    jobs = 0
-    if any(c.device == "cpu" for c in combos):
-        jobs += _cores()
+    """Phases at once for one stage (`stages`): one per usable CPU for CPU combinations, one
+    per GPU for CUDA ones."""
     if any(c.device == "cuda" for c in combos):
-        jobs += len(info.get("cuda_capabilities") or [])
-    return max(1, jobs)
+        return max(1, len(info.get("cuda_capabilities") or []))
+    return max(1, cpus.usable_cpus())
 
 
 def compile_threads(jobs: int) -> int:
-    """Inductor compile threads per phase: the cores, shared by the phases that run at once.
+    """Inductor compile threads per phase when `jobs` phases run at once (`cpus.compile_threads`:
+    the usable CPUs shared, within Inductor's own `min(32, cpus)`).
 
-    Unbounded, each phase's first GPU compile starts a pool of min(32, cores) worker
-    processes. With one thread Inductor starts no pool at all (AsyncCompile.use_process_pool()
-    is false) and compiles in the phase's own process. The setting cannot change a cache key:
+    With one thread Inductor starts no pool at all (AsyncCompile.use_process_pool() is false)
+    and compiles in the phase's own process. The setting cannot change a cache key:
     torch/_inductor/config.py lists `compile_threads` in `_cache_config_ignore_prefix`, which
     `save_config_portable()` (torch/utils/_config_module.py) leaves out of the config that
     FxGraphHashDetails hashes (torch/_inductor/codecache.py); checked in torch 2.13.0 and 2.14.1.
     """
-    return max(1, _cores() // max(1, jobs))
+    return cpus.compile_threads(jobs)
+
+
+def stages(groups: list[list[Combo]]) -> list[list[list[Combo]]]:
+    """The groups in the order they run, one stage after the other: CUDA first, then CPU.
+
+    A phase of one stage never runs beside a phase of another, so a GPU phase is never timed
+    while CPU phases load every core (its compile pool, its Python-side tracing and its kernel
+    launches all run on the CPU). CUDA goes first: those are the results a GPU runner is there
+    for, a job cut short by its own time limit still has them, and the CPU stage after it gets
+    every core."""
+    gpu = [g for g in groups if g[0].device == "cuda"]
+    cpu = [g for g in groups if g[0].device != "cuda"]
+    return [s for s in (gpu, cpu) if s]
 
 
 def run(
@@ -577,16 +584,21 @@ def run(
     for c in combos:
         if c.id in skips:
             results[c.id] = runner._result(c, verdicts.not_judged(*skips[c.id]))
-    jobs = settings.jobs or default_jobs(runnable, server.info)
-    runner.compile_threads = compile_threads(min(jobs, len(runnable)))
     groups = [[c] for c in runnable if c.id in hot] + cold_groups(
         [c for c in runnable if c.id not in hot], settings.share_cold
     )
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        started = [pool.submit(runner.run_group, g, g[0].id in hot, pool.submit) for g in groups]
-        for group, fut in zip(groups, started, strict=True):
-            first, others = fut.result()
-            results[group[0].id] = first
-            for combo, other in others:
-                results[combo.id] = other.result()
+    for stage in stages(groups):
+        combos_in_stage = [c for g in stage for c in g]
+        jobs = settings.jobs or default_jobs(combos_in_stage, server.info)
+        at_once = min(jobs, len(combos_in_stage))
+        if combos_in_stage[0].device == "cuda":
+            at_once = min(at_once, max(1, len(runner._gpus)))  # a phase holds its GPU
+        runner.compile_threads = compile_threads(at_once)
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            started = [pool.submit(runner.run_group, g, g[0].id in hot, pool.submit) for g in stage]
+            for group, fut in zip(stage, started, strict=True):
+                first, others = fut.result()
+                results[group[0].id] = first
+                for combo, other in others:
+                    results[combo.id] = other.result()
     return [results[c.id] for c in combos], phase

@@ -42,9 +42,13 @@ def evidence(outcome: Outcome, timeout: float) -> dict[str, Any]:
         "eager_reproducible",
         "eager_note",
         "self_stable",
+        "self_stable_detail",
         "recompile_guard",
         "triton_kernels_built",
         "triton_kernel_builds",
+        "triton_count",
+        "triton_uncounted",
+        "triton_driver_builds",
         "notes",
     ):
         if name in result:
@@ -117,8 +121,13 @@ class Evidence:
 
     @property
     def bitwise(self) -> bool:
-        """Whether hot is compared with cold bit for bit (else within the dtype tolerance)."""
-        return self.settings["compare"] == "bitwise" and self.hot_result.get("self_stable", True)
+        """Whether hot is compared with cold bit for bit (else within the dtype tolerance): only
+        when both phases found the compiled model bitwise stable against itself."""
+        return (
+            self.settings["compare"] == "bitwise"
+            and self.cold_result.get("self_stable", True) is not False
+            and self.hot_result.get("self_stable", True) is not False
+        )
 
     @property
     def hot_ran(self) -> bool:
@@ -276,13 +285,18 @@ def notes(ev: Evidence) -> list[dict[str, Any]]:
                 guard=guard,
             )
         )
-    if ev.hot_result.get("self_stable") is False:
+    unstable = [
+        f"{name} phase: {result.get('self_stable_detail') or 'outputs changed'}"
+        for name, result in (("cold", ev.cold_result), ("hot", ev.hot_result))
+        if result.get("self_stable") is False
+    ]
+    if unstable:
         found.append(
             causes.note(
                 "nondeterministic",
-                "the compiled model is not bitwise stable against itself in one process "
-                f"({ev.hot_result.get('self_stable_detail') or 'outputs changed'}); "
-                "hot and cold were compared within the dtype tolerance",
+                "the compiled model is not bitwise stable against itself in one process ("
+                + "; ".join(unstable)
+                + "); hot and cold were compared within the dtype tolerance",
             )
         )
     if ev.cold.get("eager_reproducible") is False:
@@ -295,6 +309,24 @@ def notes(ev: Evidence) -> list[dict[str, Any]]:
                 "the model draws random numbers (its eager output changes with the seed): "
                 "compiled vs eager was not compared element-wise; hot vs cold was, from the "
                 "same seed",
+            )
+        )
+    if ev.hot.get("triton_uncounted"):
+        found.append(
+            causes.note(
+                "triton-uncounted",
+                f"hot phase: {ev.hot['triton_uncounted']}; a hot load that rebuilt Triton "
+                "kernels cannot be told from a complete one here",
+            )
+        )
+    drivers = ev.hot.get("triton_driver_builds") or []
+    if drivers:
+        found.append(
+            causes.note(
+                "triton-driver-built",
+                f"the hot process built {len(drivers)} Triton C module(s) with the host's C "
+                f"compiler ({', '.join(drivers[:5])}): TRITON_CACHE_DIR did not hold them; a "
+                "cache that keeps the Triton directory carries them",
             )
         )
     for part in ev.why.get("uncacheable") or []:

@@ -1,8 +1,9 @@
 """User workloads for the verdict tests: real random models, a nondeterministic stand-in and a
 recompile that only the hot phase sees (`tests.workloads.models:...`).
 
-`FXCACHE_TEST_FAULT=jitter|recompile` turns the faults on; set it only for the phase that
-should see them (the factories stay well-behaved, so the workload check passes).
+`FXCACHE_TEST_FAULT=jitter|jitter-second|eager-noise|recompile` turns the faults on; set it
+only for the phase that should see them (the factories stay well-behaved, so the workload check
+passes).
 """
 
 from __future__ import annotations
@@ -43,7 +44,10 @@ _NOISE = torch.Generator().manual_seed(time.perf_counter_ns())
 
 @torch._dynamo.disable
 def _jitter(t: torch.Tensor) -> torch.Tensor:
-    if os.environ.get("FXCACHE_TEST_FAULT") != "jitter":
+    fault = os.environ.get("FXCACHE_TEST_FAULT")
+    # jitter-second: only on the second input shape (batch 40), as a kernel whose atomics only
+    # race at some sizes
+    if fault != "jitter" and not (fault == "jitter-second" and t.shape[0] != 64):
         return t
     # at most ~1 float32 ulp of the outputs (|x.sin() @ y| is about 10-30): below the float32
     # tolerance, above bitwise equality
@@ -91,4 +95,48 @@ def recompiles_when_faulted(dtype: torch.dtype, device: str) -> dict[str, Any]:
         "model": _switching_fn,
         "inputs": (torch.rand(64, 100, dtype=dtype, device=device), y),
         "dynamic_inputs": (torch.rand(40, 100, dtype=dtype, device=device), y),
+    }
+
+
+def _eager_noisy_fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    out = x.sin() @ y
+    if os.environ.get("FXCACHE_TEST_FAULT") == "eager-noise" and not torch.compiler.is_compiling():
+        # eager only (Dynamo traces the branch away): noise from the OS, far beyond the float32
+        # tolerance, that no seed reproduces, as an eager kernel with racing atomics would give
+        noise = torch.frombuffer(bytearray(os.urandom(out.numel())), dtype=torch.uint8)
+        out = out + (noise.reshape(out.shape).to(out.dtype) / 255 - 0.5) * 0.02
+    return out
+
+
+def eager_noisy(dtype: torch.dtype, device: str) -> dict[str, Any]:
+    """`x.sin() @ y` whose eager output, with the eager-noise fault, is not reproducible from a
+    seed (the compiled one is): not a model that draws random numbers."""
+    y = torch.rand(100, 100, dtype=dtype, device=device)
+    return {
+        "model": _eager_noisy_fn,
+        "inputs": (torch.rand(64, 100, dtype=dtype, device=device), y),
+        "dynamic_inputs": (torch.rand(40, 100, dtype=dtype, device=device), y),
+    }
+
+
+def records_determinism(dtype: torch.dtype, device: str) -> dict[str, Any]:
+    """`x.sin() @ y`; appends to `$FXCACHE_TEST_RECORD` (when set) the determinism settings the
+    factory found: torch's deterministic algorithms, Inductor's mode, cuBLAS's workspace."""
+    record = os.environ.get("FXCACHE_TEST_RECORD")
+    if record:
+        import json
+
+        import torch._inductor.config as inductor_config
+
+        seen = {
+            "algorithms": torch.are_deterministic_algorithms_enabled(),
+            "inductor": bool(inductor_config.deterministic),
+            "cublas": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+        }
+        with open(record, "a") as f:
+            f.write(json.dumps(seen) + "\n")
+    y = torch.rand(100, 100, dtype=dtype, device=device)
+    return {
+        "model": lambda x, w: x.sin() @ w,
+        "inputs": (torch.rand(64, 100, dtype=dtype, device=device), y),
     }
