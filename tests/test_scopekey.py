@@ -114,7 +114,14 @@ def test_gpu_model_change_changes_key_for_gpu_builds_only(fp: Fingerprint, name:
 
 # What one runner pool's environment changes over time (keep-latest ages these out) and what
 # tells pools apart (keep-latest keeps N of each).
-GENERATIONS = ("torch_version", "torch_git_version", "cuda_version", "triton_version", "salt")
+GENERATIONS = (
+    "torch_version",
+    "torch_git_version",
+    "cuda_version",
+    "triton_version",
+    "python_abi",
+    "salt",
+)
 POOL_CHANGES = ("os", "machine", "cpu_isa", "cpu_capability_override")
 
 
@@ -125,7 +132,7 @@ def _pool(fp: Fingerprint) -> str:
 
 
 @settings(max_examples=150, deadline=None)
-@given(fingerprints, st.sampled_from(GENERATIONS + ("python_abi",)), st.sampled_from(POOL_CHANGES))
+@given(fingerprints, st.sampled_from(GENERATIONS), st.sampled_from(POOL_CHANGES))
 def test_runner_pool_is_the_hardware_not_the_environment(
     fp: Fingerprint, generation: str, pool_field: str
 ) -> None:
@@ -153,7 +160,7 @@ def test_pool_segment_is_short_and_safe_with_many_long_models() -> None:
     key = scopekey.scope_key(dataclasses.replace(SM90, gpus=many))
     parsed = scopekey.parse(key)
     assert parsed is not None and parsed.scope == key and KEY_CHARS.match(key)
-    assert len(parsed.pool) <= scopekey.POOL_LABEL_MAX + 9 and len(key) <= 160
+    assert len(parsed.pool) <= scopekey.POOL_LABEL_MAX + 9 and len(key) <= 200
     rocm = dataclasses.replace(SM90, cuda_version=None, hip_version="6.4.0")
     mi300 = Gpu(0, "AMD Instinct MI300X", "gfx942:sramecc+:xnack-", "gfx942")
     parsed = scopekey.parse(scopekey.scope_key(dataclasses.replace(rocm, gpus=(mi300,))))
@@ -309,3 +316,33 @@ def test_cpu_scope_keys_are_unchanged_by_the_gpu_models() -> None:
     assert scopekey.scope_key(cpu) == expected
     assert _on(cpu, "NVIDIA H200") == expected
     assert "gpu_models" not in cpu.keyed_fields()
+
+
+# The parser of fxcache releases before the pool segment (main before this change), verbatim:
+# a fleet mid-upgrade runs it, and it must leave today's GPU keys alone as foreign.
+RELEASED_KEY_RE = re.compile(
+    r"^fxcache-v(?P<version>\d+)"
+    r"-(?P<os>[A-Za-z0-9._+]+)"
+    r"-(?P<machine>[A-Za-z0-9._+]+)"
+    r"-(?P<abi>[A-Za-z0-9._+]+)"
+    r"-torch(?P<torch>[A-Za-z0-9._+]+)"
+    r"-(?P<accel>cpu|cu[0-9.]+|rocm[0-9.]+)"
+    r"(?:-(?P<archs>(?![0-9a-f]{12}(?:-|$))[A-Za-z0-9._+]+))?"
+    r"-(?P<hash>[0-9a-f]{12})"
+    r"(?:-(?P<suffix>[A-Za-z0-9._+-]+))?$"
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(fingerprints, st.sampled_from(["", "run-812.1", "llama-run-9.2"]))
+def test_released_parsers_see_gpu_keys_as_foreign_and_cpu_keys_as_before(
+    fp: Fingerprint, suffix: str
+) -> None:
+    key = scopekey.scope_key(fp, suffix)
+    released = RELEASED_KEY_RE.match(key)
+    if fp.device_kind == "cpu":
+        parsed = scopekey.parse(key)
+        assert released is not None and parsed is not None
+        assert (released["hash"], released["suffix"] or "") == (parsed.hash, parsed.suffix)
+    else:
+        assert released is None

@@ -84,7 +84,7 @@ def accelerator_segment(fp: Fingerprint) -> str:
 # one pool's environment changes over time (torch, CUDA, HIP, Triton, Python ABI, salt), which
 # `--keep-latest` ages out within a pool. ParsedKey.runner_pool reads it back from a key.
 POOL_FIELDS = ("os", "machine", "gpu_archs", "gpu_models", "cpu_isa", "cpu_capability_override")
-POOL_LABEL_MAX = 40
+POOL_LABEL_MAX = 64
 
 
 def pool_segment(fp: Fingerprint) -> str:
