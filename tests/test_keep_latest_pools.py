@@ -10,7 +10,7 @@ from ci_fxcache.env import scopekey
 from ci_fxcache.env.gpus import Gpu
 from tests.conftest import RunFxcache
 from tests.fake_github import FakeGitHub
-from tests.test_store_policies import SM90
+from tests.test_scopekey import SM90
 
 
 def _ago(days: float) -> str:

@@ -11,6 +11,7 @@ from ci_fxcache.env.fingerprint import Fingerprint
 from ci_fxcache.env.gpus import Gpu
 from ci_fxcache.errors import UsageError
 from ci_fxcache.store.policies import Entry, Policy, parse_duration, parse_size, select
+from tests.test_scopekey import SM90
 
 DAY = 86400.0
 NOW = 1_000 * DAY
@@ -61,24 +62,6 @@ def test_policies_combine() -> None:
 # Keep-latest keeps N scopes per runner pool. Scopes differ by GPU model (torch keys the
 # device name) and by CPU ISA (keyed by fxcache): pools of one `sm90` on one shared store
 # (store github, a shared root, S3) must not evict each other's scope.
-SM90 = Fingerprint(
-    torch_version="2.14.1+cu130",
-    torch_git_version="a" * 40,
-    cuda_version="13.0",
-    hip_version=None,
-    triton_version="3.8.0",
-    python_implementation="cpython",
-    python_version="3.12.3",
-    python_abi="cp312",
-    os="linux",
-    machine="x86_64",
-    gpus=(),
-    driver_version="580.65.06",
-    cpu_isa="avx512_vnni",
-    cpu_capability_override=None,
-)
-
-
 def scope_entry(name: str, fp: Fingerprint, days: float, *gpu_names: str) -> Entry:
     gpus = tuple(Gpu(i, gpu, "9.0", "sm90") for i, gpu in enumerate(gpu_names))
     key = scopekey.parse(scopekey.scope_key(dataclasses.replace(fp, gpus=gpus), "run-1"))
