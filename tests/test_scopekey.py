@@ -165,6 +165,11 @@ def test_pool_segment_is_short_and_safe_with_many_long_models() -> None:
     mi300 = Gpu(0, "AMD Instinct MI300X", "gfx942:sramecc+:xnack-", "gfx942")
     parsed = scopekey.parse(scopekey.scope_key(dataclasses.replace(rocm, gpus=(mi300,))))
     assert parsed is not None and parsed.pool.startswith("amd_instinct_mi300x.avx512_vnni.")
+    # The label leaves ROCm's target features out; the digest keeps the two pools apart.
+    other = dataclasses.replace(mi300, capability="gfx942:sramecc-:xnack-")
+    reparsed = scopekey.parse(scopekey.scope_key(dataclasses.replace(rocm, gpus=(other,))))
+    assert reparsed is not None and reparsed.runner_pool != parsed.runner_pool
+    assert reparsed.pool.rsplit(".", 1)[0] == parsed.pool.rsplit(".", 1)[0]
     nogpu = scopekey.parse(scopekey.scope_key(SM90))
     assert nogpu is not None and nogpu.archs == ("nogpu",)
     assert nogpu.pool.startswith("avx512_vnni.")
@@ -216,12 +221,12 @@ def test_parse_examples() -> None:
     assert cpu.pool == "" and cpu.runner_pool == "linux-x86_64-cpu" and cpu.scope == cpu_key
     new_key = (
         "fxcache-v1-linux-x86_64-cp312-torch2.14.1+cu130-cu13.0-sm90-nvidia_h200.avx512_vnni."
-        "3b1f0c2e-0d4e61a2c9f3-run-9.1"
+        "4c8b371a-0d4e61a2c9f3-run-9.1"
     )
     new = scopekey.parse(new_key)
     assert new is not None and new.archs == ("sm90",) and new.hash == "0d4e61a2c9f3"
-    assert new.pool == "nvidia_h200.avx512_vnni.3b1f0c2e" and new.suffix == "run-9.1"
-    assert new.runner_pool == "linux-x86_64-sm90-nvidia_h200.avx512_vnni.3b1f0c2e"
+    assert new.pool == "nvidia_h200.avx512_vnni.4c8b371a" and new.suffix == "run-9.1"
+    assert new.runner_pool == "linux-x86_64-sm90-nvidia_h200.avx512_vnni.4c8b371a"
     assert new.scope == new_key.removesuffix("-run-9.1")
     # A suffix that looks like a pool segment stays the suffix of an old key.
     odd = scopekey.parse(gpu_key + "-x.0123abcd")

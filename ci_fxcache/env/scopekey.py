@@ -89,7 +89,7 @@ POOL_LABEL_MAX = 64
 
 def pool_segment(fp: Fingerprint) -> str:
     """A GPU build's runner-pool segment, `<models>.<cpu isa>.<digest8>`
-    (`nvidia_h200.avx512_vnni.3b1f0c2e`): the label is for people (model names without
+    (`nvidia_h200.avx512_vnni.4c8b371a`): the label is for people (model names without
     ROCm's target features, cut at POOL_LABEL_MAX characters); the digest, the first 8 hex
     digits of the SHA-256 of the canonical JSON of the POOL_FIELDS, is what keeps pools apart."""
     fields = fp.keyed_fields()
