@@ -159,3 +159,22 @@ def test_merge_without_misses_has_no_key_diffs(run_fxcache: RunFxcache, tmp_path
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(out.read_text())["key_diffs"] == []
+
+
+def test_bare_keys_of_two_gpu_models_of_one_arch_name_the_runner_pool(
+    run_fxcache: RunFxcache,
+) -> None:
+    pool = "runner pool (GPU models, CPU ISA)"
+    prefix = "fxcache-v1-linux-x86_64-cp312-torch2.14.1+cu130-cu13.0-sm90-"
+    h100 = prefix + "nvidia_h100_80gb_hbm3.avx512_vnni.0a1b2c3d-0d4e61a2c9f3-run-1"
+    h200 = prefix + "nvidia_h200.avx512_vnni.4e5f6a7b-9f8e7d6c5b4a"
+    code, result, text = diff(run_fxcache, h100, h200)
+    assert code == 1 and not result["same_scope"]
+    assert [c["field"] for c in result["keyed"]] == ["fingerprint hash", pool]
+    assert result["a"] == h100.removesuffix("-run-1")
+    assert f"{pool}: 'nvidia_h100_80gb_hbm3.avx512_vnni.0a1b2c3d' -> " in text
+    # A key written before the pool segment, against today's key of one runner.
+    code, result, _ = diff(run_fxcache, prefix + "0d4e61a2c9f3", h200)
+    assert code == 1
+    assert [c["field"] for c in result["keyed"]] == ["fingerprint hash", pool]
+    assert result["keyed"][1]["a"] == ""

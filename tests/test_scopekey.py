@@ -6,7 +6,7 @@ import dataclasses
 import json
 import re
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from ci_fxcache.env import scopekey
@@ -76,6 +76,7 @@ def test_key_is_deterministic_and_parses(fp: Fingerprint) -> None:
     assert parsed is not None and parsed.scope == key and parsed.suffix == ""
     assert parsed.hash == scopekey.fingerprint_hash(fp.keyed_fields())
     assert parsed.accel == scopekey.accelerator_segment(fp)
+    assert parsed.pool == (scopekey.pool_segment(fp) if fp.device_kind != "cpu" else "")
     with_suffix = scopekey.scope_key(fp, "run-812/attempt 2")
     reparsed = scopekey.parse(with_suffix)
     assert reparsed is not None and reparsed.scope == key and reparsed.suffix == "run-812_attempt_2"
@@ -109,6 +110,69 @@ def test_gpu_model_change_changes_key_for_gpu_builds_only(fp: Fingerprint, name:
         assert scopekey.scope_key(changed) == scopekey.scope_key(fp)
     else:
         assert scopekey.scope_key(changed) != scopekey.scope_key(fp)
+
+
+# What one runner pool's environment changes over time (keep-latest ages these out) and what
+# tells pools apart (keep-latest keeps N of each).
+GENERATIONS = (
+    "torch_version",
+    "torch_git_version",
+    "cuda_version",
+    "triton_version",
+    "python_abi",
+    "salt",
+)
+POOL_CHANGES = ("os", "machine", "cpu_isa", "cpu_capability_override")
+
+
+def _pool(fp: Fingerprint) -> str:
+    parsed = scopekey.parse(scopekey.scope_key(fp))
+    assert parsed is not None
+    return parsed.runner_pool
+
+
+@settings(max_examples=150, deadline=None)
+@given(fingerprints, st.sampled_from(GENERATIONS), st.sampled_from(POOL_CHANGES))
+def test_runner_pool_is_the_hardware_not_the_environment(
+    fp: Fingerprint, generation: str, pool_field: str
+) -> None:
+    gpu_fp = dataclasses.replace(fp, cuda_version=fp.cuda_version or "12.8", hip_version=None)
+    newer = dataclasses.replace(gpu_fp, **{generation: CHANGES[generation](gpu_fp)})
+    assume(newer.device_kind != "cpu")
+    assert scopekey.scope_key(newer) != scopekey.scope_key(gpu_fp)
+    assert _pool(newer) == _pool(gpu_fp)
+    elsewhere = dataclasses.replace(gpu_fp, **{pool_field: CHANGES[pool_field](gpu_fp)})
+    assert _pool(elsewhere) != _pool(gpu_fp)
+
+
+@settings(max_examples=100, deadline=None)
+@given(fingerprints, st.sampled_from(["NVIDIA H200", "NVIDIA GH200 480GB", "NVIDIA L4"]))
+def test_runner_pool_holds_the_gpu_models(fp: Fingerprint, name: str) -> None:
+    gpu_fp = dataclasses.replace(fp, cuda_version="12.8", hip_version=None)
+    renamed = dataclasses.replace(gpu_fp, gpus=(*gpu_fp.gpus, Gpu(9, name, "9.0", "sm90")))
+    if renamed.gpu_models != gpu_fp.gpu_models:
+        assert _pool(renamed) != _pool(gpu_fp)
+
+
+def test_pool_segment_is_short_and_safe_with_many_long_models() -> None:
+    names = [f"NVIDIA A100-SXM4-80GB MIG {n}g.{n}0gb" for n in range(1, 8)]
+    many = tuple(Gpu(i, name, "8.0", "sm80") for i, name in enumerate(names))
+    key = scopekey.scope_key(dataclasses.replace(SM90, gpus=many))
+    parsed = scopekey.parse(key)
+    assert parsed is not None and parsed.scope == key and KEY_CHARS.match(key)
+    assert len(parsed.pool) <= scopekey.POOL_LABEL_MAX + 9 and len(key) <= 200
+    rocm = dataclasses.replace(SM90, cuda_version=None, hip_version="6.4.0")
+    mi300 = Gpu(0, "AMD Instinct MI300X", "gfx942:sramecc+:xnack-", "gfx942")
+    parsed = scopekey.parse(scopekey.scope_key(dataclasses.replace(rocm, gpus=(mi300,))))
+    assert parsed is not None and parsed.pool.startswith("amd_instinct_mi300x.avx512_vnni.")
+    # The label leaves ROCm's target features out; the digest keeps the two pools apart.
+    other = dataclasses.replace(mi300, capability="gfx942:sramecc-:xnack-")
+    reparsed = scopekey.parse(scopekey.scope_key(dataclasses.replace(rocm, gpus=(other,))))
+    assert reparsed is not None and reparsed.runner_pool != parsed.runner_pool
+    assert reparsed.pool.rsplit(".", 1)[0] == parsed.pool.rsplit(".", 1)[0]
+    nogpu = scopekey.parse(scopekey.scope_key(SM90))
+    assert nogpu is not None and nogpu.archs == ("nogpu",)
+    assert nogpu.pool.startswith("avx512_vnni.")
 
 
 @settings(max_examples=100, deadline=None)
@@ -151,7 +215,22 @@ def test_parse_examples() -> None:
     gpu = scopekey.parse(gpu_key)
     assert cpu is not None and cpu.archs == () and cpu.accel == "cpu" and cpu.torch == "2.13.0+cpu"
     assert gpu is not None and gpu.archs == ("sm80", "sm90") and gpu.suffix == "run-9"
-    assert gpu.accel == "cu12.8" and gpu.runner_arch == "linux-x86_64-sm80_sm90"
+    # A GPU key written before the pool segment: still ours, grouped by its arch as before.
+    assert gpu.accel == "cu12.8" and gpu.pool == "" and gpu.runner_pool == "linux-x86_64-sm80_sm90"
+    assert gpu.scope == gpu_key.removesuffix("-run-9")
+    assert cpu.pool == "" and cpu.runner_pool == "linux-x86_64-cpu" and cpu.scope == cpu_key
+    new_key = (
+        "fxcache-v1-linux-x86_64-cp312-torch2.14.1+cu130-cu13.0-sm90-nvidia_h200.avx512_vnni."
+        "4c8b371a-0d4e61a2c9f3-run-9.1"
+    )
+    new = scopekey.parse(new_key)
+    assert new is not None and new.archs == ("sm90",) and new.hash == "0d4e61a2c9f3"
+    assert new.pool == "nvidia_h200.avx512_vnni.4c8b371a" and new.suffix == "run-9.1"
+    assert new.runner_pool == "linux-x86_64-sm90-nvidia_h200.avx512_vnni.4c8b371a"
+    assert new.scope == new_key.removesuffix("-run-9.1")
+    # A suffix that looks like a pool segment stays the suffix of an old key.
+    odd = scopekey.parse(gpu_key + "-x.0123abcd")
+    assert odd is not None and odd.pool == "" and odd.suffix == "run-9-x.0123abcd"
     for foreign in ("node-cache-linux-x64", "fxcache-v1-linux", "pip-fxcache-v1-x"):
         assert scopekey.parse(foreign) is None
 
@@ -242,3 +321,33 @@ def test_cpu_scope_keys_are_unchanged_by_the_gpu_models() -> None:
     assert scopekey.scope_key(cpu) == expected
     assert _on(cpu, "NVIDIA H200") == expected
     assert "gpu_models" not in cpu.keyed_fields()
+
+
+# The parser of fxcache releases before the pool segment (main before this change), verbatim:
+# a fleet mid-upgrade runs it, and it must leave today's GPU keys alone as foreign.
+RELEASED_KEY_RE = re.compile(
+    r"^fxcache-v(?P<version>\d+)"
+    r"-(?P<os>[A-Za-z0-9._+]+)"
+    r"-(?P<machine>[A-Za-z0-9._+]+)"
+    r"-(?P<abi>[A-Za-z0-9._+]+)"
+    r"-torch(?P<torch>[A-Za-z0-9._+]+)"
+    r"-(?P<accel>cpu|cu[0-9.]+|rocm[0-9.]+)"
+    r"(?:-(?P<archs>(?![0-9a-f]{12}(?:-|$))[A-Za-z0-9._+]+))?"
+    r"-(?P<hash>[0-9a-f]{12})"
+    r"(?:-(?P<suffix>[A-Za-z0-9._+-]+))?$"
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(fingerprints, st.sampled_from(["", "run-812.1", "llama-run-9.2"]))
+def test_released_parsers_see_gpu_keys_as_foreign_and_cpu_keys_as_before(
+    fp: Fingerprint, suffix: str
+) -> None:
+    key = scopekey.scope_key(fp, suffix)
+    released = RELEASED_KEY_RE.match(key)
+    if fp.device_kind == "cpu":
+        parsed = scopekey.parse(key)
+        assert released is not None and parsed is not None
+        assert (released["hash"], released["suffix"] or "") == (parsed.hash, parsed.suffix)
+    else:
+        assert released is None

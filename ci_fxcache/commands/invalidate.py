@@ -32,7 +32,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     options.python_option(parser)
     parser.add_argument("--max-age", metavar="AGE", help="unused for longer than AGE (14d, 12h)")
     parser.add_argument("--max-size", metavar="SIZE", help="evict LRU until the total fits (50G)")
-    parser.add_argument("--keep-latest", metavar="N", type=int, help="keep N per architecture")
+    parser.add_argument("--keep-latest", metavar="N", type=int, help="keep N per runner pool")
     parser.add_argument(
         "--older-torch-than",
         metavar="VERSION",

@@ -2,13 +2,15 @@
 
 Format (v1), `-`-separated, every segment in [A-Za-z0-9._+]:
 
-    fxcache-v1-<os>-<machine>-<abi>-torch<version>-<accel>[-<archs>]-<hash12>[-<suffix>]
+    fxcache-v1-<os>-<machine>-<abi>-torch<version>-<accel>[-<archs>-<pool>]-<hash12>[-<suffix>]
 
 `accel` is `cpu`, `cu<CUDA major.minor>` or `rocm<HIP major.minor>`; `archs` (GPU builds only)
 is the sorted distinct GPU architectures joined by `_` (`sm90`, `sm80_sm90`, `gfx90a`), or
-`nogpu` when a GPU build sees no device. `hash12` is the first 12 hex digits of the SHA-256 of
-the canonical JSON of `Fingerprint.keyed_fields()`. `suffix` is free (e.g. a run id when saving
-to actions/cache) and is ignored when scopes are compared.
+`nogpu` when a GPU build sees no device. `pool` (GPU builds only) names the runner pool:
+`<models>.<cpu isa>.<digest8>` (see `pool_segment`); GPU keys written before it existed have
+none and still parse. `hash12` is the first 12 hex digits of the SHA-256 of the canonical JSON
+of `Fingerprint.keyed_fields()`. `suffix` is free (e.g. a run id when saving to actions/cache)
+and is ignored when scopes are compared.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ KEY_RE = re.compile(
     r"-(?P<abi>[A-Za-z0-9._+]+)"
     r"-torch(?P<torch>[A-Za-z0-9._+]+)"
     r"-(?P<accel>cpu|cu[0-9.]+|rocm[0-9.]+)"
-    r"(?:-(?P<archs>(?![0-9a-f]{12}(?:-|$))[A-Za-z0-9._+]+))?"
+    r"(?:-(?P<archs>(?![0-9a-f]{12}(?:-|$))[A-Za-z0-9._+]+)"
+    r"(?:-(?P<pool>[A-Za-z0-9._+]*\.[0-9a-f]{8}))?)?"
     r"-(?P<hash>[0-9a-f]{12})"
     r"(?:-(?P<suffix>[A-Za-z0-9._+-]+))?$"
 )
@@ -77,6 +80,25 @@ def accelerator_segment(fp: Fingerprint) -> str:
     return "cpu"
 
 
+# The keyed fields that tell runner pools apart (hardware and runner setup), as opposed to what
+# one pool's environment changes over time (torch, CUDA, HIP, Triton, Python ABI, salt), which
+# `--keep-latest` ages out within a pool. ParsedKey.runner_pool reads it back from a key.
+POOL_FIELDS = ("os", "machine", "gpu_archs", "gpu_models", "cpu_isa", "cpu_capability_override")
+POOL_LABEL_MAX = 64
+
+
+def pool_segment(fp: Fingerprint) -> str:
+    """A GPU build's runner-pool segment, `<models>.<cpu isa>.<digest8>`
+    (`nvidia_h200.avx512_vnni.4c8b371a`): the label is for people (model names without
+    ROCm's target features, cut at POOL_LABEL_MAX characters); the digest, the first 8 hex
+    digits of the SHA-256 of the canonical JSON of the POOL_FIELDS, is what keeps pools apart."""
+    fields = fp.keyed_fields()
+    digest = fingerprint_hash({name: fields.get(name) for name in POOL_FIELDS})[:8]
+    names = [segment(model.split("@", 1)[0]) for model in fp.gpu_models]
+    label = ".".join([*names, segment(fp.cpu_isa)])[:POOL_LABEL_MAX].rstrip(".")
+    return f"{label}.{digest}"
+
+
 def scope_key(fp: Fingerprint, suffix: str = "") -> str:
     """The scope key of fingerprint `fp` (optionally with a free-form suffix)."""
     parts = [
@@ -89,6 +111,7 @@ def scope_key(fp: Fingerprint, suffix: str = "") -> str:
     ]
     if fp.device_kind != "cpu":
         parts.append("_".join(segment(a) for a in fp.gpu_archs) or "nogpu")
+        parts.append(pool_segment(fp))
     parts.append(fingerprint_hash(fp.keyed_fields()))
     if suffix.strip():
         parts.append(re.sub(r"[^A-Za-z0-9._+-]", "_", suffix.strip()))
@@ -113,6 +136,7 @@ class ParsedKey:
     archs: tuple[str, ...]  # () for CPU builds; ("nogpu",) for a GPU build that saw no device
     hash: str
     suffix: str
+    pool: str = ""  # GPU builds' pool segment; "" for CPU keys and GPU keys written before it
 
     @property
     def scope(self) -> str:
@@ -127,13 +151,21 @@ class ParsedKey:
         ]
         if self.archs:
             parts.append("_".join(self.archs))
+        if self.pool:
+            parts.append(self.pool)
         parts.append(self.hash)
         return "-".join(parts)
 
     @property
-    def runner_arch(self) -> str:
-        """What scopes of one runner pool share: OS, machine and accelerator archs."""
-        return "-".join([self.os, self.machine, "_".join(self.archs) or "cpu"])
+    def runner_pool(self) -> str:
+        """What scopes of one runner pool share (`--keep-latest` keeps N per pool): OS, machine,
+        GPU archs and, for GPU keys, the pool segment (GPU models, CPU ISA). A CPU key's hash
+        alone holds its CPU ISA, so CPU scopes of one OS and machine are one pool; so are GPU
+        keys written before the pool segment, per arch, apart from the newer ones."""
+        parts = [self.os, self.machine, "_".join(self.archs) or "cpu"]
+        if self.pool:
+            parts.append(self.pool)
+        return "-".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict, with the scope."""
@@ -145,6 +177,7 @@ class ParsedKey:
             "torch": self.torch,
             "accel": self.accel,
             "archs": list(self.archs),
+            "pool": self.pool,
             "hash": self.hash,
             "suffix": self.suffix,
             "scope": self.scope,
@@ -167,4 +200,5 @@ def parse(key: str) -> ParsedKey | None:
         archs=tuple(archs.split("_")) if archs else (),
         hash=match["hash"],
         suffix=match["suffix"] or "",
+        pool=match["pool"] or "",
     )

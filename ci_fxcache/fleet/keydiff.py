@@ -27,6 +27,7 @@ KEY_PARTS = {
     "torch": "torch_version",
     "accel": "accelerator",
     "archs": "gpu_archs",
+    "pool": "runner pool (GPU models, CPU ISA)",
     "hash": "fingerprint hash",
 }
 # Derived or bookkeeping entries of Fingerprint.to_dict() that are not facts of their own.

@@ -90,15 +90,15 @@ def select(entries: list[Entry], policy: Policy, now: float) -> list[Entry]:
             if idle > policy.max_age_s:
                 entry.reasons.append(f"unused for {_age(idle)} > {_age(policy.max_age_s)}")
     if policy.keep_latest is not None:
-        by_arch: dict[str, list[Entry]] = defaultdict(list)
+        by_pool: dict[str, list[Entry]] = defaultdict(list)
         for entry in entries:
             if entry.quarantined:  # never one of the "latest": it is not served
                 continue
-            by_arch[entry.key.runner_arch].append(entry)
-        for arch, group in by_arch.items():
+            by_pool[entry.key.runner_pool].append(entry)
+        for pool, group in by_pool.items():
             group.sort(key=lambda e: e.last_used, reverse=True)
             for entry in group[policy.keep_latest :]:
-                entry.reasons.append(f"beyond the {policy.keep_latest} latest for {arch}")
+                entry.reasons.append(f"beyond the {policy.keep_latest} latest for {pool}")
     if policy.older_torch_than is not None:
         limit = release(policy.older_torch_than)
         for entry in entries:
