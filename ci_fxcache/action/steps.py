@@ -254,7 +254,9 @@ def save(post: bool = False) -> int:
 def gha_upload() -> int:
     """Upload the committed scope as this run's GitHub cache entry when `save` decided so.
     A failed upload is a warning: the job's own result stands, the next run compiles cold."""
-    from ci_fxcache.store import actions_cache
+    from ci_fxcache.store import actions_cache, github_tier
+    from ci_fxcache.store.layout import Layout
+    from ci_fxcache.store.remote import RemoteUnavailable
 
     s = load()
     if s.store != "github":
@@ -269,16 +271,16 @@ def gha_upload() -> int:
     if where is None:
         gha.warn(f"store github: this run added to the cache, but nothing was uploaded: {problem}")
         return 0
+    tier = github_tier.GitHubTier(actions_cache.CacheService(where), s.gha_key, s.gha_prefix)
+    scope = Path(s.gha_path)
     try:
-        sent = actions_cache.save_directory(
-            actions_cache.CacheService(where), Path(s.gha_path), s.gha_key
-        )
-    except (actions_cache.CacheServiceError, OSError) as exc:
+        sent = tier.publish(Layout(scope.parent), scope.name, None)
+    except (RemoteUnavailable, OSError) as exc:
         gha.warn(f"store github: uploading {s.gha_key} failed: {exc}")
         return 0
     done.update(upload=False, uploaded=sent)
     s.saved_marker.write_text(json.dumps(done) + "\n", encoding="utf-8")
-    if sent["uploaded"]:
+    if sent["published"]:
         print(f"fxcache: GitHub cache entry {s.gha_key} saved ({sent['bytes']} bytes)")
     else:
         print(f"fxcache: GitHub cache entry {s.gha_key} not saved: {sent['reason']}")
@@ -288,7 +290,8 @@ def gha_upload() -> int:
 def gha_restore() -> int:
     """Store github: download the newest entry of this scope (by key prefix) into the store
     root before `restore` checks it. Nothing found, or a failed download, is a cold start."""
-    from ci_fxcache.store import actions_cache
+    from ci_fxcache.store import actions_cache, github_tier, remote
+    from ci_fxcache.store.layout import Layout
 
     s = load()
     if s.store != "github":
@@ -298,19 +301,16 @@ def gha_restore() -> int:
         gha.warn(f"store github: nothing restored from the GitHub cache: {problem}")
         return 0
     target = Path(s.gha_path)
-    if target.exists():
+    tier = github_tier.GitHubTier(actions_cache.CacheService(where), s.gha_key, s.gha_prefix)
+    got = remote.fetch_scope(
+        Layout(target.parent), target.name, tier, read_only=True, signing_key=None
+    )  # read_only: touch sends nothing for this tier either way
+    if got.get("local"):
         print(f"fxcache: {target} is already on this runner; not downloading")
-        return 0
-    service = actions_cache.CacheService(where)
-    try:
-        matched = actions_cache.restore_directory(service, target, s.gha_key, [s.gha_prefix])
-    except (actions_cache.CacheServiceError, OSError) as exc:
-        gha.warn(f"store github: restoring from the GitHub cache failed ({exc}); cold start")
-        return 0
-    if matched is None:
+    elif got.get("fetched"):
+        print(f"fxcache: restored GitHub cache entry {tier.matched} into {target}")
+    elif "error" not in got:
         print(f"fxcache: no GitHub cache entry for {s.gha_prefix}*")
-    else:
-        print(f"fxcache: restored GitHub cache entry {matched} into {target}")
     return 0
 
 

@@ -127,21 +127,23 @@ def fetch_scope(
                     info.update(got.detail)
             if not read_only and info.get("found", True):
                 tier.touch(key)
-    except RemoteUnavailable as exc:
+    except (RemoteUnavailable, OSError) as exc:  # OSError: the local root (a full disk)
         info["error"] = str(exc)
         gha.warn(
             f"{tier.name} {tier.describe()} unusable ({exc}); continuing with the local store only"
         )
     except RemoteCorrupt as exc:
         info["error"] = str(exc)
-        info["quarantined"] = _quarantine(layout, key, target, exc)
+        info["quarantined"] = _quarantine(layout, key, tier, target, exc)
     finally:
         if target.exists():
             scopes.remove_tree(target)
     return info
 
 
-def _quarantine(layout: Layout, key: str, target: Path, exc: RemoteCorrupt) -> str | None:
+def _quarantine(
+    layout: Layout, key: str, tier: RemoteTier, target: Path, exc: RemoteCorrupt
+) -> str | None:
     """Keep what a broken fetch wrote in `.quarantine/` with a note; say so once."""
     where: Path | None = None
     if target.exists() and not os.path.lexists(layout.scope(key)):
@@ -149,7 +151,10 @@ def _quarantine(layout: Layout, key: str, target: Path, exc: RemoteCorrupt) -> s
         where = scopes.quarantine(layout, key, f"remote copy broken: {exc}", exc.problems)
     first = f"; first: {exc.problems[0]}" if exc.problems else ""
     moved = f"; moved to {where}" if where else ""
-    gha.warn(f"remote copy of cache scope {key} refused ({exc}{first}){moved}; continuing cold")
+    gha.warn(
+        f"restoring from {tier.describe()} failed: its copy of cache scope {key} is refused "
+        f"({exc}{first}){moved}; continuing cold"
+    )
     return str(where) if where else None
 
 
@@ -163,7 +168,7 @@ def publish_scope(
         info.update(tier.publish(layout, key, signing_key))
     except (RemoteUnavailable, RemoteCorrupt) as exc:
         info.update(published=False, error=str(exc))
-        gha.warn(f"{tier.name} {tier.describe()}: publishing {key} failed ({exc}); kept locally")
+        gha.warn(f"publishing {key} to {tier.describe()} failed ({exc}); kept locally")
     return info
 
 
