@@ -130,7 +130,7 @@ def fetch_scope(
     except (RemoteUnavailable, OSError) as exc:  # OSError: the local root (a full disk)
         info["error"] = str(exc)
         gha.warn(
-            f"{tier.name} {tier.describe()} unusable ({exc}); continuing with the local store only"
+            f"restoring from {tier.describe()} failed ({exc}); continuing with the local store only"
         )
     except RemoteCorrupt as exc:
         info["error"] = str(exc)

@@ -132,7 +132,7 @@ class Bucket:
         config = Config(
             connect_timeout=connect,
             read_timeout=read,
-            retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+            retries={"total_max_attempts": MAX_ATTEMPTS, "mode": "standard"},
             max_pool_connections=POOL,
             # Every byte is checked against the manifest's sha256: no CRC of 1 GiB besides.
             request_checksum_calculation="when_required",

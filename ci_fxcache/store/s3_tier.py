@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -47,6 +48,16 @@ PACK_BYTES = 32 * 1024 * 1024
 MAX_SEGMENTS = 16
 WORKERS = 8
 PUBLISH_ATTEMPTS = 8
+# Fault injection for the tests, never set in production (store.save's variable):
+# `s3-pause:SECONDS` pauses a publish after its packs and segment, before the head's PUT.
+FAULT_ENV = "FXCACHE_TEST_FAULT"
+
+
+def _fault_pause() -> None:
+    fault = os.environ.get(FAULT_ENV, "")
+    if fault.startswith("s3-pause:"):
+        print("fxcache: test fault: packs uploaded, pausing before the head", flush=True)
+        time.sleep(float(fault.split(":", 1)[1]))
 
 
 def _digest(data: bytes | memoryview) -> str:
@@ -178,10 +189,12 @@ class S3Tier:
             return set()
         return {p for p in data if _is_digest(p)} if isinstance(data, list) else set()
 
-    def _mark_bad(self, layout: Layout, packs: set[str]) -> None:
+    def _set_bad(self, layout: Layout, packs: set[str]) -> None:
+        """Record the packs found missing or damaged: never used from the bucket again until
+        this runner uploads that pack itself (a pack's name is its content's sha256)."""
         where = self._local(layout)
         where.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(sorted(self._bad_packs(layout) | packs)) + "\n"
+        text = json.dumps(sorted(packs)) + "\n"
         atomic_write.write_text(where / "bad-packs.json", text, layout.root / LOCKS)
 
     # -- reading the index -------------------------------------------------------------------
@@ -272,7 +285,7 @@ class S3Tier:
         except S3Unavailable as exc:
             raise RemoteUnavailable(str(exc)) from None
         if bad:
-            self._mark_bad(layout, bad)
+            self._set_bad(layout, self._bad_packs(layout) | bad)
             raise RemoteCorrupt(f"{len(bad)} pack(s) missing or damaged", problems)
         stats = {rel: os.lstat(os.path.join(scope_dir, rel)) for rel in entries}
         files = {
@@ -374,10 +387,13 @@ class S3Tier:
             else:
                 upload.append(rel)
         scope = layout.scope(key)
-        packs = self._upload_packs(scope, upload, local["files"], entries)
+        sent = self._upload_packs(scope, upload, local["files"], entries)
+        if bad & sent:  # uploaded again, whole: good from now on
+            self._set_bad(layout, bad - sent)
         segment = self._put_segment(entries)
         packed = sorted({e["pack"] for e in entries.values()})
         new_seg = {"sha256": segment, "files": len(entries), "packs": packed}
+        _fault_pause()
         for _attempt in range(PUBLISH_ATTEMPTS):
             composed = self._compose(layout, key, head, dropped, new_seg, local, signing_key)
             body = (json.dumps(composed, indent=1, sort_keys=True) + "\n").encode()
@@ -400,7 +416,7 @@ class S3Tier:
         return {
             "published": True,
             "files": len(entries),
-            "new_packs": packs,
+            "new_packs": len(sent),
             "uploaded_files": len(upload),
             **self.stats(),
         }
@@ -453,11 +469,12 @@ class S3Tier:
         upload: list[str],
         files: dict[str, Any],
         entries: dict[str, dict[str, Any]],
-    ) -> int:
-        """Upload `upload` (paths in `scope`) as packs, adding their entries; the pack count.
+    ) -> set[str]:
+        """Upload `upload` (paths in `scope`) as packs, adding their entries; the packs' names.
         A file that no longer matches its manifest entry is left out (never published)."""
         chunks = list(self._chunks(upload, files))
         lock = threading.Lock()
+        names: set[str] = set()
 
         def send(index: str) -> None:
             parts: list[bytes] = []
@@ -474,6 +491,7 @@ class S3Tier:
             name = _digest(blob)
             self.bucket.put(self.pack_key(name), blob)
             with lock:
+                names.add(name)
                 for rel, e in placed.items():
                     entries[rel] = {**e, "pack": name}
 
@@ -481,7 +499,7 @@ class S3Tier:
             self._parallel(send, [str(i) for i in range(len(chunks))])
         except (S3Unavailable, S3Missing, S3Conflict) as exc:
             raise RemoteUnavailable(str(exc)) from None
-        return len(chunks)
+        return names
 
     def _put_segment(self, entries: dict[str, dict[str, Any]]) -> str:
         data = {"schema": SEGMENT_SCHEMA, "files": dict(sorted(entries.items()))}
