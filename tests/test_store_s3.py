@@ -373,3 +373,67 @@ def test_a_hung_server_costs_bounded_timeouts_then_local_only(
     store = _store(tmp_path, "a", run_fxcache, seaweed, bucket, AWS_ENDPOINT_URL_S3=endpoint,
                    FXCACHE_S3_TIMEOUT="1")  # fmt: skip
     _local_only(store, "failed")
+
+
+# -- invalidate --s3 -------------------------------------------------------------------------
+
+
+def _invalidate(run: RunFxcache, store: Store, *args: str) -> dict[str, Any]:
+    proc = run("invalidate", "--s3", "--json", *args, env=store.env)
+    assert proc.returncode == 0, proc.stderr
+    data: dict[str, Any] = json.loads(proc.stdout)
+    return data
+
+
+def test_invalidate_s3_applies_the_policies_then_collects_unreferenced_objects(
+    tmp_path: Path, run_fxcache: RunFxcache, seaweed: SeaweedS3, bucket: str
+) -> None:
+    a = _store(tmp_path, "a", run_fxcache, seaweed, bucket)
+    old = _first_job(a)
+    newer = a.restore("--store", "s3", "--salt", "second", state="s2.json")
+    write_files(Path(newer["scope_dir"]), {"inductor/fxgraph/zz/other": b"other" * 999})
+    assert _save_json(a, "s2.json")["remote"]["published"]
+    time.sleep(1.1)  # LastModified has one-second resolution
+    b = _store(tmp_path, "b", run_fxcache, seaweed, bucket)
+    b.restore("--store", "s3", "--salt", "second")  # a trusted restore refreshes the marker
+    before = _objects(seaweed, bucket)
+    assert any(k.endswith(f"{newer['scope_key']}/last-used") for k in before)
+
+    dry = _invalidate(run_fxcache, a, "--keep-latest", "1", "--dry-run")
+    assert [(r["scope"], r["action"]) for r in dry["rows"]] == [(old["scope_key"], "would remove")]
+    assert dry["s3"]["gc"]["objects_removed"] == 0  # everything is still referenced
+    assert _objects(seaweed, bucket) == before
+
+    done = _invalidate(run_fxcache, a, "--keep-latest", "1")
+    assert [(r["scope"], r["action"]) for r in done["rows"]] == [(old["scope_key"], "removed")]
+    gc = done["s3"]["gc"]
+    assert gc["objects_removed"] == 0 and gc["kept_in_grace"] == 2, gc  # its pack and segment
+    swept = _invalidate(run_fxcache, a, "--keep-latest", "1", "--gc-grace", "0s")
+    assert swept["rows"] == [] and swept["s3"]["gc"]["objects_removed"] == 2, swept
+    left = _objects(seaweed, bucket)
+    assert not any(old["scope_key"] in k for k in left)
+    c = _store(tmp_path, "c", run_fxcache, seaweed, bucket)
+    assert c.restore("--store", "s3", "--salt", "second")["hit"]  # the kept scope is whole
+    assert not c.restore("--store", "s3", state="s3.json")["remote"]["found"]
+
+
+def test_invalidate_s3_max_age_follows_the_last_used_marker(
+    tmp_path: Path, run_fxcache: RunFxcache, seaweed: SeaweedS3, bucket: str
+) -> None:
+    from ci_fxcache.store import s3_client, s3_invalidate, s3_tier
+    from ci_fxcache.store.policies import Policy
+
+    a = _store(tmp_path, "a", run_fxcache, seaweed, bucket)
+    state = _first_job(a)
+    os.environ.update(seaweed.env())
+    try:
+        tier = s3_tier.S3Tier(s3_client.parse_url(bucket))
+        policy = Policy(max_age_s=3600)
+        fresh = s3_invalidate.run(tier, policy, dry_run=True)
+        later = s3_invalidate.run(tier, policy, dry_run=True, now=time.time() + 7200)
+    finally:
+        for name in seaweed.env():
+            os.environ.pop(name, None)
+    assert fresh["rows"] == []
+    assert [r["scope"] for r in later["rows"]] == [state["scope_key"]]
+    assert "unused for" in later["rows"][0]["reasons"][0]
