@@ -26,8 +26,7 @@ from ci_fxcache.action.settings import (
 from ci_fxcache.env import interpreter
 from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
 from ci_fxcache.report import pr_comment
-from ci_fxcache.store import redis_cache, trust
-from ci_fxcache.store import save as store_save
+from ci_fxcache.store import redis_cache, remote, s3_client, trust
 
 # The main action's outputs: name -> id of the step that writes it (action.yml's `outputs:`
 # maps each to `steps.<id>.outputs.<name>`; tests/test_action_inputs.py checks it).
@@ -84,6 +83,11 @@ def setup() -> int:
             )
         else:
             remote = True
+    if store == "s3":
+        if not values["s3-url"]:
+            notes.append("store s3 without an s3-url: local only")
+        else:
+            remote = True  # read-only runs read the bucket and never write it (store.remote)
     for note in notes:
         gha.say("notice", note)
     root, problem = store_root(values["cache-root"])
@@ -137,13 +141,14 @@ def restore() -> int:
     values = inp.from_env(inp.MAIN)
     s = load()
     argv = ["restore", "--python", s.python, "--root", s.root, "--state-file", str(s.state_file)]
-    argv += ["--store", "redis" if s.remote else "local"]
+    argv += ["--store", s.store if s.remote else "local"]
     if values["read-only"] == "true":
         argv.append("--read-only")
     if not values["invalidate-on-upgrade"]:
         argv.append("--no-invalidate-on-upgrade")
     _set_env(trust.SIGNING_ENV, values["signing-key"])
     _set_env(redis_cache.URL_ENV, values["redis-url"] if s.remote else None)
+    _set_env(s3_client.URL_ENV, values["s3-url"] if s.remote else None)
     return cli.main(argv)
 
 
@@ -221,7 +226,7 @@ def _save_result(s: Settings, post: bool) -> dict[str, Any]:
     key = os.environ.get(trust.SIGNING_ENV) or None
     if not post:
         key = inp.from_env(inp.SAVE)["signing-key"] or key
-    return store_save.save_from_state(s.state_file, Path(s.root), key)
+    return remote.save_and_publish(s.state_file, Path(s.root), key)
 
 
 def save(post: bool = False) -> int:
@@ -326,6 +331,7 @@ def invalidate() -> int:
     if values["dry-run"]:
         argv.append("--dry-run")
     _set_env(redis_cache.URL_ENV, values["redis-url"])
+    _set_env(s3_client.URL_ENV, values["s3-url"])
     _set_env("GITHUB_TOKEN", values["github-token"])
     out = runner_temp() / "fxcache" / f"invalidate-{values['target']}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
