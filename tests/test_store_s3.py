@@ -437,3 +437,53 @@ def test_invalidate_s3_max_age_follows_the_last_used_marker(
     assert fresh["rows"] == []
     assert [r["scope"] for r in later["rows"]] == [state["scope_key"]]
     assert "unused for" in later["rows"][0]["reasons"][0]
+
+
+# -- the action's inputs: store s3 + s3-url ---------------------------------------------------
+
+
+def test_the_action_with_store_s3_publishes_and_a_forks_run_reads_without_writing(
+    tmp_path: Path, seaweed: SeaweedS3, bucket: str
+) -> None:
+    from tests.test_action_steps import REPO_ID, pull_request_event, run_step
+
+    inputs = {"store": "s3", "s3-url": bucket}
+    aws = seaweed.env()
+    runner = tmp_path / "a"
+    runner.mkdir()
+    settings = run_step(runner, "setup", inputs).outputs["settings"]
+    assert json.loads(Path(settings).read_text())["remote"] is True
+    restored = run_step(runner, "restore", inputs, FXCACHE_ACTION_SETTINGS=settings, **aws)
+    assert restored.proc.returncode == 0 and restored.outputs["cache-hit"] == "false"
+    state = json.loads(Path(restored.outputs["state-file"]).read_text())
+    assert state["remote"]["url"] == bucket
+    write_files(Path(state["scope_dir"]), SAMPLE)
+    post = run_step(runner, "post-save", inputs, FXCACHE_ACTION_SETTINGS=settings, **aws)
+    assert post.proc.returncode == 0, post.lines
+    assert any('"published": true' in line for line in post.lines), post.lines
+    before = _objects(seaweed, bucket)
+
+    fork = pull_request_event(head_name="someone/demo", head_id=REPO_ID + 1)
+    runner_b = tmp_path / "b"
+    runner_b.mkdir()
+    settings_b = run_step(runner_b, "setup", inputs, event=fork).outputs["settings"]
+    got = run_step(runner_b, "restore", inputs, event=fork, FXCACHE_ACTION_SETTINGS=settings_b,
+                   **aws)  # fmt: skip
+    assert got.proc.returncode == 0 and got.outputs["cache-hit"] == "true", got.lines
+    state_b = json.loads(Path(got.outputs["state-file"]).read_text())
+    assert state_b["read_only"] and state_b["remote"]["fetched"]
+    write_files(Path(state_b["inductor_dir"]), {"fxgraph/zz/planted": b"from a fork"})
+    run_step(runner_b, "post-save", inputs, event=fork, FXCACHE_ACTION_SETTINGS=settings_b, **aws)
+    time.sleep(1.1)
+    assert _objects(seaweed, bucket) == before
+    for step in (restored, post, got):
+        assert all(SECRET_KEY not in line for line in step.lines)
+
+
+def test_action_inputs_refuse_an_s3_url_with_credentials(tmp_path: Path) -> None:
+    from tests.test_action_steps import run_step
+
+    bad = run_step(tmp_path, "setup", {"store": "s3", "s3-url": "s3://AKIA:secret@bucket/x"})
+    assert bad.proc.returncode == 2, bad.lines
+    (error,) = bad.errors
+    assert "no credentials" in error and "secret" not in error.replace("no credentials", "")
