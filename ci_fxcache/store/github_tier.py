@@ -70,3 +70,7 @@ class GitHubTier:
 
     def touch(self, key: str) -> None:
         """Nothing to send: the service records each entry's last access."""
+
+    def stats(self) -> dict[str, Any]:
+        """Not counted for this backend."""
+        return {}

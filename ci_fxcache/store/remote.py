@@ -74,6 +74,10 @@ class RemoteTier(Protocol):
         """Mark scope `key` as used now, cheaply (invalidation's --max-age)."""
         ...
 
+    def stats(self) -> dict[str, Any]:
+        """Transfer counts so far (requests by kind, bytes each way), where the backend has them."""
+        ...
+
 
 def tier_for(store: str, url: str | None) -> RemoteTier | None:
     """The backend that the CLI's `--store` names (None for stores without tier 2)."""
@@ -127,6 +131,7 @@ def fetch_scope(
                     info.update(got.detail)
             if not read_only and info.get("found", True):
                 tier.touch(key)
+            info.update(tier.stats())
     except (RemoteUnavailable, OSError) as exc:  # OSError: the local root (a full disk)
         info["error"] = str(exc)
         gha.warn(

@@ -273,7 +273,10 @@ class S3Tier:
         entries = self.index(layout, head)
         target.mkdir()
         scope_dir = str(target)
-        overlay._make_tree(scope_dir, sorted({rel.rpartition("/")[0] for rel in entries}))
+        # The cache dirs and their first level here; each pack's worker makes the rest while
+        # other packs download (Inductor gives nearly every entry a directory of its own).
+        tops = {"/".join(rel.split("/")[:2]) for rel in entries}
+        overlay._make_tree(scope_dir, sorted(tops | {t.partition("/")[0] for t in tops}))
         groups = pack_groups(entries)
         bad: set[str] = set()
         problems: list[str] = []
@@ -309,8 +312,7 @@ class S3Tier:
         if signing_key:  # the head was signed with this key and every byte matched it
             mf.sign(manifest, signing_key)
         mf.write_atomic(target / MANIFEST, manifest, layout.root / LOCKS)
-        detail = {"packs": len(groups), **self.stats()}
-        return Fetched(len(files), manifest["total_bytes"], detail)
+        return Fetched(len(files), manifest["total_bytes"], {"packs": len(groups)})
 
     def _parallel(self, work: Any, items: list[str]) -> None:
         """`work(item)` for every item on WORKERS threads; the first exception is raised
@@ -350,7 +352,13 @@ class S3Tier:
                 bad.add(pack)
                 problems.append(f"altered: {rel} (pack {pack[:12]})")
                 continue
-            with open(os.path.join(root, rel), "xb") as fh:
+            path = os.path.join(root, rel)
+            try:
+                fh = open(path, "xb")  # noqa: SIM115 (closed below)
+            except FileNotFoundError:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                fh = open(path, "xb")  # noqa: SIM115
+            with fh:
                 fh.write(data)
 
     def touch(self, key: str) -> None:
