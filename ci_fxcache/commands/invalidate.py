@@ -93,9 +93,9 @@ def run(
     github: bool,
     redis: bool,
     redis_url: str | None,
-    s3: bool = False,
-    s3_url: str | None = None,
-    gc_grace: str = "1d",
+    s3: bool,
+    s3_url: str | None,
+    gc_grace: str,
 ) -> int:
     """Apply the policies to the chosen store(s); print a table or JSON. Exit 1 when a
     selected cache could not be removed."""
