@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -142,6 +143,7 @@ class Bucket:
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         self.where = where
         self.requests: dict[str, int] = {}
+        self._lock = threading.Lock()
         self.sent_bytes = 0
         self.received_bytes = 0
         try:
@@ -151,8 +153,11 @@ class Bucket:
         except Exception as exc:  # botocore's configuration errors (a bad profile, ...)
             raise S3Unavailable(f"S3 client not configured: {_describe(exc)}") from exc
 
-    def _count(self, what: str) -> None:
-        self.requests[what] = self.requests.get(what, 0) + 1
+    def _count(self, what: str, sent: int = 0, received: int = 0) -> None:
+        with self._lock:  # transfers run on several threads
+            self.requests[what] = self.requests.get(what, 0) + 1
+            self.sent_bytes += sent
+            self.received_bytes += received
 
     def _fail(self, exc: BaseException, key: str) -> BaseException:
         """The exception to raise for a failed request on `key`."""
@@ -173,7 +178,8 @@ class Bucket:
         return S3Unavailable(_describe(exc))
 
     def _call(self, what: str, key: str, **kwargs: Any) -> Any:
-        self._count(what)
+        body = kwargs.get("Body")
+        self._count(what, sent=len(body) if isinstance(body, bytes) else 0)
         try:
             return getattr(self._s3, what)(Bucket=self.where.bucket, **kwargs)
         except Exception as exc:  # botocore raises ClientError, BotoCoreError and subclasses
@@ -193,7 +199,8 @@ class Bucket:
             body = answer["Body"].read()
         except Exception as exc:  # a connection dropped mid-body
             raise S3Unavailable(f"reading {key}: {_describe(exc)}") from None
-        self.received_bytes += len(body)
+        with self._lock:
+            self.received_bytes += len(body)
         return body, str(answer.get("ETag", ""))
 
     def put(
@@ -215,7 +222,6 @@ class Bucket:
         answer = self._call(
             "put_object", key, Key=key, Body=body, ContentType=content_type, **extra
         )
-        self.sent_bytes += len(body)
         return str(answer.get("ETag", ""))
 
     def delete(self, key: str) -> None:
