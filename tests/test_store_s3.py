@@ -488,3 +488,18 @@ def test_action_inputs_refuse_an_s3_url_with_credentials(tmp_path: Path) -> None
     assert bad.proc.returncode == 2, bad.lines
     (error,) = bad.errors
     assert "no credentials" in error and "secret" not in error.replace("no credentials", "")
+
+
+def test_a_fetch_killed_half_way_is_never_served_and_is_cleared_by_the_next(
+    tmp_path: Path, run_fxcache: RunFxcache, seaweed: SeaweedS3, bucket: str
+) -> None:
+    a = _store(tmp_path, "a", run_fxcache, seaweed, bucket)
+    key = _first_job(a)["scope_key"]
+    b = _store(tmp_path, "b", run_fxcache, seaweed, bucket)
+    partial = b.root / ".remote" / f"fetch-{key}.0123456789ab" / "inductor" / "fxgraph"
+    partial.mkdir(parents=True)
+    (partial / "half-written").write_bytes(b"\0" * 100)
+    got = b.restore("--store", "s3")
+    assert got["hit"] and got["files"] == len(SAMPLE) and got["remote"]["fetched"], got
+    assert not (b.root / ".remote" / f"fetch-{key}.0123456789ab").exists()
+    assert "half-written" not in tree_digest(Path(got["scope_dir"]))

@@ -117,6 +117,8 @@ def fetch_scope(
     try:
         layout.root.mkdir(parents=True, exist_ok=True)
         with scopes.lock(layout, key):
+            for left in (layout.root / REMOTE_DIR).glob(f"fetch-{key}.*"):
+                scopes.remove_tree(left)  # a fetch of this scope killed half-way (we hold its lock)
             if _present(layout, key):
                 info["local"] = True
             else:
