@@ -503,3 +503,34 @@ def test_a_fetch_killed_half_way_is_never_served_and_is_cleared_by_the_next(
     assert got["hit"] and got["files"] == len(SAMPLE) and got["remote"]["fetched"], got
     assert not (b.root / ".remote" / f"fetch-{key}.0123456789ab").exists()
     assert "half-written" not in tree_digest(Path(got["scope_dir"]))
+
+
+def test_a_forged_index_that_leaves_the_scope_is_refused_and_writes_nothing_outside(
+    tmp_path: Path, run_fxcache: RunFxcache, seaweed: SeaweedS3, bucket: str
+) -> None:
+    """Someone with write access to the bucket (no signing key in use) forges a head whose
+    segment places a file outside the cache dirs: the fetch refuses it, nothing is written."""
+    import gzip
+    import hashlib
+
+    a = _store(tmp_path, "a", run_fxcache, seaweed, bucket)
+    key = _first_job(a)["scope_key"]
+    s3: Any = seaweed.client()
+    name, _, prefix = bucket.removeprefix("s3://").partition("/")
+    payload = b"planted"
+    pack = hashlib.sha256(payload).hexdigest()
+    s3.put_object(Bucket=name, Key=f"{prefix}/packs/{pack}", Body=payload)
+    for rel in ("inductor/../../../escaped", "/tmp/escaped", "manifest.json"):
+        entry = {"sha256": pack, "size": len(payload), "offset": 0, "pack": pack}
+        segment = {"schema": "fxcache-s3-segment/1", "files": {rel: entry}}
+        raw = gzip.compress(json.dumps(segment).encode())
+        digest = hashlib.sha256(raw).hexdigest()
+        s3.put_object(Bucket=name, Key=f"{prefix}/segments/{digest}", Body=raw)
+        head = {"schema": "fxcache-s3-head/1", "scope_key": key,
+                "segments": [{"sha256": digest, "files": 1, "packs": [pack]}]}  # fmt: skip
+        s3.put_object(Bucket=name, Key=f"{prefix}/scopes/{key}/head.json",
+                      Body=json.dumps(head).encode())  # fmt: skip
+        b = _store(tmp_path, f"b{len(rel)}", run_fxcache, seaweed, bucket)
+        got = b.restore("--store", "s3")
+        assert not got["hit"] and "malformed" in got["remote"]["error"], got["remote"]
+        assert not any(p.name == "escaped" for p in tmp_path.rglob("*"))

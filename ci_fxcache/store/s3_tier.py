@@ -94,6 +94,12 @@ def head_problem(head: object, key: str) -> str | None:
     paths = head.get("torch_paths", [])
     if not (isinstance(paths, list) and all(isinstance(p, str) for p in paths)):
         return "head torch_paths is malformed"
+    if not all(isinstance(head.get(k, ""), str) for k in ("created_at", "updated_at")):
+        return "head times are malformed"
+    verification = head.get("verification") or {"references": []}
+    refs = verification.get("references") if isinstance(verification, dict) else None
+    if not (isinstance(refs, list) and all(isinstance(r, str) for r in refs)):
+        return "head verification is malformed"
     return None
 
 
