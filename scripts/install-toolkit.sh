@@ -12,7 +12,7 @@
 #
 # env: FXCACHE_ACTION_ROOT  the action's root directory
 #      FXCACHE_BASE_PYTHON  interpreter to build the venv from (else $FXCACHE_PYTHON, python3)
-#      FXCACHE_STORE        redis: install the redis extra too
+#      FXCACHE_STORE        redis / s3: install the redis / s3 extra too
 #      FXCACHE_TOOLKIT      path of an installed fxcache to use instead (same version)
 # out: step output `fxcache` (path of the fxcache executable) when $GITHUB_OUTPUT is set
 set -euo pipefail
@@ -47,6 +47,7 @@ done
 
 requirements=("$root/toolkit/requirements.txt")
 if [ "${FXCACHE_STORE:-}" = redis ]; then requirements+=("$root/toolkit/requirements-redis.txt"); fi
+if [ "${FXCACHE_STORE:-}" = s3 ]; then requirements+=("$root/toolkit/requirements-s3.txt"); fi
 pip_args=()
 for file in "${requirements[@]}"; do pip_args+=(-r "$file"); done
 

@@ -155,3 +155,13 @@ def fake_github() -> object:
     with FakeGitHub() as server:
         yield server
     assert server.violations == [], server.violations
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory: pytest.TempPathFactory) -> object:
+    """A real SeaweedFS S3 server on free loopback ports for the whole session."""
+    from tests import s3_server
+
+    server = s3_server.start(tmp_path_factory.mktemp("seaweed"))
+    yield server
+    server.stop()

@@ -43,12 +43,13 @@ def main() -> int:
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--no-save", action="store_true")
     parser.add_argument("--fail", action="store_true")
+    parser.add_argument("--store", default="local", help="restore's --store (s3: FXCACHE_S3_URL)")
     args = parser.parse_args()
     fd, state_file = tempfile.mkstemp(prefix="job-state-", suffix=".json")
     os.close(fd)
     restore = _fxcache(
         "restore", "--root", args.root, "--python", args.python, "--json",
-        "--state-file", state_file,
+        "--state-file", state_file, "--store", args.store,
     )  # fmt: skip
     if restore.returncode != 0:
         print(restore.stderr, file=sys.stderr)

@@ -281,7 +281,7 @@ def test_unwritable_tool_cache_falls_back_to_runner_temp(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("inputs", "message"),
     [
-        ({"store": "s3"}, "input store must be one of: local github redis (got 's3')"),
+        ({"store": "gcs"}, "input store must be one of: local github redis s3 (got 'gcs')"),
         ({"read-only": "yes"}, "input read-only must be one of: auto true false"),
         ({"comment": "always"}, "input comment must be one of: auto true false"),
         ({"fail-on": "sometimes"}, "input fail-on must be one of: never unsafe error no-gain"),

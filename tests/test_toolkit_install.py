@@ -102,6 +102,12 @@ def test_store_redis_installs_the_redis_extra(action: Path, tmp_path: Path) -> N
     assert _imports(exe, "redis")
 
 
+def test_store_s3_installs_the_s3_extra(action: Path, tmp_path: Path) -> None:
+    proc, exe = install(action, tmp_path, FXCACHE_STORE="s3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _imports(exe, "boto3")
+
+
 def test_a_wrong_hash_in_the_lock_stops_the_install(action: Path, tmp_path: Path) -> None:
     lock = action / "toolkit" / "requirements.txt"
     text = lock.read_text()

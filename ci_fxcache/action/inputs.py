@@ -15,7 +15,7 @@ from typing import Any
 
 from ci_fxcache import gha, names
 from ci_fxcache.errors import UsageError
-from ci_fxcache.store import redis_cache
+from ci_fxcache.store import redis_cache, s3_client
 from ci_fxcache.verify import causes
 
 INPUTS_ENV = "FXCACHE_INPUTS"
@@ -95,6 +95,13 @@ def redis_url(name: str, value: str) -> str:
     return value
 
 
+def s3_url(name: str, value: str) -> str:
+    """Empty (local only), or s3://BUCKET/PREFIX."""
+    if value:
+        s3_client.parse_url(value, f"input {name}")
+    return value
+
+
 def secret(name: str, value: str) -> str:
     """A secret: masked in the log, never written to a file."""
     gha.mask(value)
@@ -122,9 +129,10 @@ MATRIX_AXES = {
 MAIN = (
     Input("python", text),
     *(Input(name, text) for name in [*MATRIX_AXES, "matrix-file"]),
-    Input("store", one_of("local", "github", "redis")),
+    Input("store", one_of("local", "github", "redis", "s3")),
     Input("cache-root", text),
     Input("redis-url", redis_url),
+    Input("s3-url", s3_url),
     Input("key-suffix", key_suffix),
     Input("read-only", one_of("auto", "true", "false")),
     Input("save", one_of("auto", "always", "never")),
@@ -146,8 +154,9 @@ INVALIDATE = (
     Input("max-size", text),
     Input("keep-latest", text),
     Input("older-torch-than", text),
-    Input("target", one_of("local", "github", "redis")),
+    Input("target", one_of("local", "github", "redis", "s3")),
     Input("redis-url", redis_url),
+    Input("s3-url", s3_url),
     Input("dry-run", boolean),
     Input("github-token", secret),
 )

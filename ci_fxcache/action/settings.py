@@ -34,7 +34,7 @@ class Settings:
     python: str
     fxcache: str
     store: str
-    remote: bool  # torch's Redis remote cache is on for this job (store redis, URL, trusted)
+    remote: bool  # Redis remote cache on (store redis, URL, trusted), or the S3 tier (URL)
     root: str
     work: str
     read_only: bool

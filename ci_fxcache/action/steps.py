@@ -26,8 +26,7 @@ from ci_fxcache.action.settings import (
 from ci_fxcache.env import interpreter
 from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
 from ci_fxcache.report import pr_comment
-from ci_fxcache.store import redis_cache, trust
-from ci_fxcache.store import save as store_save
+from ci_fxcache.store import redis_cache, remote, s3_client, trust
 
 # The main action's outputs: name -> id of the step that writes it (action.yml's `outputs:`
 # maps each to `steps.<id>.outputs.<name>`; tests/test_action_inputs.py checks it).
@@ -84,6 +83,11 @@ def setup() -> int:
             )
         else:
             remote = True
+    if store == "s3":
+        if not values["s3-url"]:
+            notes.append("store s3 without an s3-url: local only")
+        else:
+            remote = True  # read-only runs read the bucket and never write it (store.remote)
     for note in notes:
         gha.say("notice", note)
     root, problem = store_root(values["cache-root"])
@@ -137,13 +141,14 @@ def restore() -> int:
     values = inp.from_env(inp.MAIN)
     s = load()
     argv = ["restore", "--python", s.python, "--root", s.root, "--state-file", str(s.state_file)]
-    argv += ["--store", "redis" if s.remote else "local"]
+    argv += ["--store", s.store if s.remote else "local"]
     if values["read-only"] == "true":
         argv.append("--read-only")
     if not values["invalidate-on-upgrade"]:
         argv.append("--no-invalidate-on-upgrade")
     _set_env(trust.SIGNING_ENV, values["signing-key"])
     _set_env(redis_cache.URL_ENV, values["redis-url"] if s.remote else None)
+    _set_env(s3_client.URL_ENV, values["s3-url"] if s.remote else None)
     return cli.main(argv)
 
 
@@ -221,7 +226,7 @@ def _save_result(s: Settings, post: bool) -> dict[str, Any]:
     key = os.environ.get(trust.SIGNING_ENV) or None
     if not post:
         key = inp.from_env(inp.SAVE)["signing-key"] or key
-    return store_save.save_from_state(s.state_file, Path(s.root), key)
+    return remote.save_and_publish(s.state_file, Path(s.root), key)
 
 
 def save(post: bool = False) -> int:
@@ -254,7 +259,9 @@ def save(post: bool = False) -> int:
 def gha_upload() -> int:
     """Upload the committed scope as this run's GitHub cache entry when `save` decided so.
     A failed upload is a warning: the job's own result stands, the next run compiles cold."""
-    from ci_fxcache.store import actions_cache
+    from ci_fxcache.store import actions_cache, github_tier
+    from ci_fxcache.store.layout import Layout
+    from ci_fxcache.store.remote import RemoteUnavailable
 
     s = load()
     if s.store != "github":
@@ -269,16 +276,16 @@ def gha_upload() -> int:
     if where is None:
         gha.warn(f"store github: this run added to the cache, but nothing was uploaded: {problem}")
         return 0
+    tier = github_tier.GitHubTier(actions_cache.CacheService(where), s.gha_key, s.gha_prefix)
+    scope = Path(s.gha_path)
     try:
-        sent = actions_cache.save_directory(
-            actions_cache.CacheService(where), Path(s.gha_path), s.gha_key
-        )
-    except (actions_cache.CacheServiceError, OSError) as exc:
+        sent = tier.publish(Layout(scope.parent), scope.name, None)
+    except (RemoteUnavailable, OSError) as exc:
         gha.warn(f"store github: uploading {s.gha_key} failed: {exc}")
         return 0
     done.update(upload=False, uploaded=sent)
     s.saved_marker.write_text(json.dumps(done) + "\n", encoding="utf-8")
-    if sent["uploaded"]:
+    if sent["published"]:
         print(f"fxcache: GitHub cache entry {s.gha_key} saved ({sent['bytes']} bytes)")
     else:
         print(f"fxcache: GitHub cache entry {s.gha_key} not saved: {sent['reason']}")
@@ -288,7 +295,8 @@ def gha_upload() -> int:
 def gha_restore() -> int:
     """Store github: download the newest entry of this scope (by key prefix) into the store
     root before `restore` checks it. Nothing found, or a failed download, is a cold start."""
-    from ci_fxcache.store import actions_cache
+    from ci_fxcache.store import actions_cache, github_tier, remote
+    from ci_fxcache.store.layout import Layout
 
     s = load()
     if s.store != "github":
@@ -298,19 +306,16 @@ def gha_restore() -> int:
         gha.warn(f"store github: nothing restored from the GitHub cache: {problem}")
         return 0
     target = Path(s.gha_path)
-    if target.exists():
+    tier = github_tier.GitHubTier(actions_cache.CacheService(where), s.gha_key, s.gha_prefix)
+    got = remote.fetch_scope(
+        Layout(target.parent), target.name, tier, read_only=True, signing_key=None
+    )  # read_only: touch sends nothing for this tier either way
+    if got.get("local"):
         print(f"fxcache: {target} is already on this runner; not downloading")
-        return 0
-    service = actions_cache.CacheService(where)
-    try:
-        matched = actions_cache.restore_directory(service, target, s.gha_key, [s.gha_prefix])
-    except (actions_cache.CacheServiceError, OSError) as exc:
-        gha.warn(f"store github: restoring from the GitHub cache failed ({exc}); cold start")
-        return 0
-    if matched is None:
+    elif got.get("fetched"):
+        print(f"fxcache: restored GitHub cache entry {tier.matched} into {target}")
+    elif "error" not in got:
         print(f"fxcache: no GitHub cache entry for {s.gha_prefix}*")
-    else:
-        print(f"fxcache: restored GitHub cache entry {matched} into {target}")
     return 0
 
 
@@ -326,6 +331,7 @@ def invalidate() -> int:
     if values["dry-run"]:
         argv.append("--dry-run")
     _set_env(redis_cache.URL_ENV, values["redis-url"])
+    _set_env(s3_client.URL_ENV, values["s3-url"])
     _set_env("GITHUB_TOKEN", values["github-token"])
     out = runner_temp() / "fxcache" / f"invalidate-{values['target']}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -45,6 +45,16 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--github", action="store_true", help="GitHub Actions caches instead")
     parser.add_argument("--redis", action="store_true", help="Redis keys (needs --max-age)")
     options.redis_url_option(parser, "Redis URL")
+    parser.add_argument(
+        "--s3", action="store_true", help="the S3 tier's scopes, then unreferenced objects"
+    )
+    options.s3_url_option(parser)
+    parser.add_argument(
+        "--gc-grace",
+        metavar="AGE",
+        default="1d",
+        help="with --s3: keep unreferenced objects younger than AGE (a save in flight; default 1d)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -83,6 +93,9 @@ def run(
     github: bool,
     redis: bool,
     redis_url: str | None,
+    s3: bool,
+    s3_url: str | None,
+    gc_grace: str,
 ) -> int:
     """Apply the policies to the chosen store(s); print a table or JSON. Exit 1 when a
     selected cache could not be removed."""
@@ -105,7 +118,17 @@ def run(
         from ci_fxcache.store.github_caches import run as github_run
 
         result["rows"] += github_run(policy, dry_run)
-    if not redis and not github:
+    if s3:
+        from ci_fxcache.store import remote, s3_client, s3_invalidate, s3_tier
+
+        tier = s3_tier.S3Tier(s3_client.resolve_url(s3_url))
+        try:
+            done = s3_invalidate.run(tier, policy, dry_run, parse_duration(gc_grace))
+        except remote.RemoteUnavailable as exc:
+            raise UsageError(f"S3 {tier.describe()}: {exc}") from exc
+        result["rows"] += done["rows"]
+        result["s3"] = {"url": tier.describe(), "gc": done["gc"], "dry_run": dry_run}
+    if not redis and not github and not s3:
         layout = Layout(resolve_root(root))
         result["root"] = str(layout.root)
         result["rows"] += local.run(layout, policy, dry_run)
@@ -149,6 +172,14 @@ def _table(result: dict[str, Any]) -> str:
             lines.append(f"{failed} removal(s) FAILED (see the action column)")
     elif "redis" not in result:
         lines.append("nothing to remove")
+    if "s3" in result:
+        gc = result["s3"]["gc"]
+        verb = "would remove" if result["s3"]["dry_run"] else "removed"
+        lines.append(
+            f"S3 {result['s3']['url']}: {verb} {gc['objects_removed']} unreferenced object(s) "
+            f"({human_bytes(gc['bytes_removed'])}), kept {gc['kept_in_grace']} in the grace period"
+            + (f"; collection skipped: {gc['skipped']}" if gc["skipped"] else "")
+        )
     if "redis" in result:
         r = result["redis"]
         verb = "would remove" if r["dry_run"] else "removed"

@@ -61,6 +61,17 @@ def redis_url_option(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--redis-url", default=None, help=f"{help} (env FXCACHE_REDIS_URL)")
 
 
+def s3_url_option(parser: argparse.ArgumentParser) -> None:
+    """`--s3-url s3://BUCKET/PREFIX` (env FXCACHE_S3_URL, read in store.s3_client)."""
+    parser.add_argument(
+        "--s3-url",
+        default=None,
+        metavar="URL",
+        help="bucket and prefix of the S3 tier, s3://BUCKET/PREFIX (env FXCACHE_S3_URL); "
+        "endpoint, region and credentials come from the AWS variables",
+    )
+
+
 def salt_option(parser: argparse.ArgumentParser) -> None:
     """`--salt`: a user string mixed into the key (env FXCACHE_KEY_SALT)."""
     parser.add_argument(

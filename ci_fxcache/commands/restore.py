@@ -64,8 +64,9 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "--json", dest="as_json", action="store_true", help="print the state object as JSON"
     )
     options.state_file_option(parser)
-    parser.add_argument("--store", choices=("local", "redis"), default="local")
+    parser.add_argument("--store", choices=("local", "redis", "s3"), default="local")
     options.redis_url_option(parser, "Redis URL")
+    options.s3_url_option(parser)
     parser.set_defaults(func=run)
 
 
@@ -124,13 +125,14 @@ def run(
     state_file: Path | None,
     store: str,
     redis_url: str | None,
+    s3_url: str | None,
 ) -> int:
     """Restore, write the state file, export the environment."""
     taking = Pending(python, salt)
     # Imported while the job's interpreter reports its versions: a restore is on every job's
     # critical path (docs/store.md, Performance).
     from ci_fxcache.env import scopekey
-    from ci_fxcache.store import redis_cache, scopes, trust
+    from ci_fxcache.store import redis_cache, remote, scopes, trust
     from ci_fxcache.store import restore as store_restore
     from ci_fxcache.store.layout import VERIFY_DIR_ENV, Layout, resolve_root
     from ci_fxcache.store.state_file import STATE_FILE_ENV, new_state_file
@@ -139,6 +141,7 @@ def run(
     strategy = _overlay_strategy(overlay_strategy)
     key_for_signing = trust.signing_key()
     redis_url = redis_cache.resolve_url(redis_url) if store == "redis" else None
+    tier = remote.tier_for(store, s3_url)
     fp = taking.result()
     key = scopekey.scope_key(fp)
     store_root = resolve_root(root)
@@ -151,10 +154,18 @@ def run(
         overlay_strategy=strategy,
         signing_key=key_for_signing,
     )
+    remote_info = None
     try:
+        if tier is not None:  # tier 2 first: a scope it has becomes a local one
+            remote_info = remote.fetch_scope(
+                Layout(store_root), key, tier, read_only=reason is not None,
+                signing_key=key_for_signing,
+            )  # fmt: skip
         state = store_restore.restore(Layout(store_root), key, fp, restore_options)
     except (OSError, TimeoutError) as exc:
         state = _cold_fallback(key, store_root, str(exc), fp)
+    if remote_info is not None:
+        state["store"], state["remote"] = store, remote_info
     for name in ("inductor_dir", "triton_dir", "verify_dir"):
         Path(state[name]).mkdir(parents=True, exist_ok=True)
     state_path = state_file or new_state_file()

@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ci_fxcache.commands import options
-from ci_fxcache.store import save as store_save
-from ci_fxcache.store import trust
+from ci_fxcache.store import remote, trust
 from ci_fxcache.store.state_file import saved_state_file
 
 
@@ -32,7 +31,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
 
 def run(*, root: Path | None, state_file: Path | None, as_json: bool) -> int:
     """Save, or say why not."""
-    result = store_save.save_from_state(saved_state_file(state_file), root, trust.signing_key())
+    result = remote.save_and_publish(saved_state_file(state_file), root, trust.signing_key())
     if as_json:
         print(json.dumps(result, indent=2))
     elif result["saved"]:
@@ -43,4 +42,13 @@ def run(*, root: Path | None, state_file: Path | None, as_json: bool) -> int:
         )
     else:
         print(f"fxcache: not saved: {result['reason']}")
+    sent = result.get("remote")
+    if sent and not as_json:
+        if sent.get("published"):
+            print(
+                f"fxcache: published to {sent['url']}: {sent['files']} file(s), "
+                f"{sent['uploaded_bytes']} bytes uploaded"
+            )
+        elif "reason" in sent:
+            print(f"fxcache: nothing published to {sent['url']}: {sent['reason']}")
     return 0

@@ -1,0 +1,76 @@
+"""`store: github` as a backend of the remote tier (store.remote): a thin adapter over the
+Actions cache client (store.actions_cache), which keeps the protocol.
+
+An entry is one archive of the whole scope directory (manifest included) under an immutable
+key: fetch downloads the newest entry of the scope by key prefix, publish uploads the
+committed scope as this run's entry. GitHub records each entry's last access itself, so
+`touch` sends nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ci_fxcache.store import actions_cache
+from ci_fxcache.store import manifest as mf
+from ci_fxcache.store.layout import MANIFEST, Layout
+from ci_fxcache.store.remote import Fetched, RemoteCorrupt, RemoteUnavailable
+
+_BROKEN_ARCHIVE = "unusable cache archive"
+
+
+class GitHubTier:
+    """The Actions cache as tier 2: save under `save_key`, restore by `restore_prefix`."""
+
+    name = "github"
+
+    def __init__(
+        self, service: actions_cache.CacheService, save_key: str, restore_prefix: str
+    ) -> None:
+        self._service = service
+        self.save_key = save_key
+        self.restore_prefix = restore_prefix
+        self.matched: str | None = None
+
+    def describe(self) -> str:
+        """For messages."""
+        return "the GitHub cache"
+
+    def fetch(
+        self, layout: Layout, key: str, target: Path, signing_key: str | None
+    ) -> Fetched | None:
+        """Download the newest entry of the scope into `target` (the local restore that
+        follows checks every file against the archive's manifest)."""
+        try:
+            matched = actions_cache.restore_directory(
+                self._service, target, self.save_key, [self.restore_prefix]
+            )
+        except actions_cache.CacheServiceError as exc:
+            if _BROKEN_ARCHIVE in str(exc):
+                raise RemoteCorrupt(str(exc)) from None
+            raise RemoteUnavailable(str(exc)) from None
+        if matched is None:
+            return None
+        self.matched = matched
+        try:
+            listed = mf.listed(mf.load(target / MANIFEST))
+            files, size = len(listed.names), sum(listed.sizes)
+        except mf.ManifestError:
+            files, size = 0, 0  # the local restore quarantines it
+        return Fetched(files, size, {"matched_key": matched})
+
+    def publish(self, layout: Layout, key: str, signing_key: str | None) -> dict[str, Any]:
+        """Upload the committed scope as entry `save_key`."""
+        try:
+            sent = actions_cache.save_directory(self._service, layout.scope(key), self.save_key)
+        except actions_cache.CacheServiceError as exc:
+            raise RemoteUnavailable(str(exc)) from None
+        return {"published": bool(sent.pop("uploaded")), **sent}
+
+    def touch(self, key: str) -> None:
+        """Nothing to send: the service records each entry's last access."""
+
+    def stats(self) -> dict[str, Any]:
+        """Not counted for this backend."""
+        return {}

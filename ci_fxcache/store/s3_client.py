@@ -1,0 +1,249 @@
+"""The S3 API as the S3 tier uses it: a few calls, bounded timeouts and retries, and errors
+sorted into "the bucket is unusable" (warn, go local-only) and "an object is missing".
+
+Endpoint, region and credentials come from the standard AWS chain (`AWS_ENDPOINT_URL_S3` /
+`AWS_ENDPOINT_URL`, `AWS_REGION`, access keys, profiles, web identity): boto3 reads them, so
+AWS S3, R2, GCS's S3 API, MinIO, Ceph and SeaweedFS work without options of ours. No message
+of this module carries a credential: errors are reported by their S3 code and HTTP status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from ci_fxcache.errors import UsageError
+
+URL_ENV = "FXCACHE_S3_URL"
+# Seconds for connecting and for each read; a hung server costs at most
+# attempts x (connect + read) per request, never a hung job.
+TIMEOUT_ENV = "FXCACHE_S3_TIMEOUT"
+CONNECT_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 30.0
+MAX_ATTEMPTS = 3
+POOL = 16
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+
+
+class S3Unavailable(Exception):
+    """The bucket cannot be used at all (unreachable, credentials, missing bucket, throttled):
+    one warning, then local-only operation."""
+
+
+class S3Missing(Exception):
+    """An object the tier expected is not in the bucket."""
+
+
+class S3Conflict(Exception):
+    """A conditional PUT lost (412 Precondition Failed, or 409 from a concurrent write)."""
+
+
+@dataclass(frozen=True)
+class Location:
+    """A bucket and a key prefix (no leading or trailing slash; may be empty)."""
+
+    bucket: str
+    prefix: str
+
+    def url(self) -> str:
+        """`s3://BUCKET/PREFIX` (never holds a credential: s3 URLs have none)."""
+        return f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+
+    def key(self, *parts: str) -> str:
+        """An object key under the prefix."""
+        return "/".join(p for p in (self.prefix, *parts) if p)
+
+
+def parse_url(url: str, what: str = "--s3-url") -> Location:
+    """`s3://BUCKET/PREFIX` -> Location; UsageError (the value is not repeated) otherwise."""
+    split = urlsplit(url)
+    if split.scheme != "s3" or not split.netloc or split.query or split.fragment:
+        raise UsageError(f"{what} is not an s3://BUCKET/PREFIX URL")
+    if "@" in split.netloc or ":" in split.netloc:
+        raise UsageError(
+            f"{what}: put no credentials or port in the URL; they come from the AWS "
+            "variables (AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, ...)"
+        )
+    if not _BUCKET.match(split.netloc):
+        raise UsageError(f"{what}: {split.netloc!r} is not a valid bucket name")
+    prefix = split.path.strip("/")
+    if any(part in ("", ".", "..") for part in prefix.split("/")) and prefix:
+        raise UsageError(f"{what}: the prefix has an empty, '.' or '..' part")
+    return Location(split.netloc, prefix)
+
+
+def resolve_url(url: str | None) -> Location:
+    """`--s3-url`, else `$FXCACHE_S3_URL`; UsageError when unset or malformed."""
+    what = "--s3-url" if url else URL_ENV
+    url = url or os.environ.get(URL_ENV) or None
+    if not url:
+        raise UsageError("the s3 store needs --s3-url s3://BUCKET/PREFIX (or FXCACHE_S3_URL)")
+    return parse_url(url, what)
+
+
+def _timeouts() -> tuple[float, float]:
+    raw = os.environ.get(TIMEOUT_ENV)
+    if not raw:
+        return CONNECT_TIMEOUT_S, READ_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 3600:
+        raise UsageError(f"{TIMEOUT_ENV}={raw!r}: give seconds, more than 0 and under 3600")
+    return value, value
+
+
+def _describe(exc: BaseException) -> str:
+    """One phrase for an S3 failure: its code and status, never the request's headers."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        error = response.get("Error") or {}
+        status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+        code = error.get("Code") or "error"
+        return f"{code} (HTTP {status})" if status else str(code)
+    return type(exc).__name__
+
+
+def _code(exc: BaseException) -> tuple[str, int]:
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return "", 0
+    status = int((response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0)
+    return str((response.get("Error") or {}).get("Code") or ""), status
+
+
+class Bucket:
+    """One bucket through one thread-safe boto3 client."""
+
+    def __init__(self, where: Location) -> None:
+        try:
+            import boto3
+            from botocore.config import Config
+        except ImportError as exc:
+            raise S3Unavailable(
+                "the S3 client is not installed (pip install 'ci-fxcache[s3]')"
+            ) from exc
+        connect, read = _timeouts()
+        config = Config(
+            connect_timeout=connect,
+            read_timeout=read,
+            retries={"total_max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+            max_pool_connections=POOL,
+            # Every byte is checked against the manifest's sha256: no CRC of 1 GiB besides.
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+            user_agent_extra="fxcache",
+        )
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        self.where = where
+        self.requests: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.sent_bytes = 0
+        self.received_bytes = 0
+        try:
+            self._s3 = boto3.session.Session().client(
+                "s3", config=config, region_name=region or "us-east-1"
+            )
+        except Exception as exc:  # botocore's configuration errors (a bad profile, ...)
+            raise S3Unavailable(f"S3 client not configured: {_describe(exc)}") from exc
+
+    def _count(self, what: str, sent: int = 0, received: int = 0) -> None:
+        with self._lock:  # transfers run on several threads
+            self.requests[what] = self.requests.get(what, 0) + 1
+            self.sent_bytes += sent
+            self.received_bytes += received
+
+    def _fail(self, exc: BaseException, key: str) -> BaseException:
+        """The exception to raise for a failed request on `key`."""
+        code, status = _code(exc)
+        if code in ("NoSuchKey", "NotFound") or (status == 404 and code != "NoSuchBucket"):
+            return S3Missing(key)
+        if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+            return S3Conflict(key)
+        if code == "NoSuchBucket":
+            return S3Unavailable(f"bucket {self.where.bucket!r} does not exist")
+        if code in ("SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied") or status in (
+            401,
+            403,
+        ):
+            return S3Unavailable(f"credentials refused: {_describe(exc)}")
+        if code in ("SlowDown", "ServiceUnavailable") or status == 503:
+            return S3Unavailable(f"throttled: {_describe(exc)} after {MAX_ATTEMPTS} attempts")
+        return S3Unavailable(_describe(exc))
+
+    def _call(self, what: str, key: str, **kwargs: Any) -> Any:
+        body = kwargs.get("Body")
+        self._count(what, sent=len(body) if isinstance(body, bytes) else 0)
+        try:
+            return getattr(self._s3, what)(Bucket=self.where.bucket, **kwargs)
+        except Exception as exc:  # botocore raises ClientError, BotoCoreError and subclasses
+            raise self._fail(exc, key) from None
+
+    def get(self, key: str, if_none_match: str | None = None) -> tuple[bytes, str] | None:
+        """(body, ETag) of `key`; None when it is unchanged from ETag `if_none_match`.
+        S3Missing when absent."""
+        extra = {"IfNoneMatch": if_none_match} if if_none_match else {}
+        try:
+            answer = self._call("get_object", key, Key=key, **extra)
+        except S3Unavailable as exc:
+            if "HTTP 304" in str(exc):
+                return None
+            raise
+        try:
+            body = answer["Body"].read()
+        except Exception as exc:  # a connection dropped mid-body
+            raise S3Unavailable(f"reading {key}: {_describe(exc)}") from None
+        with self._lock:
+            self.received_bytes += len(body)
+        return body, str(answer.get("ETag", ""))
+
+    def put(
+        self,
+        key: str,
+        body: bytes,
+        *,
+        if_match: str | None = None,
+        if_absent: bool = False,
+        content_type: str = "application/octet-stream",
+    ) -> str:
+        """PUT `key`; with `if_match` (an ETag) or `if_absent`, only under that condition
+        (S3Conflict when it does not hold). Its new ETag."""
+        extra: dict[str, str] = {}
+        if if_match:
+            extra["IfMatch"] = if_match
+        elif if_absent:
+            extra["IfNoneMatch"] = "*"
+        answer = self._call(
+            "put_object", key, Key=key, Body=body, ContentType=content_type, **extra
+        )
+        return str(answer.get("ETag", ""))
+
+    def delete(self, key: str) -> None:
+        """Delete `key` (absent is fine)."""
+        with contextlib.suppress(S3Missing):
+            self._call("delete_object", key, Key=key)
+
+    def listing(self, prefix: str) -> list[dict[str, Any]]:
+        """Every object under `prefix`: dicts with Key, Size, LastModified (epoch seconds)."""
+        found: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            extra = {"ContinuationToken": token} if token else {}
+            answer = self._call("list_objects_v2", prefix, Prefix=prefix, **extra)
+            for item in answer.get("Contents") or []:
+                found.append(
+                    {
+                        "Key": item["Key"],
+                        "Size": int(item.get("Size") or 0),
+                        "LastModified": item["LastModified"].timestamp(),
+                    }
+                )
+            if not answer.get("IsTruncated"):
+                return found
+            token = answer.get("NextContinuationToken")
