@@ -96,10 +96,13 @@ def output_file(path: str | Path, label: str, make_parents: bool = False) -> Pat
 
 
 def write_output(path: str | Path, text: str, label: str, make_parents: bool = False) -> None:
-    """Write a command's output file atomically (a temporary file beside it, then a rename);
-    a usage error when it cannot be written (see `output_file`)."""
+    """Write a command's output file: atomically (a temporary file beside it, then a rename)
+    when it is new or a regular file, else into it, as a shell redirection would
+    (`atomic_write.write_output`); a usage error when it cannot be written (see `output_file`)."""
     p = output_file(path, label, make_parents)
+    if make_parents:
+        p.parent.mkdir(parents=True, exist_ok=True)
     try:
-        atomic_write.write_text(p, text)
+        atomic_write.write_output(p, text)
     except OSError as exc:
         raise UsageError(f"{label}: cannot write {p} ({exc.strerror})") from None
