@@ -21,7 +21,6 @@ from ci_fxcache.verify import recheck, verdicts
 from ci_fxcache.verify.forkserver import ForkServer
 from ci_fxcache.verify.matrix import Combo, Matrix
 
-CHECK_TIMEOUT_S = 120.0
 COMPILE_THREADS = "TORCHINDUCTOR_COMPILE_THREADS"
 
 
@@ -189,6 +188,10 @@ def cold_groups(combos: list[Combo], share: bool) -> list[list[Combo]]:
     return groups
 
 
+class Cancelled(Exception):
+    """The run was interrupted: a phase that ends now is not judged (see `Runner.cancel`)."""
+
+
 class Runner:
     """Runs one matrix on one fork server."""
 
@@ -208,14 +211,23 @@ class Runner:
         self._gpu_lock = threading.Condition()
         # Combinations whose cold phase runs outside `cache_dir` (see `_cold`), by id.
         self._relocated: dict[str, Path] = {}
+        self._cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        """Stop now (the run was interrupted): every running phase is killed, none starts, and
+        no phase that ends from here on is judged, recorded or reported."""
+        self._cancelled.set()
+        self.server.stop()
 
     def combo_dir(self, combo: Combo) -> Path:
         """Where `combo`'s caches and reference live in this run."""
         return self._relocated.get(combo.id) or self.settings.cache_dir / combo.id
 
     def check_workloads(self, matrix: Matrix) -> None:
-        """Import each user workload and call its factory once: exit 2 on a bad one."""
+        """Import each user workload and call its factory once: exit 2 on a bad one. The check
+        gets the per-phase timeout: a factory slower than that would time out every phase."""
         device = matrix.devices[0] if matrix.devices else "cpu"
+        timeout = self.settings.timeout
         for name in matrix.workloads:
             if ":" not in name:
                 continue
@@ -225,10 +237,15 @@ class Runner:
                 {"workload": name, "device": device},
                 work,
                 "check",
-                CHECK_TIMEOUT_S,
+                timeout,
                 self._child_env(),
             )
             result = outcome.result or {}
+            if outcome.timed_out:
+                raise UsageError(
+                    f"workload {name}: the check timed out after {timeout:g} s (--timeout); "
+                    "does its factory hang?"
+                )
             if result.get("status") != "ok":
                 why = result.get("error") or (
                     f"the check process ended with {outcome.signal or outcome.returncode}"
@@ -240,6 +257,8 @@ class Runner:
         self, combo: Combo, name: str, spec: dict[str, Any], like: GpuSlot | None = None
     ) -> tuple[dict[str, Any], dict[str, Any], GpuSlot | None]:
         """Run one phase; a CUDA phase gets one device (for hot: the one like cold's)."""
+        if self._cancelled.is_set():
+            raise Cancelled
         env = self._child_env()
         if combo.device == "cpu":
             # The pool compiles Triton kernels only; this stops the early warm-up that torch's
@@ -256,6 +275,8 @@ class Runner:
         finally:
             if slot is not None:
                 self._give_gpu(slot)
+        if self._cancelled.is_set():
+            raise Cancelled  # killed by `cancel`: not a crash of the phase
         phase = verdicts.evidence(outcome, self.settings.timeout)
         if slot is not None:
             phase["gpu"] = slot.describe()
@@ -475,7 +496,8 @@ class Runner:
 
     def _result(self, combo: Combo, judged: dict[str, Any]) -> dict[str, Any]:
         result = {"id": combo.id, **combo.to_dict(), **judged}
-        self.progress(result)
+        if not self._cancelled.is_set():
+            self.progress(result)
         return result
 
 
@@ -547,7 +569,8 @@ def run(
     progress: Callable[[dict[str, Any]], None],
 ) -> tuple[list[dict[str, Any]], str]:
     """Run every combination; returns the combos (in matrix order) and the phase mode used
-    (`auto` becomes `hot` when every combination ran hot only, else `both`)."""
+    (`auto` becomes `hot` when every combination ran hot only, else `both`). An exception
+    while phases run (an interrupt: errors.Interrupted) kills them all before it propagates."""
     runner = Runner(server, settings, progress)
     expand_devices(matrix, server.info)
     runner.check_workloads(matrix)
@@ -582,11 +605,18 @@ def run(
     groups = [[c] for c in runnable if c.id in hot] + cold_groups(
         [c for c in runnable if c.id not in hot], settings.share_cold
     )
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
         started = [pool.submit(runner.run_group, g, g[0].id in hot, pool.submit) for g in groups]
         for group, fut in zip(groups, started, strict=True):
             first, others = fut.result()
             results[group[0].id] = first
             for combo, other in others:
                 results[combo.id] = other.result()
+    except BaseException:
+        # not `with`: its exit would wait for every running phase and start the queued ones
+        runner.cancel()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     return [results[c.id] for c in combos], phase
