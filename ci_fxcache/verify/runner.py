@@ -15,9 +15,8 @@ from typing import Any, NamedTuple
 
 from ci_fxcache import timestamps
 from ci_fxcache.env import gpus, torch_support
-from ci_fxcache.errors import UsageError
 from ci_fxcache.store import manifest, redis_cache
-from ci_fxcache.verify import recheck, verdicts
+from ci_fxcache.verify import recheck, verdicts, workload_check
 from ci_fxcache.verify.forkserver import ForkServer
 from ci_fxcache.verify.matrix import Combo, Matrix
 
@@ -224,34 +223,15 @@ class Runner:
         return self._relocated.get(combo.id) or self.settings.cache_dir / combo.id
 
     def check_workloads(self, matrix: Matrix) -> None:
-        """Import each user workload and call its factory once: exit 2 on a bad one. The check
-        gets the per-phase timeout: a factory slower than that would time out every phase."""
-        device = matrix.devices[0] if matrix.devices else "cpu"
-        timeout = self.settings.timeout
-        for name in matrix.workloads:
-            if ":" not in name:
-                continue
-            work = self.settings.run_dir / ".checks" / name.replace(":", "_")
-            outcome = self.server.run(
-                "check",
-                {"workload": name, "device": device},
-                work,
-                "check",
-                timeout,
-                self._child_env(),
-            )
-            result = outcome.result or {}
-            if outcome.timed_out:
-                raise UsageError(
-                    f"workload {name}: the check timed out after {timeout:g} s (--timeout); "
-                    "does its factory hang?"
-                )
-            if result.get("status") != "ok":
-                why = result.get("error") or (
-                    f"the check process ended with {outcome.signal or outcome.returncode}"
-                    + (f": {outcome.log_tail.splitlines()[-1]}" if outcome.log_tail else "")
-                )
-                raise UsageError(why)
+        """Import each user workload and call its factory once: exit 2 on a bad one."""
+        workload_check.check(
+            self.server,
+            workload_check.user_workloads(matrix),
+            matrix.devices[0] if matrix.devices else "cpu",
+            self.settings.run_dir / ".checks",
+            self.settings.timeout,
+            self._child_env(),
+        )
 
     def _phase(
         self, combo: Combo, name: str, spec: dict[str, Any], like: GpuSlot | None = None
