@@ -84,6 +84,7 @@ def _interrupt(
     tmp_path: Path, target: str, signum: int, python: str, workload: str, workers: bool = False
 ) -> None:
     out = tmp_path / "results.json"
+    cache = tmp_path / "cache"
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "FXCACHE_"))}
@@ -91,7 +92,8 @@ def _interrupt(
                TORCHINDUCTOR_COMPILE_THREADS="2" if workers else "1")  # fmt: skip
     proc = subprocess.Popen(
         [sys.executable, "-m", "ci_fxcache", "verify", "--python", python,
-         "--workloads", workload, *HANGING, "--timeout", "3000", "--json", str(out)],
+         "--workloads", workload, *HANGING, "--timeout", "3000", "--json", str(out),
+         "--cache-dir", str(cache)],
         cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         start_new_session=True,  # its own process group, as a job's shell gives it
     )  # fmt: skip
@@ -124,7 +126,9 @@ def _interrupt(
     while _living(children) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _living(children) == [], f"children left running: {_living(children)}"
-    assert list(scratch.glob("fxcache-*")) == []  # the run's scratch, its temporary cache
+    assert list(scratch.glob("fxcache-*")) == []  # the run's scratch removed
+    # a killed phase is not judged: no verdict or reference recorded for later hot-only runs
+    assert [p.name for p in cache.rglob("*.json")] == []
 
 
 @pytest.mark.parametrize(
