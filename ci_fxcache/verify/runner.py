@@ -549,8 +549,8 @@ def run(
     progress: Callable[[dict[str, Any]], None],
 ) -> tuple[list[dict[str, Any]], str]:
     """Run every combination; returns the combos (in matrix order) and the phase mode used
-    (`auto` becomes `hot` when every combination ran hot only, else `both`). An exception
-    while phases run (an interrupt: errors.Interrupted) kills them all before it propagates."""
+    (`auto` becomes `hot` when every combination ran hot only, else `both`). An interrupt
+    while phases run kills them all before it propagates (`run_groups`)."""
     runner = Runner(server, settings, progress)
     expand_devices(matrix, server.info)
     runner.check_workloads(matrix)
@@ -585,6 +585,21 @@ def run(
     groups = [[c] for c in runnable if c.id in hot] + cold_groups(
         [c for c in runnable if c.id not in hot], settings.share_cold
     )
+    run_groups(runner, groups, hot, jobs, results)
+    return [results[c.id] for c in combos], phase
+
+
+def run_groups(
+    runner: Runner,
+    groups: list[list[Combo]],
+    hot: set[str],
+    jobs: int,
+    results: dict[str, dict[str, Any]],
+) -> None:
+    """Run `groups` (hot only where their first id is in `hot`) on `jobs` threads into
+    `results`. An exception while they run (an interrupt: errors.Interrupted) cancels the
+    runner, killing every phase, before it propagates; not a `with` block, whose exit would
+    wait for every running phase and start the queued ones."""
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
         started = [pool.submit(runner.run_group, g, g[0].id in hot, pool.submit) for g in groups]
@@ -594,9 +609,7 @@ def run(
             for combo, other in others:
                 results[combo.id] = other.result()
     except BaseException:
-        # not `with`: its exit would wait for every running phase and start the queued ones
         runner.cancel()
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown()
-    return [results[c.id] for c in combos], phase
