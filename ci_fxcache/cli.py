@@ -1,7 +1,8 @@
 """The `fxcache` command line: argument parsing, dispatch, errors and exit codes.
 
-Exit codes: 0 ok, 1 a check failed, 2 a usage or input error. Errors are one line on stderr
-(plus an `::error::` annotation inside Actions); `--debug` adds the traceback.
+Exit codes: 0 ok, 1 a check failed, 2 a usage or input error, 128 + the signal when interrupted
+(130 SIGINT, 143 SIGTERM). Errors are one line on stderr (plus an `::error::` annotation inside
+Actions); `--debug` adds the traceback.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import contextlib
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -129,8 +131,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         _report_error(str(exc))
         return exc.exit_code
-    except KeyboardInterrupt:
-        _report_error("interrupted")
-        return 130
+    except KeyboardInterrupt as exc:  # errors.Interrupted too (SIGTERM inside verify)
+        signum = getattr(exc, "signum", signal.SIGINT)
+        _report_error(f"interrupted ({signal.Signals(signum).name})")
+        return 128 + signum
     except BrokenPipeError:
         return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,20 @@ def finite_number(text: str) -> float:
         raise UsageError(f"{text!r} is not a number") from None
     if not math.isfinite(value):
         raise UsageError(f"{text!r} is not a finite number")
+    return value
+
+
+def duration_seconds(text: str) -> float:
+    """A duration in seconds for a timeout: a finite number > 0 that a wait can take (`nan`,
+    `inf`, 0, negative and absurdly long values are usage errors)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{text!r} is not a number of seconds > 0")
+    if value > threading.TIMEOUT_MAX:
+        raise UsageError(f"{text!r} seconds is longer than a wait can be: give a real limit")
     return value
 
 

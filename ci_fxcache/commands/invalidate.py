@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import text_table
+from ci_fxcache import text_table, userfiles
 from ci_fxcache.commands import options
 from ci_fxcache.env import fingerprint
 from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
@@ -129,7 +129,7 @@ def run(
         result["rows"] += done["rows"]
         result["s3"] = {"url": tier.describe(), "gc": done["gc"], "dry_run": dry_run}
     if not redis and not github and not s3:
-        layout = Layout(resolve_root(root))
+        layout = Layout(userfiles.output_dir(resolve_root(root), "--root"))
         result["root"] = str(layout.root)
         result["rows"] += local.run(layout, policy, dry_run)
         if not dry_run:

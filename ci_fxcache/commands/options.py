@@ -34,6 +34,7 @@ def argument_type(check: Callable[[str], T], name: str) -> Callable[[str], T]:
 
 
 finite_float = argument_type(userfiles.finite_number, "number")
+seconds = argument_type(userfiles.duration_seconds, "seconds")  # every timeout option
 
 
 def report_id_option(parser: argparse.ArgumentParser, default: str | None, help: str) -> None:

@@ -38,6 +38,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         help="names the artifacts (default: fxcache)",
     )
     verify.add_matrix_options(parser, "verification matrix (as for 'fxcache verify')")
+    options.python_option(parser)  # user workloads are checked there, as verify checks them
     parser.set_defaults(func=run)
 
 
@@ -52,12 +53,15 @@ def run(
     training: str | None,
     workloads: str | None,
     matrix_file: str | None,
+    python: str,
 ) -> int:
     """Print {"matrix": job matrix or null, "combos": [...]}; set step outputs in Actions."""
     from ci_fxcache.fleet import plan
+    from ci_fxcache.verify import matrix, workload_check
 
     flags = verify.matrix_flags(devices, dtypes, dynamic, mechanisms, training, workloads)
     combos = plan.combos(flags, matrix_file)
+    workload_check.check_for_plan(python, matrix.build(flags, matrix_file))
     job_matrix = None
     if runners is not None:
         job_matrix = plan.matrix(plan.plan(runners, report_id))

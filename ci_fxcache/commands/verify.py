@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import cli, userfiles
+from ci_fxcache import cli, errors, userfiles
 from ci_fxcache.commands import options
 from ci_fxcache.env import fingerprint, interpreter, scopekey
 from ci_fxcache.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
@@ -60,7 +60,9 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         help="exit 1 on: unsafe (default); error (unsafe or error); no-gain (unsafe, error or "
         "no-gain); never",
     )
-    parser.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per phase")
+    parser.add_argument(
+        "--timeout", type=options.seconds, default=600.0, metavar="S", help="per phase (seconds)"
+    )
     parser.add_argument(
         "--deterministic",
         action="store_true",
@@ -177,6 +179,7 @@ def _cache_state(path: str | None) -> Any:
     return userfiles.parse_json(userfiles.read_text(path, label), label)
 
 
+@errors.signals_interrupt()  # an interrupt stops the phases, writes no results: exit 130 / 143
 def run(
     *,
     python: str,
@@ -208,8 +211,8 @@ def run(
     plan = matrix.build(flags, matrix_file)
     if phase == "hot" and not cache_dir:
         raise UsageError("--phase hot needs --cache-dir (where the cold phase recorded references)")
-    if timeout <= 0 or (jobs is not None and jobs < 1) or min_speedup < 0:
-        raise UsageError("--timeout and --jobs must be positive, --min-speedup not negative")
+    if (jobs is not None and jobs < 1) or min_speedup < 0:
+        raise UsageError("--jobs must be positive, --min-speedup not negative")
     if json_path and json_path != "-":
         userfiles.output_file(json_path, "--json", make_parents=True)
     state = _cache_state(cache_state)

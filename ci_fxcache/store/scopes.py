@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import math
 import os
 import shutil
 import socket
@@ -16,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import gha
+from ci_fxcache import gha, userfiles
 from ci_fxcache.errors import UsageError
 from ci_fxcache.store import manifest, seal
 from ci_fxcache.store.layout import LAST_USED, MANIFEST, Layout
@@ -66,12 +65,9 @@ def _env_seconds(name: str, default: float) -> float:
     if not raw:
         return default
     try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise UsageError(f"{name}={raw!r} is not a number of seconds > 0: fix or unset it")
-    return value
+        return userfiles.duration_seconds(raw)
+    except UsageError as exc:
+        raise UsageError(f"{name}={exc}: fix or unset it") from None
 
 
 def lock_timeout() -> float:

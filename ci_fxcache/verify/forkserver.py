@@ -78,6 +78,7 @@ class ForkServer:
             self.close()
             raise UsageError(f"--python {python}: cannot run it ({exc.strerror})") from exc
         self._lock = threading.Lock()
+        self._gone = False  # the server's stdout ended, or `stop` ran: no request is answered
         self._ids = itertools.count(1)
         self._waiters: dict[int, queue.Queue[dict[str, Any]]] = {}
         self._ready: queue.Queue[dict[str, Any] | None] = queue.Queue()
@@ -87,6 +88,10 @@ class ForkServer:
             first = self._ready.get(timeout=START_TIMEOUT_S)
         except queue.Empty:
             first = None
+        except BaseException:  # interrupted while torch imports
+            self._proc.kill()
+            self.close()
+            raise
         if not first:
             tail = log_tail(self.log, 3) or "no output"
             self.close()
@@ -112,6 +117,7 @@ class ForkServer:
                 waiter.put(message)
         self._ready.put(None)
         with self._lock:
+            self._gone = True
             for waiter in self._waiters.values():
                 waiter.put({"gone": True})
 
@@ -143,6 +149,8 @@ class ForkServer:
             self._waiters[request_id] = waiter
             assert self._proc.stdin is not None
             try:
+                if self._gone:
+                    raise BrokenPipeError
                 self._proc.stdin.write((json.dumps(request) + "\n").encode())
                 self._proc.stdin.flush()
             except OSError:
@@ -162,6 +170,17 @@ class ForkServer:
         with self._lock:
             del self._waiters[request_id]
         return _outcome(status, result, log, timed_out)
+
+    def stop(self) -> None:
+        """Kill every running child now (an interrupted run): SIGTERM makes the server SIGKILL
+        their process groups (compile workers included) and exit; every waiting `run`
+        returns at once and no new request is sent."""
+        with self._lock:
+            self._gone = True
+            for waiter in self._waiters.values():
+                waiter.put({"gone": True})
+        with contextlib.suppress(OSError):
+            self._proc.send_signal(signal.SIGTERM)
 
     def close(self) -> None:
         """Stop the server (its children are killed when stdin closes)."""

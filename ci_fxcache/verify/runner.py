@@ -15,13 +15,11 @@ from typing import Any, NamedTuple
 
 from ci_fxcache import timestamps
 from ci_fxcache.env import gpus, torch_support
-from ci_fxcache.errors import UsageError
 from ci_fxcache.store import manifest, redis_cache
-from ci_fxcache.verify import cpus, recheck, verdicts
+from ci_fxcache.verify import cpus, recheck, verdicts, workload_check
 from ci_fxcache.verify.forkserver import ForkServer
 from ci_fxcache.verify.matrix import Combo, Matrix
 
-CHECK_TIMEOUT_S = 120.0
 COMPILE_THREADS = "TORCHINDUCTOR_COMPILE_THREADS"
 
 
@@ -191,6 +189,10 @@ def cold_groups(combos: list[Combo], share: bool) -> list[list[Combo]]:
     return groups
 
 
+class Cancelled(Exception):
+    """The run was interrupted: a phase that ends now is not judged (see `Runner.cancel`)."""
+
+
 class Runner:
     """Runs one matrix on one fork server."""
 
@@ -210,6 +212,13 @@ class Runner:
         self._gpu_lock = threading.Condition()
         # Combinations whose cold phase runs outside `cache_dir` (see `_cold`), by id.
         self._relocated: dict[str, Path] = {}
+        self._cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        """Stop now (the run was interrupted): every running phase is killed, none starts, and
+        no phase that ends from here on is judged, recorded or reported."""
+        self._cancelled.set()
+        self.server.stop()
 
     def combo_dir(self, combo: Combo) -> Path:
         """Where `combo`'s caches and reference live in this run."""
@@ -217,31 +226,21 @@ class Runner:
 
     def check_workloads(self, matrix: Matrix) -> None:
         """Import each user workload and call its factory once: exit 2 on a bad one."""
-        device = matrix.devices[0] if matrix.devices else "cpu"
-        for name in matrix.workloads:
-            if ":" not in name:
-                continue
-            work = self.settings.run_dir / ".checks" / name.replace(":", "_")
-            outcome = self.server.run(
-                "check",
-                {"workload": name, "device": device},
-                work,
-                "check",
-                CHECK_TIMEOUT_S,
-                self._child_env(),
-            )
-            result = outcome.result or {}
-            if result.get("status") != "ok":
-                why = result.get("error") or (
-                    f"the check process ended with {outcome.signal or outcome.returncode}"
-                    + (f": {outcome.log_tail.splitlines()[-1]}" if outcome.log_tail else "")
-                )
-                raise UsageError(why)
+        workload_check.check(
+            self.server,
+            workload_check.user_workloads(matrix),
+            matrix.devices[0] if matrix.devices else "cpu",
+            self.settings.run_dir / ".checks",
+            self.settings.timeout,
+            self._child_env(),
+        )
 
     def _phase(
         self, combo: Combo, name: str, spec: dict[str, Any], like: GpuSlot | None = None
     ) -> tuple[dict[str, Any], dict[str, Any], GpuSlot | None]:
         """Run one phase; a CUDA phase gets one device (for hot: the one like cold's)."""
+        if self._cancelled.is_set():
+            raise Cancelled
         env = self._child_env()
         if combo.device == "cpu":
             # The pool compiles Triton kernels only; this stops the early warm-up that torch's
@@ -258,6 +257,8 @@ class Runner:
         finally:
             if slot is not None:
                 self._give_gpu(slot)
+        if self._cancelled.is_set():
+            raise Cancelled  # killed by `cancel`: not a crash of the phase
         phase = verdicts.evidence(outcome, self.settings.timeout)
         if slot is not None:
             phase["gpu"] = slot.describe()
@@ -478,7 +479,8 @@ class Runner:
 
     def _result(self, combo: Combo, judged: dict[str, Any]) -> dict[str, Any]:
         result = {"id": combo.id, **combo.to_dict(), **judged}
-        self.progress(result)
+        if not self._cancelled.is_set():
+            self.progress(result)
         return result
 
 
@@ -554,7 +556,8 @@ def run(
     progress: Callable[[dict[str, Any]], None],
 ) -> tuple[list[dict[str, Any]], str]:
     """Run every combination; returns the combos (in matrix order) and the phase mode used
-    (`auto` becomes `hot` when every combination ran hot only, else `both`)."""
+    (`auto` becomes `hot` when every combination ran hot only, else `both`). An interrupt
+    while phases run kills them all before it propagates (`run_groups`)."""
     runner = Runner(server, settings, progress)
     expand_devices(matrix, server.info)
     runner.check_workloads(matrix)
@@ -594,11 +597,31 @@ def run(
         if combos_in_stage[0].device == "cuda":
             at_once = min(at_once, max(1, len(runner._gpus)))  # a phase holds its GPU
         runner.compile_threads = compile_threads(at_once)
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            started = [pool.submit(runner.run_group, g, g[0].id in hot, pool.submit) for g in stage]
-            for group, fut in zip(stage, started, strict=True):
-                first, others = fut.result()
-                results[group[0].id] = first
-                for combo, other in others:
-                    results[combo.id] = other.result()
+        run_groups(runner, stage, hot, jobs, results)
     return [results[c.id] for c in combos], phase
+
+
+def run_groups(
+    runner: Runner,
+    groups: list[list[Combo]],
+    hot: set[str],
+    jobs: int,
+    results: dict[str, dict[str, Any]],
+) -> None:
+    """Run `groups` (hot only where their first id is in `hot`) on `jobs` threads into
+    `results`. An exception while they run (an interrupt: errors.Interrupted) cancels the
+    runner, killing every phase, before it propagates; not a `with` block, whose exit would
+    wait for every running phase and start the queued ones."""
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
+        started = [pool.submit(runner.run_group, g, g[0].id in hot, pool.submit) for g in groups]
+        for group, fut in zip(groups, started, strict=True):
+            first, others = fut.result()
+            results[group[0].id] = first
+            for combo, other in others:
+                results[combo.id] = other.result()
+    except BaseException:
+        runner.cancel()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()

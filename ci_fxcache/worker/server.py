@@ -74,10 +74,12 @@ def _die_with_parent() -> None:
         pass
 
 
-def child(request: dict[str, Any]) -> None:
+def child(request: dict[str, Any], server_pid: int) -> None:
     """Inside the forked child: own process group, log to a file, run, write the result."""
     os.setpgid(0, 0)
     _die_with_parent()
+    if os.getppid() != server_pid:  # the server died before the line above took effect
+        os._exit(1)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
     code = 1
@@ -183,9 +185,10 @@ def serve() -> None:
                 if not line.strip():
                     continue
                 request = json.loads(line)
+                server_pid = os.getpid()
                 pid = os.fork()
                 if pid == 0:
-                    child(request)
+                    child(request, server_pid)
                 children[pid] = request["id"]
                 _emit({"id": request["id"], "pid": pid})
         while children:

@@ -75,3 +75,27 @@ def flaky_eager(dtype: torch.dtype, device: str) -> dict[str, Any]:
 
 
 not_callable = 42
+
+
+def hanging_factory(dtype: torch.dtype, device: str) -> Any:
+    """A factory that never returns (a download that hangs, a lock never released)."""
+    time.sleep(3600)
+
+
+@torch._dynamo.disable
+def _wake_compile_pool() -> None:
+    from torch._inductor.async_compile import AsyncCompile
+
+    AsyncCompile.wakeup()
+
+
+def _pool_fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    _wake_compile_pool()
+    _maybe_fault()
+    return x.sin() @ y
+
+
+def pool_sin_matmul(dtype: torch.dtype, device: str) -> dict[str, Any]:
+    """`sin_matmul` that starts Inductor's compile worker pool (with compile_threads > 1 and a
+    torch that ships Triton) on each call before the fault: a hang with workers running."""
+    return {**sin_matmul(dtype, device), "model": _pool_fn}
