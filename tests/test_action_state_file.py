@@ -54,9 +54,7 @@ def test_a_directory_as_state_file_is_one_line(store: Store, tmp_path: Path) -> 
         ({"scope_key": "../victim"}, "is not a scope key"),
     ],
 )
-def test_malformed_fields_are_one_line(
-    store: Store, edit: dict[str, Any], message: str
-) -> None:
+def test_malformed_fields_are_one_line(store: Store, edit: dict[str, Any], message: str) -> None:
     path, state = _restored(store)
     path.write_text(json.dumps({**state, **edit}))
     line = _one_line_usage_error(store.run("save", "--state-file", str(path)))
