@@ -33,8 +33,12 @@ function appendFileCommand(file, name, value) {
 
 // Values of NAME<<DELIMITER and NAME=VALUE lines of an Actions file command.
 function readFileCommand(file) {
+  return parseFileCommand(fs.existsSync(file) ? fs.readFileSync(file, "utf8") : "");
+}
+
+function parseFileCommand(text) {
   const values = {};
-  const lines = fs.existsSync(file) ? fs.readFileSync(file, "utf8").split("\n") : [];
+  const lines = text.split("\n");
   for (let i = 0; i < lines.length; i++) {
     const heredoc = /^([^=<]+)<<(.+)$/.exec(lines[i]);
     if (heredoc) {
@@ -136,20 +140,36 @@ function describe(fxcache, runName, env, io) {
   return JSON.parse(result.stdout);
 }
 
+// The bytes of `file` from `offset` on (what a step appended to a file command).
+function appended(file, offset) {
+  if (!file || !fs.existsSync(file)) return "";
+  return fs.readFileSync(file).subarray(offset).toString("utf8");
+}
+
+function size(file) {
+  return file && fs.existsSync(file) ? fs.statSync(file).size : 0;
+}
+
 // Run the steps of `runName` in order, each in its own log group; stop at the first that
-// fails and return its exit status.
+// fails and return its exit status. What a step exports through $GITHUB_ENV reaches the
+// later steps of the same run, as it would between the steps of a composite action (the
+// runner itself applies it only after this whole step).
 function runSteps(fxcache, runName, env, io, extra) {
   const plan = describe(fxcache, runName, env, io);
   if (plan === null) return 1;
   for (const name of plan.secret_inputs) maskLines(input(env, name), (s) => io.write(s));
+  const current = Object.assign({}, env);
   for (const step of plan.steps) {
-    const childenv = childEnv(env, plan, step, Object.assign({}, extra || {}, {
+    const childenv = childEnv(current, plan, step, Object.assign({}, extra || {}, {
       FXCACHE_INPUTS: stepInputs(env, plan, step),
     }));
+    const before = size(env.GITHUB_ENV);
     io.write(`::group::${step.title}\n`);
     const rc = run(fxcache, ["action", step.step], childenv, io);
     io.write("::endgroup::\n");
     if (rc !== 0) return rc;
+    const exported = appended(env.GITHUB_ENV, before);
+    Object.assign(current, parseFileCommand(exported));
   }
   return 0;
 }

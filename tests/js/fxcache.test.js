@@ -139,3 +139,17 @@ test("readFileCommand reads both forms, a later value wins", () => {
   js.appendFileCommand(file, "a", "3");
   assert.deepEqual(js.readFileCommand(file), { a: "3", b: "two\nlines" });
 });
+
+test("what a step exports through GITHUB_ENV reaches the later steps of the run", () => {
+  const box = sandbox();
+  fs.writeFileSync(box.env.GITHUB_ENV, "EARLIER=kept\n");
+  // The stand-in's setup exports a variable, as the real one exports FXCACHE_ACTION_SETTINGS.
+  fs.appendFileSync(box.fake, "");
+  const real = fs.readFileSync(box.fake, "utf8");
+  fs.writeFileSync(box.fake, real.replace("env -0 >",
+    'if [ "$2" = setup ]; then printf "FROM_SETUP<<EOF\\nset up\\nEOF\\n" >>"$GITHUB_ENV"; fi\nenv -0 >'));
+  assert.equal(js.main(box.env, box.io), 0);
+  assert.equal(box.stepEnv("setup").FROM_SETUP, undefined);
+  assert.equal(box.stepEnv("restore").FROM_SETUP, "set up");
+  assert.equal(box.stepEnv("restore").EARLIER, undefined);
+});
