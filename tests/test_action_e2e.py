@@ -521,7 +521,9 @@ def test_the_job_saves_at_its_end_even_when_a_test_step_fails(
     harness = Harness(tmp_path, fake, cache_service)
     failed = harness.run("autosave", workflow="autosave.yml")
     assert failed.returncode != 0 and not failed.succeeded, failed.log()
-    assert f"{FOREIGN}@{PINNED}" in failed.raw and "fxcache/fxcache-action" not in failed.raw
+    # act resolved the action by the foreign name and commit, and by nothing else.
+    assert f"{FOREIGN} with ref {PINNED}" in failed.raw, failed.log()
+    assert "fxcache/fxcache-action" not in failed.raw
     key = (failed.out / "cache-key").read_text()
     assert (failed.out / "cache-hit").read_text() == "false"
     assert json.loads((failed.out / "safe-combos").read_text()) == [COMBO]

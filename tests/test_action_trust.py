@@ -139,13 +139,13 @@ def test_store_github_read_only_runs_never_unpack_into_the_shared_root(tmp_path:
         assert not root.exists() or not any(root.iterdir()), sorted(root.rglob("*"))
 
 
-WORKLOAD = '''
+WORKLOAD = """
 import json, os, sys
 def factory(**options):
     with open(os.environ["ENV_DUMP"], "w") as fh:
         json.dump(dict(os.environ), fh)
     raise RuntimeError("this workload only prints its environment")
-'''
+"""
 
 
 def test_the_workloads_see_no_secret(tmp_path: Path) -> None:
