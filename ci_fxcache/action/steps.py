@@ -56,10 +56,20 @@ CACHE_SERVICE_ENV = (
     "ACTIONS_CACHE_URL",
     "ACTIONS_RUNTIME_URL",
 )
-# Never given to a step: OIDC token requests and the main step's own state file (the runner
-# hands the post step what main kept there).
+# Object-storage credentials in the job's environment (store s3): only the steps that move
+# the scope (restore, save) get them, never verify's worker or the user's interpreter.
+OBJECT_STORE_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_ARN",
+)
+# Never given to a step unless listed for it: the above, OIDC token requests and the main
+# step's own state file (the runner hands the post step what main kept there).
 PRIVATE_ENV = (
     *CACHE_SERVICE_ENV,
+    *OBJECT_STORE_ENV,
     "ACTIONS_ID_TOKEN_REQUEST_TOKEN",
     "ACTIONS_ID_TOKEN_REQUEST_URL",
     "GITHUB_STATE",
@@ -87,7 +97,9 @@ RUNS: dict[str, tuple[tuple[Input, ...], tuple[StepSpec, ...]]] = {
                 "setup", "Check the inputs and decide trust", ("redis-url",), ("GITHUB_STATE",)
             ),
             StepSpec("gha-restore", "Restore from the GitHub cache", (), CACHE_SERVICE_ENV),
-            StepSpec("restore", "Restore the cache", ("signing-key", "redis-url")),
+            StepSpec(
+                "restore", "Restore the cache", ("signing-key", "redis-url"), OBJECT_STORE_ENV
+            ),
             StepSpec("verify", "Verify hot loads", ("redis-url",)),
             StepSpec("report", "Report"),
             StepSpec("comment", "Comment on the pull request", ("github-token",)),
@@ -101,11 +113,23 @@ RUNS: dict[str, tuple[tuple[Input, ...], tuple[StepSpec, ...]]] = {
                 "post-save",
                 "Save the cache (end of job)",
                 ("signing-key",),
-                (*CACHE_SERVICE_ENV, f"STATE_{SETTINGS_STATE}", f"STATE_{DIGEST_STATE}"),
+                (
+                    *CACHE_SERVICE_ENV,
+                    *OBJECT_STORE_ENV,
+                    f"STATE_{SETTINGS_STATE}",
+                    f"STATE_{DIGEST_STATE}",
+                ),
             ),
         ),
     ),
-    "save": (inp.SAVE, (StepSpec("save", "Save the cache", ("signing-key",), CACHE_SERVICE_ENV),)),
+    "save": (
+        inp.SAVE,
+        (
+            StepSpec(
+                "save", "Save the cache", ("signing-key",), (*CACHE_SERVICE_ENV, *OBJECT_STORE_ENV)
+            ),
+        ),
+    ),
     "invalidate": (
         inp.INVALIDATE,
         (StepSpec("invalidate", "Invalidate", ("redis-url", "github-token")),),

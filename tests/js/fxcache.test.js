@@ -36,6 +36,7 @@ exit "\${FAIL_AT_STEP_RC:-0}"
     ACTIONS_RUNTIME_TOKEN: "runtime-token",
     ACTIONS_RESULTS_URL: "http://results.invalid/",
     ACTIONS_ID_TOKEN_REQUEST_TOKEN: "oidc-token",
+    AWS_SECRET_ACCESS_KEY: "aws-secret-key",
     "INPUT_PYTHON": "python3",
     "INPUT_STORE": "local",
     "INPUT_GITHUB-TOKEN": "ghs_secret_token",
@@ -76,7 +77,8 @@ test("main runs the steps in order, each in its own group, with only its secrets
   for (const line of ["first line of the key", "second line of the key", "ghs_secret_token"]) {
     assert.ok(text.includes(`::add-mask::${line}\n`), line);
   }
-  const secrets = ["ghs_secret_token", "line of the key", "hunter2", "runtime-token", "oidc-token"];
+  const secrets = ["ghs_secret_token", "line of the key", "hunter2", "runtime-token", "oidc-token",
+                   "aws-secret-key"];
   const seen = {};
   for (const step of ["setup", "gha-restore", "restore", "verify", "report", "comment", "conclude"]) {
     const env = box.stepEnv(step);
@@ -91,7 +93,7 @@ test("main runs the steps in order, each in its own group, with only its secrets
   assert.deepEqual(seen, {
     setup: ["hunter2"],
     "gha-restore": ["runtime-token"],
-    restore: ["line of the key", "hunter2"],
+    restore: ["line of the key", "hunter2", "aws-secret-key"],
     verify: ["hunter2"],
     report: [],
     comment: ["ghs_secret_token"],
@@ -126,6 +128,7 @@ test("post runs only the toolkit main installed, never one a file names", () => 
   assert.ok(env, "post-save did not run with the kept toolkit");
   assert.equal(env.STATE_fxcache_settings, settings);
   assert.equal(env.ACTIONS_RUNTIME_TOKEN, "runtime-token");
+  assert.equal(env.AWS_SECRET_ACCESS_KEY, "aws-secret-key");
   assert.equal(JSON.parse(env.FXCACHE_INPUTS)["github-token"], "");
   assert.equal(JSON.parse(env.FXCACHE_INPUTS)["signing-key"], "first line of the key\nsecond line of the key");
   assert.equal(env.STATE_fxcache_toolkit, undefined);
