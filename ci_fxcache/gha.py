@@ -54,8 +54,11 @@ def warn(message: str) -> None:
 def mask(value: str) -> None:
     """Ask the runner to hide a secret in all later log output (on stderr, like every
     workflow command here, so that a `--json` document on stdout stays parseable)."""
-    if in_actions() and value:
-        print(f"::add-mask::{value}", file=sys.stderr, flush=True)
+    if not in_actions():
+        return
+    for line in value.splitlines():  # one command per line: a newline would end it early
+        if line.strip():
+            print(f"::add-mask::{line}", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
@@ -98,6 +101,12 @@ def set_output(name: str, value: str) -> bool:
 def export_env(name: str, value: str) -> bool:
     """Export a variable to later steps through `$GITHUB_ENV`; False when there is none."""
     return _append_file_var("GITHUB_ENV", name, value)
+
+
+def save_state(name: str, value: str) -> bool:
+    """Keep a value for this action's post step (`$GITHUB_STATE`; the runner hands it to the
+    post step as STATE_<name>); False when there is none."""
+    return _append_file_var("GITHUB_STATE", name, value)
 
 
 def append_summary(markdown: str) -> bool:

@@ -7,7 +7,9 @@
 # from the action's directory (no build step, nothing else fetched). The venv lives in the
 # runner's tool cache under an id that hashes the toolkit's sources, the lock files, the extras
 # and the base interpreter; it is reused only when a hash of all its files matches the one
-# recorded when it was installed. Untrusted events (forks, pull_request_target, ...) never
+# recorded when it was installed. Every Python here runs isolated (-I, the toolkit's own
+# `fxcache` too): nothing in the job's working directory, PYTHONPATH or user site runs inside
+# the toolkit. Untrusted events (forks, pull_request_target, ...) never
 # reuse one: they install into a private venv under $RUNNER_TEMP.
 #
 # env: FXCACHE_ACTION_ROOT  the action's root directory
@@ -38,7 +40,7 @@ if [ -n "${FXCACHE_TOOLKIT:-}" ]; then
   exit 0
 fi
 
-fit() { "$1" -c 'import sys, venv; sys.exit(sys.version_info < (3, 10))' >/dev/null 2>&1; }
+fit() { "$1" -I -c 'import sys, venv; sys.exit(sys.version_info < (3, 10))' >/dev/null 2>&1; }
 base=""
 for candidate in "${FXCACHE_BASE_PYTHON:-}" "${FXCACHE_PYTHON:-}" python3; do
   if [ -n "$candidate" ] && fit "$candidate"; then base="$candidate"; break; fi
@@ -52,9 +54,9 @@ pip_args=()
 for file in "${requirements[@]}"; do pip_args+=(-r "$file"); done
 
 # Trust is the toolkit's decision (ci_fxcache/store/trust.py, standard library only).
-untrusted="$("$base" -c 'import sys; sys.path.insert(0, sys.argv[1]); from ci_fxcache.store.trust import untrusted_reason; print(untrusted_reason() or "")' "$root")"
+untrusted="$("$base" -I -c 'import sys; sys.path.insert(0, sys.argv[1]); from ci_fxcache.store.trust import untrusted_reason; print(untrusted_reason() or "")' "$root")"
 
-id="$("$base" - "$root" "${requirements[@]}" <<'PY'
+id="$("$base" -I - "$root" "${requirements[@]}" <<'PY'
 import hashlib, os, sys
 root = sys.argv[1]
 h = hashlib.sha256(("%s|%s" % (os.path.realpath(sys.executable), sys.version)).encode())
@@ -72,7 +74,7 @@ PY
 
 # A hash of every file of the venv (names, link targets, contents).
 digest() {
-  "$base" - "$1" <<'PY'
+  "$base" -I - "$1" <<'PY'
 import hashlib, os, sys
 venv = sys.argv[1]
 h = hashlib.sha256()
@@ -93,14 +95,14 @@ PY
 install() { # VENV
   rm -rf "$1"
   "$base" -m venv "$1"
-  "$1/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes \
+  "$1/bin/python" -I -m pip install --quiet --disable-pip-version-check --require-hashes \
     --only-binary=:all: "${pip_args[@]}" ||
     fail "could not install the toolkit's locked dependencies (see pip's message above); on an air-gapped runner point pip at a mirror (PIP_INDEX_URL) or preinstall the toolkit (FXCACHE_TOOLKIT)"
-  site="$("$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  site="$("$1/bin/python" -I -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
   (cd "$root" && find ci_fxcache -name __pycache__ -prune -o -type f ! -name '*.pyc' -print0 |
     xargs -0 cp --parents -t "$site")
-  "$1/bin/python" -m compileall -q "$site/ci_fxcache" >/dev/null
-  printf '#!%s\nfrom ci_fxcache.cli import entry\nentry()\n' \
+  "$1/bin/python" -I -m compileall -q "$site/ci_fxcache" >/dev/null
+  printf '#!%s -I\nfrom ci_fxcache.cli import entry\nentry()\n' \
     "$1/bin/python" >"$1/bin/fxcache"
   chmod +x "$1/bin/fxcache"
 }

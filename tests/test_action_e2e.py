@@ -39,8 +39,18 @@ PR = 7
 COMBO = "sin_matmul-cpu-float32-static-fxgraph-infer"
 LABEL = "fxcache-e2e"
 # What the action needs from the working tree (a real checkout would bring all of it).
-SHIPPED = ["action.yml", "save", "autosave", "invalidate", "toolkit", "scripts", "ci_fxcache",
+SHIPPED = ["action.yml", "js", "save", "invalidate", "toolkit", "scripts", "ci_fxcache",
            "pyproject.toml", "README.md"]  # fmt: skip
+# The action under another owner's name, pinned by commit (how the shipped workflows' headers
+# tell users to pin it): the only name act can resolve for it.
+FOREIGN = "acme/compile-cache"
+PINNED = "9f2c4e1b7a3d5c6e8f0a1b2c3d4e5f60718293a4"
+PLACEHOLDER = re.compile(r"your-org/fxcache-action([/a-z]*)@0{40}")
+
+
+def _pinned(text: str) -> str:
+    """A workflow with the fxcache placeholder pinned (the sed line of the workflows' headers)."""
+    return PLACEHOLDER.sub(rf"{FOREIGN}\1@{PINNED}", text)
 
 
 def _pin(action: str, rel: str) -> str:
@@ -53,9 +63,9 @@ def _pin(action: str, rel: str) -> str:
 def _standins(src: Path) -> list[str]:
     """--local-repository mappings: act resolves every remote action before evaluating `if:`
     and cannot fetch offline. The artifact actions get stand-ins with their documented
-    behaviour (see tests/act/standins); our own action at its release tag is the tree under
-    test. The GitHub cache needs none: the toolkit speaks the cache service itself, here
-    tests/fake_cache_service.py."""
+    behaviour (see tests/act/standins); our own action is the tree under
+    test, under a foreign name pinned by commit. The GitHub cache needs none: the toolkit
+    speaks the cache service itself, here tests/fake_cache_service.py."""
     standins = ROOT / "tests" / "act" / "standins"
     fleet = "workflows/fxcache-verify.yml"
     maps = {
@@ -63,7 +73,7 @@ def _standins(src: Path) -> list[str]:
         / "upload-artifact",
         f"actions/download-artifact@{_pin('actions/download-artifact', fleet)}": standins
         / "download-artifact",
-        "fxcache/fxcache-action@v1": src,
+        f"{FOREIGN}@{PINNED}": src,  # no mapping for fxcache/fxcache-action at all
     }
     return [arg for ref, path in maps.items() for arg in ("--local-repository", f"{ref}={path}")]
 
@@ -152,10 +162,15 @@ class Harness:
             else:
                 shutil.copy2(path, self.src / rel)
         (self.src / ".github/workflows").mkdir(parents=True)
-        for workflow in (ROOT / "tests/act/workflows").glob("*.yml"):
-            shutil.copy(workflow, self.src / ".github/workflows" / workflow.name)
-        # The fleet workflow, copied into the repository as the README tells users to.
-        shutil.copy(ROOT / "workflows/fxcache-verify.yml", self.src / ".github/workflows")
+        workflows = [
+            *(ROOT / "tests/act/workflows").glob("*.yml"),
+            ROOT / "workflows/fxcache-verify.yml",
+        ]
+        # The fleet workflow too, copied into the repository and pinned as users are told to.
+        for workflow in workflows:
+            pinned = _pinned(workflow.read_text())
+            assert not re.search(r"uses: .*fxcache-action", pinned), workflow
+            (self.src / ".github/workflows" / workflow.name).write_text(pinned)
         shutil.copy(ROOT / "tests/act/user_compile.py", self.src / "user_compile.py")
         git = ["git", "-C", str(self.src), "-c", "user.name=e2e", "-c", "user.email=e2e@invalid"]
         for args in (
@@ -303,7 +318,8 @@ def test_action_end_to_end(
     # The job summary the runner received is the rendered report (one safe combination), and
     # the PR comment carries the same report.
     report_md = (first.out / "report.md").read_text().strip()
-    assert first.summary.strip() == report_md
+    assert first.summary.strip().startswith(report_md)
+    assert "fxcache job cache stats" in first.summary
     assert re.match(r"### fxcache( \(.+\))?: ✅ 1/1 safe · ", report_md), report_md  # none unsafe
     comments = _our_comments(fake)
     assert len(comments) == 1, fake.comments
@@ -497,21 +513,36 @@ def test_store_github_end_of_job_save_uploads_when_a_test_step_fails(
 def test_the_job_saves_at_its_end_even_when_a_test_step_fails(
     tmp_path: Path, fake: FakeGitHub, cache_service: FakeCacheService
 ) -> None:
-    """No save sub-action in the workflow and a failing test step: the action's own post step
-    still commits the scope (with the user's compile in it), and the next job restores it."""
+    """The action as acme/compile-cache@<commit> (no name but that one resolves), no save
+    sub-action, and a failing test step: a miss, a safe verdict, the report, and the action's
+    own post step commits the scope (with the user's compile in it) and writes the job's cache
+    stats; the next job is a hit whose stats say it compiled nothing new. The user's step sees
+    neither the action's inputs nor its signing key."""
     harness = Harness(tmp_path, fake, cache_service)
     failed = harness.run("autosave", workflow="autosave.yml")
     assert failed.returncode != 0 and not failed.succeeded, failed.log()
+    # act resolved the action by the foreign name and commit, and by nothing else.
+    assert f"{FOREIGN} with ref {PINNED}" in failed.raw, failed.log()
+    assert "fxcache/fxcache-action" not in failed.raw
     key = (failed.out / "cache-key").read_text()
+    assert (failed.out / "cache-hit").read_text() == "false"
+    assert json.loads((failed.out / "safe-combos").read_text()) == [COMBO]
     manifest = json.loads((harness.cache_root / key / "manifest.json").read_text())
     assert any(name.startswith("inductor/") for name in manifest["files"]), manifest["files"]
+    assert manifest.get("signature"), "the post step did not sign with the action's key"
     assert failed.json("user.json")["inductor"].get("fxgraph_cache_miss", 0) >= 1
+    assert "1 safe" in failed.summary, failed.log()
+    assert "| FX graph |" in failed.summary, failed.summary
+    user_env = (failed.out / "user-env.txt").read_text()
+    assert "FXCACHE_INPUTS" not in user_env and "e2e-signing-key" not in user_env
 
     again = harness.run("autosave-again", workflow="autosave.yml")
     assert (again.out / "cache-key").read_text() == key
+    assert (again.out / "cache-hit").read_text() == "true", again.log()
     user = again.json("user.json")
     assert user["inductor"].get("fxgraph_cache_hit", 0) >= 1, user
     assert user["inductor"].get("fxgraph_cache_miss", 0) == 0, user
+    assert "compiled nothing new" in again.summary, again.summary
 
 
 def _pt2_keys(url: str) -> int:

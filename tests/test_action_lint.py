@@ -28,7 +28,16 @@ TEST_WORKFLOWS = sorted(
     if "node_modules" not in p.parts  # the browser test's npm packages ship their own CI
 )
 SHA_PIN = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}$")
-OWN_ACTION = re.compile(r"^fxcache/fxcache-action(/(save|autosave|invalidate|toolkit))?@v1$")
+# How the reusable workflows name the fxcache action: a placeholder commit the user replaces
+# with the repository and commit they reviewed (the workflows' headers say how).
+PLACEHOLDER = re.compile(r"^your-org/fxcache-action(/(save|invalidate|toolkit))?@0{40}$")
+# Every file a user's job runs or copies (the JavaScript, the install script, the workflows).
+SHIPPED = sorted(
+    p.relative_to(ROOT).as_posix()
+    for p in [*ROOT.glob("*/action.yml"), ROOT / "action.yml", *(ROOT / "js").glob("*.js"),
+              *ROOT.glob("*/main.js"), *(ROOT / "scripts").glob("*"),
+              *(ROOT / "workflows").glob("*.yml")]
+)  # fmt: skip
 
 
 def _tool(name: str) -> str:
@@ -57,7 +66,6 @@ def _steps(doc: dict[Any, Any]) -> list[dict[str, Any]]:
 def test_inventory() -> None:
     assert ACTIONS == [
         "action.yml",
-        "autosave/action.yml",
         "invalidate/action.yml",
         "save/action.yml",
         "toolkit/action.yml",
@@ -113,7 +121,7 @@ def _copy_repo_config(dest: Path) -> None:
 
 def test_zizmor_flags_an_input_expanded_inside_run(tmp_path: Path) -> None:
     _copy_repo_config(tmp_path)
-    text = (ROOT / "action.yml").read_text()
+    text = (ROOT / "toolkit/action.yml").read_text()
     injected = text.replace(
         """run: '"$FXCACHE_ACTION_ROOT/scripts/install-toolkit.sh"'""",
         """run: echo ${{ inputs.python }}""",
@@ -138,12 +146,17 @@ def test_fork_comment_trigger_is_ignored_deliberately_not_by_accident(tmp_path: 
     assert "dangerous-triggers" in proc.stdout
 
 
-def test_zizmor_config_still_requires_sha_pins_for_others(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("pattern", "tag"),
+    [(r"actions/download-artifact@[0-9a-f]{40}", "actions/download-artifact@v8"),
+     (r"your-org/fxcache-action/toolkit@0{40}", "fxcache/fxcache-action/toolkit@v1")],
+)  # fmt: skip
+def test_zizmor_config_requires_sha_pins_for_every_action_ours_too(
+    tmp_path: Path, pattern: str, tag: str
+) -> None:
     _copy_repo_config(tmp_path)
     text = (ROOT / "workflows/fxcache-comment-fork.yml").read_text()
-    unpinned = re.sub(
-        r"actions/download-artifact@[0-9a-f]{40}", "actions/download-artifact@v8", text
-    )
+    unpinned = re.sub(pattern, tag, text)
     assert unpinned != text
     (tmp_path / "fork.yml").write_text(unpinned)
     proc = _zizmor("fork.yml", cwd=tmp_path)
@@ -163,7 +176,7 @@ def test_check_jsonschema(schema: str, files: list[str]) -> None:
 
 def test_check_jsonschema_rejects_a_broken_action(tmp_path: Path) -> None:
     doc = _load("action.yml")
-    doc["runs"]["steps"][0].pop("shell")  # composite run steps must name their shell
+    doc["runs"].pop("main")  # a JavaScript action must name its main script
     bad = tmp_path / "action.yml"
     bad.write_text(yaml.safe_dump(doc))
     proc = _run(_tool("check-jsonschema"), "--builtin-schema", "vendor.github-actions", str(bad))
@@ -182,17 +195,37 @@ def test_remote_actions_are_pinned(rel: str) -> None:
     for step in _steps(_load(rel)):
         uses = step.get("uses")
         if uses and not uses.startswith("./"):
-            assert SHA_PIN.match(uses) or OWN_ACTION.match(uses), f"{rel}: {uses} is not pinned"
+            assert SHA_PIN.match(uses), f"{rel}: {uses} is not pinned by commit"
 
 
 @pytest.mark.parametrize("rel", ACTIONS)
-def test_the_actions_use_no_third_party_action(rel: str) -> None:
-    """The GitHub cache goes through the toolkit (ci_fxcache/store/actions_cache.py), so the
-    action files call only our own actions: nothing for act (offline) or a self-hosted runner
-    to fetch, and no actions/cache whose archive format ours would have to match."""
-    for step in _steps(_load(rel)):
-        if "uses" in step:
-            assert OWN_ACTION.match(step["uses"]), f"{rel}: {step['uses']}"
+def test_the_actions_use_no_other_action(rel: str) -> None:
+    """The action and its save / invalidate sub-actions are JavaScript actions and the toolkit
+    one a single `run:` step: none calls another action (ours included), so a job pinned by
+    commit, a mirror under another owner and act without network run exactly this tree; the
+    GitHub cache goes through the toolkit (ci_fxcache/store/actions_cache.py)."""
+    doc = _load(rel)
+    assert [s for s in _steps(doc) if "uses" in s] == [], rel
+    if rel != "toolkit/action.yml":
+        assert doc["runs"]["using"] == "node24", rel
+        for script in ("main", "post"):
+            if script in doc["runs"]:
+                assert (ROOT / Path(rel).parent / doc["runs"][script]).is_file(), (rel, script)
+    assert doc["runs"].get("post-if", "always()") == "always()"
+
+
+@pytest.mark.parametrize("rel", SHIPPED)
+def test_no_shipped_file_names_the_upstream_action(rel: str) -> None:
+    """No action, script or reusable workflow refers to `fxcache/fxcache-action`: the
+    workflows name our actions only by the placeholder their headers tell users to pin."""
+    text = (ROOT / rel).read_text()
+    assert "fxcache/fxcache-action" not in text, rel
+    for step in _steps(_load(rel)) if rel.endswith(".yml") else []:
+        uses = step.get("uses", "")
+        if "fxcache-action" in uses:
+            assert PLACEHOLDER.match(uses), f"{rel}: {uses}"
+    if rel.startswith("workflows/") and "fxcache-action" in text:
+        assert "Pinning: this file names the fxcache action" in text, rel
 
 
 def test_action_inputs_and_outputs_are_documented() -> None:

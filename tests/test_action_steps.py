@@ -66,11 +66,18 @@ def pull_request_event(
 class Step:
     """One `fxcache action STEP` run: exit code, log lines, outputs and exported variables."""
 
-    def __init__(self, proc: subprocess.CompletedProcess[str], out: Path, env: Path) -> None:
+    def __init__(
+        self, proc: subprocess.CompletedProcess[str], out: Path, env: Path, state: Path
+    ) -> None:
         self.proc = proc
         self.lines = (proc.stdout + proc.stderr).splitlines()
         self.outputs = read_file_vars(out)
         self.env = read_file_vars(env)
+        self.state = read_file_vars(state)
+
+    def post_env(self) -> dict[str, str]:
+        """What the runner hands this (setup) step's post step: STATE_<name> variables."""
+        return {f"STATE_{name}": value for name, value in self.state.items()}
 
     @property
     def errors(self) -> list[str]:
@@ -88,9 +95,9 @@ def run_step(
     event_name: str = "pull_request",
     **env_overrides: str,
 ) -> Step:
-    out, genv = tmp_path / "github-output", tmp_path / "github-env"
-    out.write_text("")
-    genv.write_text("")
+    out, genv, state = (tmp_path / name for name in ("github-output", "github-env", "state"))
+    for path in (out, genv, state):
+        path.write_text("")
     event_path = tmp_path / "event.json"
     event_path.write_text(json.dumps(pull_request_event() if event is None else event))
     values = {**DEFAULT_INPUTS, "python": TORCH_PYTHON, "cache-root": str(tmp_path / "store")}
@@ -102,6 +109,7 @@ def run_step(
             "GITHUB_ACTIONS": "true",
             "GITHUB_OUTPUT": str(out),
             "GITHUB_ENV": str(genv),
+            "GITHUB_STATE": str(state),
             "GITHUB_REPOSITORY": "octo-org/demo",
             "GITHUB_EVENT_NAME": event_name,
             "GITHUB_EVENT_PATH": str(event_path),
@@ -122,7 +130,7 @@ def run_step(
         check=False,
         timeout=120,
     )
-    return Step(proc, out, genv)
+    return Step(proc, out, genv, state)
 
 
 def test_same_repository_pull_request(tmp_path: Path) -> None:
@@ -410,26 +418,37 @@ def test_safe_results_leave_caches_on(tmp_path: Path) -> None:
     assert s.proc.returncode == 0 and "TORCHINDUCTOR_FORCE_DISABLE_CACHES" not in s.env
 
 
-@pytest.mark.parametrize("rel", ["action.yml", "save/action.yml", "invalidate/action.yml"])
-def test_inputs_are_declared_once(rel: str) -> None:
-    """The action file's inputs are exactly the table the toolkit checks, and every step that
-    runs the toolkit gets all of them as one JSON object."""
-    from ci_fxcache.action import inputs
+@pytest.mark.parametrize(
+    ("rel", "runs"),
+    [("action.yml", ["main", "post"]), ("save/action.yml", ["save"]),
+     ("invalidate/action.yml", ["invalidate"])],
+)  # fmt: skip
+def test_inputs_are_declared_once(rel: str, runs: list[str]) -> None:
+    """The action file's inputs are exactly the table the toolkit checks, and the JavaScript
+    hands every step all of them (`describe` names them) as one JSON object."""
+    from ci_fxcache.action import inputs, steps
 
     doc = yaml.safe_load((ROOT / rel).read_text())
+    assert doc["runs"]["using"] == "node24"
     assert list(doc["inputs"]) == [i.name for i in inputs.TABLES[rel]]
-    for step in doc["runs"]["steps"]:
-        if "action " in step.get("run", ""):
-            assert step["env"]["FXCACHE_INPUTS"] == "${{ toJSON(inputs) }}", step["name"]
+    for run in runs:
+        assert steps.describe(run)["inputs"] == list(doc["inputs"]), run
 
 
 def test_outputs_are_declared_once() -> None:
     from ci_fxcache.action import steps
 
     outputs = yaml.safe_load((ROOT / "action.yml").read_text())["outputs"]
-    assert {name: spec["value"] for name, spec in outputs.items()} == {
-        name: f"${{{{ steps.{step}.outputs.{name} }}}}" for name, step in steps.OUTPUTS.items()
-    }
+    assert list(outputs) == list(steps.OUTPUTS)
+    assert all(set(spec) == {"description"} for spec in outputs.values()), outputs
+
+
+POST_STATE: dict[str, dict[str, str]] = {}  # settings file -> what its post step gets
+
+
+def _post(runner: Path, settings: Path | str, **env: str) -> Step:
+    """The action's post step (post-save) of the job whose setup wrote `settings`."""
+    return run_step(runner, "post-save", **POST_STATE[str(settings)], **env)
 
 
 def _github_job(
@@ -439,7 +458,9 @@ def _github_job(
     restore of a `store: github` job on a fresh runner; (settings file, restore step)."""
     runner.mkdir(parents=True, exist_ok=True)
     inputs = {"store": "github", "save": save}
-    settings = run_step(runner, "setup", inputs).outputs["settings"]
+    setup = run_step(runner, "setup", inputs)
+    settings = setup.outputs["settings"]
+    POST_STATE[settings] = setup.post_env()
     got = run_step(runner, "gha-restore", inputs, FXCACHE_ACTION_SETTINGS=settings,
                    **fake.env(), **env)  # fmt: skip
     assert got.proc.returncode == 0 and got.errors == [], got.lines
@@ -461,8 +482,7 @@ def test_store_github_end_of_job_save_uploads_and_the_next_runner_restores_it(
         compiled = Path(s["gha_path"]) / "inductor" / "fxgraph" / "graph.bin"
         compiled.parent.mkdir(parents=True, exist_ok=True)
         compiled.write_bytes(b"compiled by the job")
-        post = run_step(tmp_path / "a", "post-save", {"store": "github"},
-                        FXCACHE_ACTION_SETTINGS=str(settings), **fake.env())  # fmt: skip
+        post = _post(tmp_path / "a", settings, **fake.env())  # fmt: skip
         assert post.proc.returncode == 0 and post.errors == [], post.lines
         assert [e.key for e in fake.committed()] == [s["gha_key"]], post.lines
         assert "GitHub cache entry" in post.proc.stdout and "saved" in post.proc.stdout
@@ -472,16 +492,14 @@ def test_store_github_end_of_job_save_uploads_and_the_next_runner_restores_it(
         s_b = json.loads(settings_b.read_text())
         again = Path(s_b["gha_path"]) / "inductor" / "fxgraph" / "graph.bin"
         assert again.read_bytes() == b"compiled by the job"
-        post_b = run_step(tmp_path / "b", "post-save", {"store": "github"},
-                          FXCACHE_ACTION_SETTINGS=str(settings_b), **fake.env())  # fmt: skip
+        post_b = _post(tmp_path / "b", settings_b, **fake.env())  # fmt: skip
         assert "this run added nothing to the cache" in post_b.proc.stdout, post_b.lines
         assert len(fake.committed()) == 1
 
         settings_c, _ = _github_job(tmp_path / "c", fake, save="never")
         added = Path(json.loads(settings_c.read_text())["gha_path"]) / "inductor" / "new.bin"
         added.write_bytes(b"new")
-        run_step(tmp_path / "c", "post-save", {"store": "github"},
-                 FXCACHE_ACTION_SETTINGS=str(settings_c), **fake.env())  # fmt: skip
+        _post(tmp_path / "c", settings_c, **fake.env())  # fmt: skip
         assert len(fake.committed()) == 1
         assert fake.violations == []
 
@@ -491,8 +509,7 @@ def test_store_github_upload_without_the_service_variables_warns(tmp_path: Path)
         settings, _ = _github_job(tmp_path, fake)
         added = Path(json.loads(settings.read_text())["gha_path"]) / "inductor" / "new.bin"
         added.write_bytes(b"new")
-        post = run_step(tmp_path, "post-save", {"store": "github"},
-                        FXCACHE_ACTION_SETTINGS=str(settings))  # fmt: skip
+        post = _post(tmp_path, settings)  # fmt: skip
         assert post.proc.returncode == 0, post.lines
         warnings = [line for line in post.lines if line.startswith("::warning::")]
         assert any("nothing was uploaded" in w and "JavaScript" in w for w in warnings), post.lines
@@ -502,20 +519,18 @@ def test_store_github_upload_without_the_service_variables_warns(tmp_path: Path)
 def test_store_github_save_sub_action_decides_then_its_javascript_step_uploads(
     tmp_path: Path,
 ) -> None:
-    """The save sub-action's `run:` step commits and decides; its gha-upload step (a
-    JavaScript step) uploads; the end-of-job save then has nothing left to do."""
+    """The save sub-action (a JavaScript action: its step has the cache service's variables)
+    commits, decides and uploads; the end-of-job save then has nothing left to do."""
     with FakeCacheService() as fake:
         settings, _ = _github_job(tmp_path, fake)
         added = Path(json.loads(settings.read_text())["gha_path"]) / "inductor" / "new.bin"
         added.write_bytes(b"new")
         save_inputs = json.dumps({"python": "", "signing-key": ""})
         saved = run_step(tmp_path, "save", FXCACHE_INPUTS=save_inputs,
-                         FXCACHE_ACTION_SETTINGS=str(settings))  # fmt: skip
-        assert saved.outputs["saved"] == "true" and fake.committed() == [], saved.lines
-        up = run_step(tmp_path, "gha-upload", FXCACHE_ACTION_SETTINGS=str(settings), **fake.env())
-        assert up.proc.returncode == 0 and len(fake.committed()) == 1, up.lines
-        post = run_step(tmp_path, "post-save", FXCACHE_ACTION_SETTINGS=str(settings),
-                        **fake.env())  # fmt: skip
+                         FXCACHE_ACTION_SETTINGS=str(settings), **fake.env())  # fmt: skip
+        assert saved.outputs["saved"] == "true", saved.lines
+        assert saved.proc.returncode == 0 and len(fake.committed()) == 1, saved.lines
+        post = _post(tmp_path, settings, **fake.env())
         assert "already saved" in post.proc.stdout and len(fake.committed()) == 1
         assert fake.violations == []
 
@@ -525,7 +540,7 @@ def test_store_github_a_corrupt_entry_is_a_warning_and_a_cold_start(tmp_path: Pa
         settings, _ = _github_job(tmp_path / "a", fake)
         added = Path(json.loads(settings.read_text())["gha_path"]) / "inductor" / "new.bin"
         added.write_bytes(os.urandom(4096))
-        run_step(tmp_path / "a", "post-save", FXCACHE_ACTION_SETTINGS=str(settings), **fake.env())
+        _post(tmp_path / "a", settings, **fake.env())
         (entry,) = fake.committed()
         data = fake.blob_bytes(entry)
         fake.blobs[entry.blob].data = data[: len(data) // 2]

@@ -160,6 +160,9 @@ INVALIDATE = (
     Input("dry-run", boolean),
     Input("github-token", secret),
 )
+# Inputs that are secrets: masked, blank in the JSON of every step that does not need them
+# (steps.RUNS says which does), never written to a file.
+SECRETS = frozenset({"github-token", "signing-key", "redis-url"})
 TABLES: dict[str, tuple[Input, ...]] = {
     "action.yml": MAIN,
     "save/action.yml": SAVE,
@@ -187,8 +190,10 @@ def parse(table: tuple[Input, ...], raw: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def from_env(table: tuple[Input, ...]) -> dict[str, Any]:
-    """The inputs from $FXCACHE_INPUTS, checked."""
-    text_ = os.environ.get(INPUTS_ENV)
+    """The inputs from $FXCACHE_INPUTS, checked. The variable is removed from this process's
+    environment once read, so no process it starts (the worker, the user's interpreter)
+    inherits it."""
+    text_ = os.environ.pop(INPUTS_ENV, None)
     if not text_:
         raise UsageError(f"${INPUTS_ENV} is not set: 'fxcache action' runs inside the action only")
     try:

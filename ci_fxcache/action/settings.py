@@ -8,6 +8,7 @@ Secrets are never written to it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -21,6 +22,10 @@ from ci_fxcache.errors import UsageError
 from ci_fxcache.store.layout import default_root
 
 SETTINGS_ENV = "FXCACHE_ACTION_SETTINGS"
+# Runner-held state of the action's main step, handed to its post step only (STATE_<name>):
+# where setup's settings are and their sha256 when setup wrote them.
+SETTINGS_STATE = "fxcache_settings"
+DIGEST_STATE = "fxcache_settings_sha256"
 SCHEMA = "fxcache-action-settings/1"
 PULL_REQUEST_EVENTS = ("pull_request", "pull_request_target")
 SAVE_EVENTS = ("push", "schedule")
@@ -47,6 +52,7 @@ class Settings:
     gha_key: str = ""
     gha_prefix: str = ""
     notes: list[str] = field(default_factory=list)
+    nonce: str = ""  # this job's setup; restore records it in its state file
     schema: str = SCHEMA
 
     @property
@@ -70,28 +76,48 @@ class Settings:
         return Path(self.work) / "saved.json"
 
     @property
+    def timings(self) -> Path:
+        return Path(self.work) / "timings.json"
+
+    @property
+    def job_stats(self) -> Path:
+        return Path(self.work) / "job-stats.json"
+
+    @property
     def path(self) -> Path:
         return Path(self.work) / "settings.json"
 
-    def write(self) -> Path:
-        self.path.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
-        return self.path
+    def write(self) -> str:
+        """Write the settings file; its sha256 (the post step checks it)."""
+        data = (json.dumps(asdict(self), indent=2) + "\n").encode()
+        self.path.write_bytes(data)
+        return hashlib.sha256(data).hexdigest()
 
 
-def load(path: str | None = None) -> Settings:
-    """The settings setup wrote (`path`, else $FXCACHE_ACTION_SETTINGS); UsageError if none."""
+def load(path: str | None = None, post: bool = False) -> Settings:
+    """The settings setup wrote (`path`, else $FXCACHE_ACTION_SETTINGS); UsageError if none.
+    With `post` (the action's own post step), the path and the sha256 come from the main
+    step's runner-held state, and a file changed since setup wrote it is refused."""
+    expected = None
     where = path or os.environ.get(SETTINGS_ENV, "")
+    if post:
+        where = os.environ.get(f"STATE_{SETTINGS_STATE}", "")
+        expected = os.environ.get(f"STATE_{DIGEST_STATE}", "")
     if not where:
         raise UsageError(
-            "no fxcache settings in this job: run the fxcache action "
-            "(uses: fxcache/fxcache-action@v1) earlier in the job"
+            "no fxcache settings in this job: run the fxcache action earlier in the job"
         )
     try:
-        data = json.loads(Path(where).read_text(encoding="utf-8"))
+        raw = Path(where).read_bytes()
+        if expected is not None and hashlib.sha256(raw).hexdigest() != expected:
+            raise UsageError(
+                f"fxcache settings {where} changed after setup wrote them: not acting on them"
+            )
+        data = json.loads(raw)
         if data.get("schema") != SCHEMA:
             raise ValueError(f"schema {data.get('schema')!r}")
         return Settings(**data)
-    except (OSError, ValueError, TypeError, AttributeError) as exc:
+    except (OSError, ValueError, TypeError, AttributeError, RecursionError) as exc:
         raise UsageError(f"unreadable fxcache settings {where}: {exc}") from None
 
 

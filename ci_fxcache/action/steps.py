@@ -7,14 +7,21 @@ import contextlib
 import io
 import json
 import os
+import secrets
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ci_fxcache import cli, gha
 from ci_fxcache.action import inputs as inp
+from ci_fxcache.action import job_stats
+from ci_fxcache.action.inputs import Input
 from ci_fxcache.action.settings import (
+    DIGEST_STATE,
     SETTINGS_ENV,
+    SETTINGS_STATE,
     Settings,
     comment_decision,
     fxcache_executable,
@@ -26,7 +33,9 @@ from ci_fxcache.action.settings import (
 from ci_fxcache.env import interpreter
 from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
 from ci_fxcache.report import pr_comment
-from ci_fxcache.store import redis_cache, remote, s3_client, trust
+from ci_fxcache.store import redis_cache, remote, s3_client, state_file, trust
+from ci_fxcache.store import save as store_save
+from ci_fxcache.store.layout import Layout
 
 # The main action's outputs: name -> id of the step that writes it (action.yml's `outputs:`
 # maps each to `steps.<id>.outputs.<name>`; tests/test_action_inputs.py checks it).
@@ -39,6 +48,109 @@ OUTPUTS = {
     "report-markdown": "report",
 }
 TOKEN_ENV = "FXCACHE_GITHUB_TOKEN"
+# The Actions cache service's variables: only the steps that talk to it get them.
+CACHE_SERVICE_ENV = (
+    "ACTIONS_RUNTIME_TOKEN",
+    "ACTIONS_RESULTS_URL",
+    "ACTIONS_CACHE_SERVICE_V2",
+    "ACTIONS_CACHE_URL",
+    "ACTIONS_RUNTIME_URL",
+)
+# Object-storage credentials in the job's environment (store s3): only the steps that move
+# the scope (restore, save) get them, never verify's worker or the user's interpreter.
+OBJECT_STORE_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_ARN",
+)
+# Never given to a step unless listed for it: the above, OIDC token requests and the main
+# step's own state file (the runner hands the post step what main kept there).
+PRIVATE_ENV = (
+    *CACHE_SERVICE_ENV,
+    *OBJECT_STORE_ENV,
+    "ACTIONS_ID_TOKEN_REQUEST_TOKEN",
+    "ACTIONS_ID_TOKEN_REQUEST_URL",
+    "GITHUB_STATE",
+)
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One toolkit step as the JavaScript runs it: its log group, the secret inputs it sees
+    (the others are blank in its FXCACHE_INPUTS) and the variables it gets beyond the job's
+    environment without PRIVATE_ENV."""
+
+    step: str
+    title: str
+    secrets: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+
+
+# What each JavaScript entry point runs, in order (js/fxcache.js asks `describe`).
+RUNS: dict[str, tuple[tuple[Input, ...], tuple[StepSpec, ...]]] = {
+    "main": (
+        inp.MAIN,
+        (
+            StepSpec(
+                "setup", "Check the inputs and decide trust", ("redis-url",), ("GITHUB_STATE",)
+            ),
+            StepSpec("gha-restore", "Restore from the GitHub cache", (), CACHE_SERVICE_ENV),
+            StepSpec(
+                "restore", "Restore the cache", ("signing-key", "redis-url"), OBJECT_STORE_ENV
+            ),
+            StepSpec("verify", "Verify hot loads", ("redis-url",)),
+            StepSpec("report", "Report"),
+            StepSpec("comment", "Comment on the pull request", ("github-token",)),
+            StepSpec("conclude", "Fail on the verdicts (fail-on)"),
+        ),
+    ),
+    "post": (
+        inp.MAIN,
+        (
+            StepSpec(
+                "post-save",
+                "Save the cache (end of job)",
+                ("signing-key",),
+                (
+                    *CACHE_SERVICE_ENV,
+                    *OBJECT_STORE_ENV,
+                    f"STATE_{SETTINGS_STATE}",
+                    f"STATE_{DIGEST_STATE}",
+                ),
+            ),
+        ),
+    ),
+    "save": (
+        inp.SAVE,
+        (
+            StepSpec(
+                "save", "Save the cache", ("signing-key",), (*CACHE_SERVICE_ENV, *OBJECT_STORE_ENV)
+            ),
+        ),
+    ),
+    "invalidate": (
+        inp.INVALIDATE,
+        (StepSpec("invalidate", "Invalidate", ("redis-url", "github-token")),),
+    ),
+}
+
+
+def describe(run_name: str) -> dict[str, Any]:
+    """The steps of one JavaScript entry point and what each may see (JSON for js/)."""
+    if run_name not in RUNS:
+        raise UsageError(f"unknown action run {run_name!r}: one of {', '.join(RUNS)}")
+    table, specs = RUNS[run_name]
+    return {
+        "inputs": [i.name for i in table],
+        "secret_inputs": sorted(inp.SECRETS & {i.name for i in table}),
+        "private_env": list(PRIVATE_ENV),
+        "steps": [
+            {"step": s.step, "title": s.title, "secrets": list(s.secrets), "env": list(s.env)}
+            for s in specs
+        ],
+    }
 
 
 def _set_env(name: str, value: str | None) -> None:
@@ -90,7 +202,13 @@ def setup() -> int:
             remote = True  # read-only runs read the bucket and never write it (store.remote)
     for note in notes:
         gha.say("notice", note)
-    root, problem = store_root(values["cache-root"])
+    if store == "github" and read_only:
+        # A read-only run never unpacks a GitHub cache entry (which an untrusted run can fill
+        # itself) into the runner's shared store: it restores from a private root.
+        root, problem = runner_temp() / "fxcache-read-only-store", None
+        root.mkdir(parents=True, exist_ok=True)
+    else:
+        root, problem = store_root(values["cache-root"])
     if problem:
         gha.warn(problem)
     work = runner_temp() / "fxcache" / values["report-id"]
@@ -113,6 +231,7 @@ def setup() -> int:
         upload=upload_decision(values["save"], store, read_only, payload),
         timeout_s=max(1, round(values["timeout-minutes"] * 60)),
         notes=notes,
+        nonce=secrets.token_hex(16),
     )
     if store == "github":
         # Actions cache entries are immutable: save under a unique key (scope, suffix, run,
@@ -124,7 +243,11 @@ def setup() -> int:
         attempt = os.environ.get("GITHUB_RUN_ATTEMPT", "1")
         settings.gha_key = f"{settings.gha_prefix}run{run_id}.{attempt}"
         settings.gha_path = str(root / scope)
-    path = settings.write()
+    digest = settings.write()
+    path = settings.path
+    # Runner-held, for the post step: it acts only on the settings exactly as written here.
+    gha.save_state(SETTINGS_STATE, str(path))
+    gha.save_state(DIGEST_STATE, digest)
     gha.set_output("settings", str(path))
     gha.export_env(SETTINGS_ENV, str(path))  # for the save sub-action and the end-of-job save
     gha.export_env(interpreter.PYTHON_ENV, settings.python)  # later fxcache commands serve it too
@@ -149,7 +272,30 @@ def restore() -> int:
     _set_env(trust.SIGNING_ENV, values["signing-key"])
     _set_env(redis_cache.URL_ENV, values["redis-url"] if s.remote else None)
     _set_env(s3_client.URL_ENV, values["s3-url"] if s.remote else None)
-    return cli.main(argv)
+    _set_env(state_file.NONCE_ENV, s.nonce)
+    started = time.monotonic()
+    rc = cli.main(argv)
+    _record_time(s, "restore_s", time.monotonic() - started)
+    return rc
+
+
+def _record_time(s: Settings, name: str, seconds: float) -> None:
+    try:
+        timings = json.loads(s.timings.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        timings = {}
+    timings[name] = round(seconds, 3)
+    s.timings.write_text(json.dumps(timings) + "\n", encoding="utf-8")
+
+
+def _timings(s: Settings) -> dict[str, float]:
+    try:
+        data = json.loads(s.timings.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: float(v) for k, v in data.items() if isinstance(v, int | float)}
 
 
 def verify() -> int:
@@ -160,7 +306,7 @@ def verify() -> int:
     argv = ["verify", "--python", s.python, "--phase", "auto", "--json", str(s.results)]
     argv += ["--timeout", str(s.timeout_s), "--report-id", s.report_id]
     if s.state_file.is_file():
-        state = json.loads(s.state_file.read_text(encoding="utf-8"))
+        state = state_file.read_state(s.state_file, Path(s.root))
         argv += ["--cache-dir", str(state["verify_dir"]), "--cache-state", str(s.state_file)]
     argv += _matrix_flags(values)
     if values["min-speedup"] is not None:
@@ -218,31 +364,70 @@ def conclude() -> int:
     return int(s.verify_rc.read_text().strip() or EXIT_CHECK_FAILED)
 
 
-def _save_result(s: Settings, post: bool) -> dict[str, Any]:
+def write_refusal(s: Settings) -> str | None:
+    """Why this job must not write the store, from setup's settings and the event as the
+    runner gives it now (never from the restore state file); None when it may."""
+    if s.read_only:
+        return f"read-only run ({s.untrusted or 'read-only: true'})"
+    untrusted = trust.untrusted_reason()
+    if untrusted is not None:
+        return f"read-only run ({untrusted})"
     if s.save == "never":
-        return {"saved": False, "reason": "save: never"}
+        return "save: never"
+    return None
+
+
+def _save_result(s: Settings, key: str | None) -> dict[str, Any]:
+    refusal = write_refusal(s)
+    if refusal is not None:
+        return {"saved": False, "reason": refusal}
     if not s.state_file.is_file():
         return {"saved": False, "reason": "the fxcache action stopped before restoring"}
-    key = os.environ.get(trust.SIGNING_ENV) or None
-    if not post:
-        key = inp.from_env(inp.SAVE)["signing-key"] or key
-    return remote.save_and_publish(s.state_file, Path(s.root), key)
+    state = state_file.read_state(s.state_file, Path(s.root), key)
+    if state.get("nonce") != s.nonce:
+        raise UsageError(
+            f"{s.state_file} was not written by this job's restore (its nonce is not "
+            "setup's): not saving"
+        )
+    if state["read_only"]:  # restore's own fallback (an unusable store): nothing to save
+        return {"saved": False, "reason": f"read-only restore ({state['read_only_reason']})"}
+    layout = Layout(Path(s.root))
+    try:
+        result = store_save.save(layout, state, key)
+    except (OSError, TimeoutError) as exc:
+        gha.warn(f"could not save cache scope {state['scope_key']}: {exc}; continuing")
+        return {"saved": False, "reason": str(exc)}
+    return remote.publish_from_state(layout, state, result, key, s.store)
+
+
+def _scope_key(s: Settings) -> str | None:
+    try:
+        return str(state_file.read_state(s.state_file, Path(s.root))["scope_key"])
+    except UsageError:
+        return None
 
 
 def save(post: bool = False) -> int:
     """Commit the restored scope (save sub-action, or the end-of-job save with `post`), once
-    per job; outputs `saved`. For store github the upload is decided here (the save policy,
-    and only when the run added files) and done by `gha_upload`, in a step that has the cache
-    service's variables: the end-of-job save itself, or the save sub-action's next step."""
-    if post and not os.environ.get(SETTINGS_ENV):
+    per job; outputs `saved` and the job's cache stats (job_stats). Trust comes from setup's
+    settings (for `post`, exactly as setup wrote them) and the event; the signing key from
+    this step's inputs. For store github, upload when the save policy allows it and the run
+    added files (`gha_upload`)."""
+    if post and not os.environ.get(f"STATE_{SETTINGS_STATE}"):
         print("fxcache: end-of-job save: the fxcache action did not set up (nothing to save)")
         return 0
-    s = load()
+    values = inp.from_env(inp.MAIN if post else inp.SAVE)
+    key = values["signing-key"] or None
+    s = load(post=post)
     if s.saved_marker.is_file():
         done = json.loads(s.saved_marker.read_text(encoding="utf-8"))
         print(f"fxcache: already saved in this job (saved: {str(done['saved']).lower()})")
-        return gha_upload() if post else 0
-    result = _save_result(s, post)
+        return gha_upload(s)
+    scope = _scope_key(s)
+    before = job_stats.committed_files(Path(s.root), scope) if scope else {}
+    started = time.monotonic()
+    result = _save_result(s, key)
+    _record_time(s, "save_s", time.monotonic() - started)
     upload = bool(result["saved"]) and s.upload and int(result.get("added", 0)) > 0
     if s.store == "github" and result["saved"]:
         if not s.upload:
@@ -253,23 +438,25 @@ def save(post: bool = False) -> int:
     s.saved_marker.write_text(json.dumps(result) + "\n", encoding="utf-8")
     print(json.dumps(result, indent=2))
     gha.set_output("saved", str(bool(result["saved"])).lower())
-    return gha_upload() if post else 0
+    after = job_stats.committed_files(Path(s.root), scope) if scope else {}
+    stats = job_stats.compute(before, after, result, _timings(s))
+    job_stats.publish(stats, s.job_stats)
+    return gha_upload(s)
 
 
-def gha_upload() -> int:
+def gha_upload(s: Settings) -> int:
     """Upload the committed scope as this run's GitHub cache entry when `save` decided so.
     A failed upload is a warning: the job's own result stands, the next run compiles cold."""
     from ci_fxcache.store import actions_cache, github_tier
     from ci_fxcache.store.layout import Layout
     from ci_fxcache.store.remote import RemoteUnavailable
 
-    s = load()
     if s.store != "github":
         return 0
     done = (
         json.loads(s.saved_marker.read_text(encoding="utf-8")) if s.saved_marker.is_file() else {}
     )
-    if not done.get("upload"):
+    if not done.get("upload") or write_refusal(s) is not None:
         print("fxcache: nothing to upload to the GitHub cache")
         return 0
     where, problem = actions_cache.runtime()
@@ -355,13 +542,16 @@ STEPS: dict[str, Callable[[], int]] = {
     "save": save,
     "post-save": lambda: save(post=True),
     "gha-restore": gha_restore,
-    "gha-upload": gha_upload,
     "invalidate": invalidate,
 }
 
 
-def run(step: str) -> int:
-    """Run one step; UsageError for an unknown one."""
+def run(step: str, what: str | None = None) -> int:
+    """Run one step (`describe` prints what a JavaScript entry point `what` runs);
+    UsageError for an unknown one."""
+    if step == "describe":
+        print(json.dumps(describe(what or "")))
+        return 0
     if step not in STEPS:
         raise UsageError(f"unknown action step {step!r}")
     return STEPS[step]()

@@ -18,12 +18,13 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "inputs as JSON from $FXCACHE_INPUTS and setup's settings from "
         "$FXCACHE_ACTION_SETTINGS; writes step outputs and the job's environment.",
     )
-    parser.add_argument("step", choices=sorted(steps.STEPS))
+    parser.add_argument("step", choices=sorted([*steps.STEPS, "describe"]))
+    parser.add_argument("what", nargs="?", default=None, help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
 
 
-def run(*, step: str) -> int:
+def run(*, step: str, what: str | None) -> int:
     """Run the step."""
     from ci_fxcache.action import steps
 
-    return steps.run(step)
+    return steps.run(step, what)

@@ -134,9 +134,11 @@ def run(
     from ci_fxcache.env import scopekey
     from ci_fxcache.store import redis_cache, remote, scopes, trust
     from ci_fxcache.store import restore as store_restore
+    from ci_fxcache.store import state_file as states
     from ci_fxcache.store.layout import VERIFY_DIR_ENV, Layout, resolve_root
-    from ci_fxcache.store.state_file import STATE_FILE_ENV, new_state_file
 
+    if state_file is not None:
+        states.check_target(state_file)
     scopes.check_env()
     strategy = _overlay_strategy(overlay_strategy)
     key_for_signing = trust.signing_key()
@@ -168,14 +170,14 @@ def run(
         state["store"], state["remote"] = store, remote_info
     for name in ("inductor_dir", "triton_dir", "verify_dir"):
         Path(state[name]).mkdir(parents=True, exist_ok=True)
-    state_path = state_file or new_state_file()
+    state_path = state_file or states.new_state_file()
     # FXCACHE_VERIFY_DIR / FXCACHE_STATE_FILE are verify's defaults for --cache-dir and
     # --cache-state, so `restore; verify; save` checks and keeps the scope's own references.
     env = {
         "TORCHINDUCTOR_CACHE_DIR": state["inductor_dir"],
         "TRITON_CACHE_DIR": state["triton_dir"],
         VERIFY_DIR_ENV: state["verify_dir"],
-        STATE_FILE_ENV: str(state_path),
+        states.STATE_FILE_ENV: str(state_path),
     }
     state["redis"] = None
     if redis_url is not None:
@@ -191,8 +193,7 @@ def run(
                 "continuing with the local store only"
             )
     state["state_file"] = str(state_path)
-    state_path.parent.mkdir(parents=True, exist_ok=True)
-    state_path.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+    states.write_state(state_path, state, key_for_signing)
     _publish(state, env, as_json)
     return 0
 

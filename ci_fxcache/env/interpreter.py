@@ -11,6 +11,7 @@ from typing import Any
 
 from ci_fxcache.env import snippets
 from ci_fxcache.errors import UsageError
+from ci_fxcache.store import trust
 
 PYTHON_ENV = "FXCACHE_PYTHON"  # the interpreter every command serves by default
 
@@ -36,6 +37,16 @@ def resolve(python: str) -> str:
     return found
 
 
+# Snippets run isolated (-I: no working directory or script directory on sys.path, no user
+# site, no PYTHON* variables), so that nothing planted in the job's working directory (a
+# json.py) runs inside fxcache; PYTHONPATH is put back as the job's own processes see it.
+_ISOLATED_PREFIX = (
+    "import os as _o, sys as _s; "
+    "_s.path[0:0] = [p for p in _o.environ.get('PYTHONPATH', '').split(_o.pathsep) if p]; "
+    "del _o, _s\n"
+)
+
+
 class Snippet:
     """Snippet `name` (with `args` as sys.argv[1:]) started in the target interpreter;
     `result()` waits for the JSON object it prints. The caller works meanwhile."""
@@ -46,11 +57,12 @@ class Snippet:
         self._python, self._name, self._timeout = python, name, timeout
         try:
             self._proc = subprocess.Popen(
-                [python, "-c", snippets.source(name), *args],
+                [python, "-I", "-c", _ISOLATED_PREFIX + snippets.source(name), *args],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
+                env=trust.without_secrets(),
             )
         except OSError as exc:
             raise UsageError(f"--python {python}: cannot run it ({exc.strerror})") from exc

@@ -216,7 +216,7 @@ def _write(layout: Layout, key: str, manifest: dict[str, Any]) -> str:
 def save_from_state(path: Path, root: Path | None, signing_key: str | None) -> dict[str, Any]:
     """Save the scope restore handed out (root: the state's unless given), or say why not."""
     scopes.check_env()
-    state = state_file.read_state(path)
+    state = state_file.read_state(path, root, signing_key)
     root = root if root is not None else Path(state["root"])
     if state.get("read_only"):
         return {"saved": False, "reason": f"read-only restore ({state.get('read_only_reason')})"}

@@ -18,7 +18,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from ci_fxcache.store import manifest as mf
-from ci_fxcache.store import overlay, scopes
+from ci_fxcache.store import overlay, scopes, trust
 from ci_fxcache.store.layout import CACHE_DIRS, Layout
 
 
@@ -78,12 +78,14 @@ def build_in_background(layout: Layout, key: str) -> None:
     """Start a detached process that builds the next spare of `key` (best effort)."""
     with suppress(OSError):
         subprocess.Popen(
-            [sys.executable, "-m", "ci_fxcache.store.spare", str(layout.root), key],
+            # -I: nothing from the job's working directory (a json.py) runs in it
+            [sys.executable, "-I", "-m", "ci_fxcache.store.spare", str(layout.root), key],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
             close_fds=True,
+            env=trust.without_secrets(),
         )
 
 

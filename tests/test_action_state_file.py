@@ -1,0 +1,116 @@
+"""Restore's state file is data, never a path oracle (issue 25 §2, issue 23 §6 item 4): a bad
+one is refused with one line and exit 2, and nothing it names outside the store root is
+written, chmod-ed or deleted."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import RunFxcache
+from tests.store_helpers import SAMPLE, Store, write_files
+
+
+@pytest.fixture
+def store(tmp_path: Path, run_fxcache: RunFxcache) -> Store:
+    return Store(root=tmp_path / "root", run=run_fxcache, env={})
+
+
+def _one_line_usage_error(proc: Any) -> str:
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    return str(lines[0])
+
+
+def _restored(store: Store, state: str = "state.json", **env: str) -> tuple[Path, dict[str, Any]]:
+    restored = store.restore(state=state, env=env or None)
+    write_files(restored["scope_dir"], SAMPLE)
+    path = store.root.parent / state
+    return path, json.loads(path.read_text())
+
+
+def test_a_directory_as_state_file_is_one_line(store: Store, tmp_path: Path) -> None:
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    line = _one_line_usage_error(store.run("save", "--state-file", str(folder)))
+    assert "is a directory" in line
+    restore = store.run("restore", "--root", str(store.root), "--state-file", str(folder))
+    assert "is a directory" in _one_line_usage_error(restore)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"scope_key": 5, "root": 7}, "scope_key is not a string"),
+        ({"lease": 3}, "lease is neither a string nor null"),
+        ({"files": "many"}, "files is not a count"),
+        ({"read_only": "no"}, "read_only is not true or false"),
+        ({"scope_key": "../victim"}, "is not a scope key"),
+    ],
+)
+def test_malformed_fields_are_one_line(store: Store, edit: dict[str, Any], message: str) -> None:
+    path, state = _restored(store)
+    path.write_text(json.dumps({**state, **edit}))
+    line = _one_line_usage_error(store.run("save", "--state-file", str(path)))
+    assert message in line, line
+
+
+def test_deep_nesting_is_one_line(store: Store, tmp_path: Path) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    line = _one_line_usage_error(store.run("save", "--state-file", str(path)))
+    assert "nested too deeply" in line
+
+
+def test_a_scope_key_outside_the_root_writes_nothing_there(store: Store, tmp_path: Path) -> None:
+    path, state = _restored(store)
+    victim = tmp_path / "victim"
+    write_files(victim, {"inductor/fxgraph/x/y": b"not ours"})
+    state["scope_key"] = "../victim"
+    path.write_text(json.dumps(state))
+    _one_line_usage_error(store.run("save", "--state-file", str(path)))
+    assert not (victim / "manifest.json").exists()
+    assert os.access(victim / "inductor/fxgraph/x/y", os.W_OK)
+
+
+@pytest.mark.parametrize("field", ["lease", "overlay_dir"])
+def test_lease_and_overlay_paths_outside_the_root_are_never_deleted(
+    store: Store, tmp_path: Path, field: str
+) -> None:
+    path, state = _restored(store)
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "data").write_text("keep me")
+    target = precious / "data" if field == "lease" else precious
+    state[field] = str(target)
+    path.write_text(json.dumps(state))
+    line = _one_line_usage_error(store.run("save", "--state-file", str(path)))
+    assert "is not a" in line and ("lease" in line or "overlay" in line), line
+    assert (precious / "data").read_text() == "keep me"
+    # The same paths spelled with `..` from inside the root are refused as well.
+    inside = store.root / ".leases" / state["scope_key"] / ".." / ".." / ".." / "precious"
+    state[field] = str(inside / "data") if field == "lease" else str(inside)
+    path.write_text(json.dumps(state))
+    _one_line_usage_error(store.run("save", "--state-file", str(path)))
+    assert (precious / "data").read_text() == "keep me"
+
+
+def test_with_the_signing_key_save_takes_only_what_a_keyed_restore_wrote(store: Store) -> None:
+    key = {"FXCACHE_SIGNING_KEY": "team-secret"}
+    path, state = _restored(store, **key)
+    assert state.get("mac"), "a keyed restore writes a MAC"
+    edited = {**state, "mode": "overlay"}
+    path.write_text(json.dumps(edited))
+    line = _one_line_usage_error(store.save(env=key))
+    assert "MAC does not match" in line
+    path.write_text(json.dumps({k: v for k, v in state.items() if k != "mac"}))
+    assert "carries no MAC" in _one_line_usage_error(store.save(env=key))
+    path.write_text(json.dumps(state))
+    saved = store.save(env=key)
+    assert saved.returncode == 0 and json.loads(saved.stdout)["saved"] is True, saved.stderr

@@ -1,0 +1,281 @@
+"""Issue 25 §2-§5 at the level of the action's steps (`fxcache action <step>` as js/fxcache.js
+runs them): trust decided once by setup, secrets only where needed, isolated interpreters, and
+the job's cache stats in the post step."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT, TORCH_PYTHON, _clean_env
+from tests.fake_cache_service import FakeCacheService
+from tests.store_helpers import write_files
+from tests.test_action_steps import REPO_ID, Step, pull_request_event, run_step
+
+FORK = pull_request_event(head_name="someone/demo", head_id=REPO_ID + 1, head_fork=True)
+KEY = "team-signing-key"
+PLANTED = {"inductor/fxgraph/ab/planted/entry": b"planted by the fork " * 50}
+
+
+def _job(tmp_path: Path, event: dict[str, Any] | None = None, event_name: str = "pull_request",
+         **inputs: str) -> tuple[Step, dict[str, Any]]:  # fmt: skip
+    """setup + restore of one job; (setup step, restore's state)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    inputs = {"signing-key": KEY, **inputs}
+    setup = run_step(tmp_path, "setup", inputs, event=event, event_name=event_name)
+    assert setup.proc.returncode == 0, setup.lines
+    settings = setup.outputs["settings"]
+    restored = run_step(tmp_path, "restore", inputs, event=event, event_name=event_name,
+                        FXCACHE_ACTION_SETTINGS=settings)  # fmt: skip
+    assert restored.proc.returncode == 0, restored.lines
+    state_path = Path(settings).parent / "restore-state.json"
+    return setup, json.loads(state_path.read_text())
+
+
+def _post(tmp_path: Path, setup: Step, event: dict[str, Any] | None = None,
+          event_name: str = "pull_request", **env: str) -> Step:  # fmt: skip
+    # The JavaScript hands post-save the runner-held state (and, as on main, a job may still
+    # carry FXCACHE_ACTION_SETTINGS in its environment).
+    return run_step(tmp_path, "post-save", {"signing-key": KEY}, event=event,
+                    event_name=event_name, FXCACHE_ACTION_SETTINGS=setup.outputs["settings"],
+                    **setup.post_env(), **env)  # fmt: skip
+
+
+def _trusted_scope(tmp_path: Path) -> tuple[Path, bytes]:
+    """A committed, signed scope in the shared store; (scope dir, its manifest bytes)."""
+    setup, state = _job(tmp_path / "trusted", **{"cache-root": str(tmp_path / "store")})
+    write_files(state["scope_dir"], {"inductor/fxgraph/cd/mine/entry": b"trusted " * 50})
+    post = _post(tmp_path / "trusted", setup)
+    assert post.proc.returncode == 0 and '"saved": true' in post.proc.stdout, post.lines
+    scope = Path(state["scope_dir"])
+    return scope, (scope / "manifest.json").read_bytes()
+
+
+def test_a_fork_cannot_talk_the_end_of_job_save_into_writing(tmp_path: Path) -> None:
+    """A fork's job flips `read_only` in the restore state (and in the settings file) and
+    plants files into the shared scope; the post step commits none of it."""
+    root = tmp_path / "store"
+    scope, manifest = _trusted_scope(tmp_path)
+    fork_dir = tmp_path / "fork"
+    setup, state = _job(fork_dir, event=FORK, **{"cache-root": str(root)})
+    assert state["read_only"] is True and state["overlay_dir"]
+    state_path = Path(setup.outputs["settings"]).parent / "restore-state.json"
+    forged = {**state, "read_only": False, "overlay_dir": None, "lease": None, "mac": None}
+    state_path.write_text(json.dumps(forged))
+    write_files(scope, PLANTED)
+    post = _post(fork_dir, setup, event=FORK)
+    assert post.proc.returncode == 0, post.lines
+    assert '"saved": false' in post.proc.stdout and "read-only run" in post.proc.stdout
+    assert (scope / "manifest.json").read_bytes() == manifest
+    # The settings file rewritten as well: the post step refuses settings setup did not write.
+    settings = Path(setup.outputs["settings"])
+    settings.write_text(settings.read_text().replace('"read_only": true', '"read_only": false'))
+    again = _post(fork_dir, setup, event=FORK)
+    assert again.proc.returncode == 2 and len(again.errors) == 1, again.lines
+    assert "changed after setup wrote them" in again.errors[0]
+    assert (scope / "manifest.json").read_bytes() == manifest
+
+
+def test_the_save_sub_action_rechecks_the_event(tmp_path: Path) -> None:
+    """The save sub-action has no runner-held link to setup: a settings file forged to say
+    `read_only: false` in a pull_request_target run still saves nothing."""
+    scope, manifest = _trusted_scope(tmp_path)
+    job = tmp_path / "target"
+    setup, _ = _job(job, event=pull_request_event(), event_name="pull_request_target",
+                    **{"cache-root": str(tmp_path / "store")})  # fmt: skip
+    settings = Path(setup.outputs["settings"])
+    data = json.loads(settings.read_text())
+    settings.write_text(json.dumps({**data, "read_only": False, "untrusted": None}))
+    write_files(scope, PLANTED)
+    saved = run_step(job, "save", event=pull_request_event(), event_name="pull_request_target",
+                     FXCACHE_INPUTS=json.dumps({"python": "", "signing-key": KEY}),
+                     FXCACHE_ACTION_SETTINGS=str(settings))  # fmt: skip
+    assert saved.proc.returncode == 0, saved.lines
+    assert saved.outputs["saved"] == "false" and "pull_request_target event" in saved.proc.stdout
+    assert (scope / "manifest.json").read_bytes() == manifest
+
+
+def test_a_state_file_this_job_did_not_write_is_refused(tmp_path: Path) -> None:
+    root = str(tmp_path / "store")
+    one, _ = _job(tmp_path / "one", **{"cache-root": root})
+    two, _ = _job(tmp_path / "two", **{"cache-root": root})
+    mine = Path(one.outputs["settings"]).parent / "restore-state.json"
+    other = Path(two.outputs["settings"]).parent / "restore-state.json"
+    mine.write_bytes(other.read_bytes())  # another job's (validly signed) state
+    post = _post(tmp_path / "one", one)
+    assert post.proc.returncode == 2 and len(post.errors) == 1, post.lines
+    assert "was not written by this job's restore" in post.errors[0]
+
+
+def test_store_github_read_only_runs_never_unpack_into_the_shared_root(tmp_path: Path) -> None:
+    """A fork's run downloads its own pull request's entry (one it could fill itself) into a
+    private root: the runner's store never gets it, so no later trusted restore serves it."""
+    root = tmp_path / "store"
+    with FakeCacheService() as fake:
+        inputs = {"store": "github", "cache-root": str(root), "save": "always"}
+        setup, state = _job(tmp_path / "a", **inputs)
+        write_files(state["scope_dir"], PLANTED)
+        assert _post(tmp_path / "a", setup, **fake.env()).proc.returncode == 0
+        assert len(fake.committed()) == 1
+        import shutil
+
+        shutil.rmtree(root)  # a fresh runner
+        fork = tmp_path / "fork"
+        fork.mkdir()
+        setup = run_step(fork, "setup", inputs, event=FORK)
+        settings = setup.outputs["settings"]
+        got = run_step(fork, "gha-restore", inputs, event=FORK, FXCACHE_ACTION_SETTINGS=settings,
+                       **fake.env())  # fmt: skip
+        assert got.proc.returncode == 0 and "restored GitHub cache entry" in got.proc.stdout
+        restored = run_step(fork, "restore", inputs, event=FORK, FXCACHE_ACTION_SETTINGS=settings)
+        assert restored.outputs["cache-hit"] == "true", restored.lines
+        assert not root.exists() or not any(root.iterdir()), sorted(root.rglob("*"))
+
+
+WORKLOAD = """
+import json, os, sys
+def factory(**options):
+    with open(os.environ["ENV_DUMP"], "w") as fh:
+        json.dump(dict(os.environ), fh)
+    raise RuntimeError("this workload only prints its environment")
+"""
+
+
+def test_the_workloads_see_no_secret(tmp_path: Path) -> None:
+    """A workload module (a fork's code) runs in the worker: it sees neither FXCACHE_INPUTS
+    nor any secret, even when its step was handed them all."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "envdump.py").write_text(WORKLOAD)
+    dump = tmp_path / "worker-env.json"
+    token, url = "ghs_the_token_value", "redis://:hunter2@cache.internal:6379/0"
+    inputs = {"workloads": "envdump:factory", "device": "cpu", "dtypes": "float32",
+              "dynamic": "false", "mechanisms": "fxgraph", "training": "false",
+              "github-token": token, "signing-key": KEY, "redis-url": url}  # fmt: skip
+    env = {"PYTHONPATH": str(pkg), "ENV_DUMP": str(dump)}
+    setup = run_step(tmp_path, "setup", inputs, **env)
+    assert setup.proc.returncode == 0, setup.lines
+    settings = setup.outputs["settings"]
+    verify = run_step(tmp_path, "verify", inputs, FXCACHE_ACTION_SETTINGS=settings, **env)
+    assert dump.is_file(), verify.lines
+    seen = dump.read_text()
+    for secret in (token, KEY, "hunter2", "FXCACHE_INPUTS"):
+        assert secret not in seen, secret
+
+
+def test_every_line_of_a_multi_line_secret_is_masked(tmp_path: Path) -> None:
+    key = "-----BEGIN KEY-----\nc2VjcmV0IGxpbmU=\n-----END KEY-----"
+    s = run_step(tmp_path, "setup", {"signing-key": key})
+    masks = [line for line in s.lines if line.startswith("::add-mask::")]
+    expected = [f"::add-mask::{line}" for line in key.splitlines()]
+    assert [m for m in masks if m in expected] == expected, s.lines
+    assert not any(line == "c2VjcmV0IGxpbmU=" for line in s.lines), "a line printed in clear"
+
+
+PLANT = 'open({marker!r}, "a").write("ran\\n")\nraise ImportError("planted")\n'
+
+
+def test_nothing_from_the_working_directory_runs_inside_fxcache(tmp_path: Path) -> None:
+    """A planted json.py in the job's working directory: neither the fingerprint snippet (the
+    user's interpreter) nor the spare-overlay process (the toolkit's) imports it."""
+    work = tmp_path / "work"
+    work.mkdir()
+    marker = tmp_path / "planted-ran"
+    (work / "json.py").write_text(PLANT.format(marker=str(marker)))
+    root = tmp_path / "store"
+    fxcache = [sys.executable, "-m", "ci_fxcache"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        # ci_fxcache itself comes from the installed toolkit (its own directory, not cwd).
+        return subprocess.run([*fxcache, *args], cwd=work, env=_clean_env({}), text=True,
+                              capture_output=True, check=False, timeout=300)  # fmt: skip
+
+    state = tmp_path / "state.json"
+    common = ["--root", str(root), "--python", TORCH_PYTHON, "--state-file", str(state)]
+    # `python -m ci_fxcache` itself puts cwd first: import the toolkit from a clean directory
+    # for the toolkit's own process, as the installed `fxcache` (python -I) does.
+    fxcache[:] = [sys.executable, "-I", "-m", "ci_fxcache"]
+    first = run("restore", "--json", *common)
+    assert first.returncode == 0, first.stderr
+    write_files(json.loads(first.stdout)["scope_dir"], PLANTED)
+    assert run("save", "--state-file", str(state)).returncode == 0
+    second = run("restore", "--json", "--read-only", *common)  # builds a spare in background
+    assert second.returncode == 0, second.stderr
+    deadline = time.monotonic() + 120  # the spare is built by a detached process
+    while time.monotonic() < deadline and not any((root / ".spares").glob("*")):
+        time.sleep(0.2)
+    assert any((root / ".spares").glob("*")), "no spare was built"
+    assert not marker.exists(), "a planted json.py ran inside fxcache"
+
+
+def _compile(cache_dir: str, out: Path) -> dict[str, Any]:
+    env = _clean_env({"TORCHINDUCTOR_CACHE_DIR": cache_dir, "TORCHINDUCTOR_COMPILE_THREADS": "1"})
+    proc = subprocess.run([TORCH_PYTHON, str(ROOT / "tests/act/user_compile.py"), str(out)],
+                          env=env, capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return dict(json.loads(out.read_text()))
+
+
+@pytest.mark.slow
+def test_job_cache_stats_show_what_the_job_compiled(tmp_path: Path) -> None:
+    """A job that compiles a new function: the post step's summary, outputs and JSON show
+    new FX-graph entries; the same job again: "compiled nothing new"."""
+    root = str(tmp_path / "store")
+    stats = []
+    for run in ("first", "second"):
+        job = tmp_path / run
+        setup, state = _job(job, **{"cache-root": root})
+        _compile(state["inductor_dir"], job / "user.json")
+        summary = job / "summary.md"
+        post = _post(job, setup, GITHUB_STEP_SUMMARY=str(summary))
+        assert post.proc.returncode == 0, post.lines
+        doc = json.loads(Path(post.outputs["stats-json"]).read_text())
+        stats.append((doc, summary.read_text(), post.outputs))
+    (first, first_md, first_out), (second, second_md, second_out) = stats
+    assert first["saved"] and first["new"]["fxgraph"]["entries"] >= 1, first
+    assert first["new"]["fxgraph"]["bytes"] > 0 and first["scope_bytes"] > 0, first
+    assert first["restore_s"] is not None and first["save_s"] is not None, first
+    assert "| FX graph |" in first_md and "compiled nothing new" not in first_md, first_md
+    assert int(first_out["new-entries"]) >= 1
+    assert second["saved"] and all(v["entries"] == 0 for v in second["new"].values()), second
+    assert len(second_md.strip().splitlines()) == 1 and "compiled nothing new" in second_md
+    assert second_out["new-entries"] == "0" and second["scope_bytes"] == first["scope_bytes"]
+
+
+def test_job_stats_count_entries_by_kind() -> None:
+    from ci_fxcache.action import job_stats
+
+    before = {"inductor/fxgraph/aa/k1/e": 10}
+    after = {
+        **before,
+        "inductor/fxgraph/bb/k2/e": 20,
+        "inductor/aotautograd/k3/e": 30,
+        "triton/KERNEL1/a.cubin": 40,
+        "triton/KERNEL1/a.json": 5,
+        "verify/references/x": 99,
+    }
+    stats = job_stats.compute(before, after, {"saved": True}, {"restore_s": 1.5})
+    assert stats["new"] == {
+        "fxgraph": {"entries": 1, "bytes": 20},
+        "aotautograd": {"entries": 1, "bytes": 30},
+        "triton": {"entries": 1, "bytes": 45},
+    }
+    assert stats["scope_bytes"] == sum(after.values()) and stats["save_s"] is None
+    assert "| Triton | 1 | 45 B |" in job_stats.render(stats)
+
+
+def test_spare_and_snippet_get_no_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ci_fxcache.store import trust
+
+    monkeypatch.setenv(trust.SIGNING_ENV, KEY)
+    monkeypatch.setenv("FXCACHE_INPUTS", "{}")
+    env = trust.without_secrets()
+    assert trust.SIGNING_ENV not in env and "FXCACHE_INPUTS" not in env
+    assert env.get("PATH") == os.environ.get("PATH")
