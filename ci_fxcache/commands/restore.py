@@ -197,7 +197,7 @@ def _publish(state: dict[str, Any], env: dict[str, str], as_json: bool) -> None:
     }
     for name, value in outputs.items():
         gha.set_output(name, value)
-    where = "overlay" if state["read_only"] else "in place"
+    where = "in place" if state["mode"] == "in-place" else "overlay"
     summary = (
         f"fxcache: {'hit' if state['hit'] else 'miss'} {state['scope_key']} "
         f"({state['files']} files, {where}"
