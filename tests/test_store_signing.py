@@ -36,9 +36,7 @@ def _write_in_child(base: str, rel: str, content: bytes) -> None:
         "open(p + '.tmp', 'wb').write(sys.argv[3].encode()); os.replace(p + '.tmp', p)"
     )
     env = {k: v for k, v in os.environ.items() if k != "FXCACHE_SIGNING_KEY"}
-    subprocess.run(
-        [sys.executable, "-c", code, base, rel, content.decode()], check=True, env=env
-    )
+    subprocess.run([sys.executable, "-c", code, base, rel, content.decode()], check=True, env=env)
 
 
 def _keyed_saved(store: Store) -> dict:
