@@ -118,7 +118,9 @@ def setup() -> int:
         settings.gha_prefix = f"{scope}-{suffix + '-' if suffix else ''}"
         run_id = os.environ.get("GITHUB_RUN_ID", "0")
         attempt = os.environ.get("GITHUB_RUN_ATTEMPT", "1")
-        settings.gha_key = f"{settings.gha_prefix}run{run_id}.{attempt}"
+        from ci_fxcache.store.actions_cache import entry_key
+
+        settings.gha_key = entry_key(settings.gha_prefix, run_id, attempt)
         settings.gha_path = str(root / scope)
     path = settings.write()
     gha.set_output("settings", str(path))
