@@ -125,6 +125,7 @@ MAIN = (
     Input("store", one_of("local", "github", "redis")),
     Input("cache-root", text),
     Input("redis-url", redis_url),
+    Input("redis-writers-run-code", boolean),
     Input("key-suffix", key_suffix),
     Input("read-only", one_of("auto", "true", "false")),
     Input("save", one_of("auto", "always", "never")),

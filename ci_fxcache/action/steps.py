@@ -140,6 +140,8 @@ def restore() -> int:
     s = load()
     argv = ["restore", "--python", s.python, "--root", s.root, "--state-file", str(s.state_file)]
     argv += ["--store", "redis" if s.remote else "local"]
+    if s.remote and values["redis-writers-run-code"]:
+        argv.append("--redis-writers-run-code")
     if values["read-only"] == "true":
         argv.append("--read-only")
     if not values["invalidate-on-upgrade"]:

@@ -66,6 +66,12 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     options.state_file_option(parser)
     parser.add_argument("--store", choices=("local", "redis"), default="local")
     options.redis_url_option(parser, "Redis URL")
+    parser.add_argument(
+        "--redis-writers-run-code",
+        action="store_true",
+        help="with FXCACHE_SIGNING_KEY, still use store redis: torch unpickles its entries, "
+        "unsigned, so whoever can write that Redis runs code in this job",
+    )
     parser.set_defaults(func=run)
 
 
@@ -124,6 +130,7 @@ def run(
     state_file: Path | None,
     store: str,
     redis_url: str | None,
+    redis_writers_run_code: bool,
 ) -> int:
     """Restore, write the state file, export the environment."""
     taking = Pending(python, salt)
@@ -139,6 +146,8 @@ def run(
     strategy = _overlay_strategy(overlay_strategy)
     key_for_signing = trust.signing_key()
     redis_url = redis_cache.resolve_url(redis_url) if store == "redis" else None
+    if redis_url is not None:
+        redis_cache.check_signed_use(key_for_signing, redis_writers_run_code)
     fp = taking.result()
     key = scopekey.scope_key(fp)
     store_root = resolve_root(root)

@@ -25,6 +25,25 @@ def check_url(url: str, what: str = "--redis-url") -> str:
     return url
 
 
+OPT_IN_FLAG = "--redis-writers-run-code"
+
+
+def check_signed_use(signing_key: str | None, opted_in: bool) -> None:
+    """Refuse torch's Redis remote cache in a job with a signing key, unless the user says
+    that whoever can write that Redis may run code in the job (UsageError).
+
+    torch loads remote FX-graph entries with `pickle.loads`: an entry is code, and the
+    signature covers the local store only. A warning would leave signed jobs loading unsigned
+    code by default; the opt-in makes that a decision, with the risk in its name."""
+    if signing_key and not opted_in:
+        raise UsageError(
+            "store redis with FXCACHE_SIGNING_KEY: torch loads Redis entries with pickle and "
+            "the signature does not cover them, so whoever can write that Redis runs code in "
+            f"this job; pass {OPT_IN_FLAG} (action input redis-writers-run-code: true) if only "
+            "trusted jobs can write it (ACLs, rediss://, a private network), else use store local"
+        )
+
+
 def configured_url(url: str | None) -> str | None:
     """`--redis-url`, else `$FXCACHE_REDIS_URL`, else None."""
     return url or os.environ.get(URL_ENV) or None
