@@ -29,6 +29,7 @@ from ci_fxcache import report as report_pkg
 from ci_fxcache.fleet import merge
 from ci_fxcache.report import render
 from ci_fxcache.results import schema_check
+from tests.test_results_reader_types import _paths
 
 DATA = Path(__file__).parent / "data"
 
@@ -48,20 +49,6 @@ HOSTILE = st.lists(
     min_size=1,
     max_size=5,
 ).map("".join)
-
-
-def _free_string_paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Paths of the strings in `doc` (the shards of a merged one) that may hold any text."""
-    out: list[tuple[Any, ...]] = []
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            out += _free_string_paths(v, (*prefix, k))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            out += _free_string_paths(v, (*prefix, i))
-    elif isinstance(doc, str):
-        out.append(prefix)
-    return out
 
 
 def _set(doc: Any, path: tuple[Any, ...], value: Any) -> None:
@@ -89,7 +76,7 @@ def _shards(doc: dict[str, Any]) -> list[tuple[tuple[Any, ...], dict[str, Any]]]
 def _free_paths(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
     """Every string path whose value the schema lets be any text (tried with a probe)."""
     free = []
-    for path in _free_string_paths(doc):
+    for path in (p for p in _paths(doc) if isinstance(_get(doc, p), str)):
         if path[-1:] == ("schema",):
             continue  # the document's own type
         trial = copy.deepcopy(doc)
