@@ -72,9 +72,11 @@ def print_untrusted(text: str, file: TextIO | None = None) -> None:
     """Print text that comes from documents or logs (reasons, log tails, runner names): inside
     Actions, when the stream is the job's log, between `::stop-commands::TOKEN` and
     `::TOKEN::` (a fresh random token), so that no line of it is read as a workflow command
-    (`::add-mask::`, `::set-output`, `::error::`, ...). Output into a file is left as it is."""
+    (`::add-mask::`, `::set-output`, `::error::`, the older `##[...]` form). Output into a
+    file, or text that holds neither form, is left as it is."""
     stream = file if file is not None else sys.stdout
-    if not (in_actions() and _is_log(stream)):
+    plain = "::" not in text and "##[" not in text  # no line can be a command (v2 or v1 form)
+    if plain or not (in_actions() and _is_log(stream)):
         stream.write(text)
         stream.flush()
         return

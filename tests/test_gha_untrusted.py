@@ -26,6 +26,7 @@ FORGED = [
     "::set-output name=safe-combos::everything",
     "  ::warning::indented still counts",
     "::stop-commands::pwned",
+    "##[set-output name=safe-combos;]everything",
 ]
 
 
@@ -41,7 +42,7 @@ def commands_run(text: str) -> list[str]:
         if stripped.startswith("::stop-commands::"):
             stopped_by = stripped.removeprefix("::stop-commands::")
             continue
-        if stripped.startswith("::"):
+        if stripped.startswith(("::", "##[")):
             found.append(stripped)
     return found
 
