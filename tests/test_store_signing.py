@@ -86,3 +86,22 @@ def test_a_keyed_save_of_an_in_place_restore_signs_nothing_it_did_not_check(
     assert "restored without FXCACHE_SIGNING_KEY" in proc.stderr
     nxt = store.restore(state="next.json", env=KEY)
     assert nxt["hit"] and EVIL not in tree_digest(Path(nxt["inductor_dir"]).parent)
+
+
+def test_a_keyed_restore_checks_the_scope_even_with_a_spare_ready(store: Store) -> None:
+    """A spare overlay is a copy (root) or hardlinks of the scope as it was: a keyed restore
+    must still find a committed file changed since (and quarantine the scope) first."""
+    from ci_fxcache.store import spare
+    from ci_fxcache.store.layout import Layout
+
+    first = _keyed_saved(store)
+    key = first["scope_key"]
+    assert spare.build(Layout(store.root), key) is not None
+    victim = Path(first["scope_dir"]) / next(iter(SAMPLE))
+    st = victim.stat()
+    victim.unlink()  # replaced, not written through: the spare keeps the old content
+    victim.write_bytes(bytes(b ^ 1 for b in SAMPLE[next(iter(SAMPLE))]))
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
+    state = store.restore(state="job.json", env=KEY)
+    assert state["hit"] is False and state["spare"] is False
+    assert [q["scope"] for q in state["quarantined"]] == [key]

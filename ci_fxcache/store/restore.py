@@ -191,10 +191,16 @@ def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[st
     private = private_writes(opts)
     with scopes.lock(layout, key):
         checked = None
-        if (read_only or private) and use_spares:
+        if read_only and use_spares:
             checked = _from_spare(layout, key, opts, base)
         if checked is None:
             checked = _check_scope(layout, key, opts)
+            if private and use_spares and checked.contents is not None:
+                # A keyed job checks the scope itself first (a changed file quarantines it
+                # now), then takes a spare, which is checked the same way.
+                taken = _from_spare(layout, key, opts, base)
+                if taken is not None:
+                    checked.contents, checked.strategy = taken.contents, taken.strategy
         if checked.quarantined:
             quarantined.append(checked.quarantined)
         contents = checked.contents
