@@ -8,9 +8,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 
 def in_actions() -> bool:
@@ -59,6 +61,32 @@ def mask(value: str) -> None:
     for line in value.splitlines():  # one command per line: a newline would end it early
         if line.strip():
             print(f"::add-mask::{line}", file=sys.stderr, flush=True)
+
+
+def _is_log(stream: TextIO) -> bool:
+    """Does `stream` go to the job's log (a pipe or terminal), not into a file?"""
+    try:
+        return not stat.S_ISREG(os.fstat(stream.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):  # io.StringIO and friends: not a log
+        return False
+
+
+def print_untrusted(text: str, file: TextIO | None = None) -> None:
+    """Print text that comes from documents or logs (reasons, log tails, runner names): inside
+    Actions, when the stream is the job's log, between `::stop-commands::TOKEN` and
+    `::TOKEN::` (a fresh random token), so that no line of it is read as a workflow command
+    (`::add-mask::`, `::set-output`, `::error::`, the older `##[...]` form). Output into a
+    file, or text that holds neither form, is left as it is."""
+    stream = file if file is not None else sys.stdout
+    plain = "::" not in text and "##[" not in text  # no line can be a command (v2 or v1 form)
+    if plain or not (in_actions() and _is_log(stream)):
+        stream.write(text)
+        stream.flush()
+        return
+    token = os.urandom(16).hex()
+    body = text if text.endswith("\n") or not text else text + "\n"
+    stream.write(f"::stop-commands::{token}\n{body}::{token}::\n")
+    stream.flush()
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +35,11 @@ def read_text(path: str | Path, label: str) -> str:
         ) from None
 
 
-def parse_json(text: str, label: str) -> Any:
-    """Parsed JSON; a usage error for malformed or absurdly nested documents."""
+def parse_json(text: str, label: str, parse_int: Callable[[str], Any] | None = None) -> Any:
+    """Parsed JSON; a usage error for malformed or absurdly nested documents (`parse_int`:
+    json's hook for integer literals; it may raise UsageError)."""
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=parse_int)
     except json.JSONDecodeError as exc:
         raise UsageError(
             f"{label}: not valid JSON (line {exc.lineno}: {exc.msg}); was the file truncated?"

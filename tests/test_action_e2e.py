@@ -302,8 +302,10 @@ def test_action_end_to_end(
     assert out["UNSAFE_COUNT"] == "0", out
     assert out["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] is None, out
     scope = harness.cache_root / out["CACHE_KEY"]
-    assert out["TORCHINDUCTOR_CACHE_DIR"] == str(scope / "inductor"), out
-    assert out["TRITON_CACHE_DIR"] == str(scope / "triton"), out
+    # With a signing key the job compiles into a private overlay, which save merges (issue 26).
+    overlay = Path(out["TORCHINDUCTOR_CACHE_DIR"]).parent
+    assert overlay.parent == harness.cache_root / ".overlays", out
+    assert out["TRITON_CACHE_DIR"] == str(overlay / "triton"), out
     manifest_doc = json.loads((scope / "manifest.json").read_text())
     assert manifest_doc.get("signature"), "save did not sign the manifest with the secret key"
     results = first.json("results.json")
@@ -313,7 +315,7 @@ def test_action_end_to_end(
     assert combo["cold"]["status"] == "ok" and combo["hot"]["status"] == "ok", combo
     assert combo["max_abs_err"]["hot_vs_cold"] == 0.0, combo
     user = first.json("user.json")
-    assert user["cache_dir"] == str(scope / "inductor")
+    assert user["cache_dir"] == str(overlay / "inductor")
     assert user["inductor"].get("fxgraph_cache_miss", 0) >= 1, user
     # The job summary the runner received is the rendered report (one safe combination), and
     # the PR comment carries the same report.

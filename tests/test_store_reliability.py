@@ -24,7 +24,7 @@ def store(tmp_path: Path, run_fxcache: RunFxcache) -> Store:
 
 def saved(store: Store, files: dict[str, bytes] = SAMPLE, **kw: object) -> dict:
     state = store.restore(**kw)  # type: ignore[arg-type]
-    write_files(state["scope_dir"], files)
+    write_files(Path(state["inductor_dir"]).parent, files)  # where the job's compiles write
     proc = store.save(**kw)  # type: ignore[arg-type]
     assert proc.returncode == 0 and json.loads(proc.stdout)["saved"], proc.stderr
     return state
@@ -73,7 +73,9 @@ def test_eight_concurrent_saves_keep_every_file(store: Store) -> None:
     jobs = [store.restore(state=f"job{i}.json", env=env) for i in range(8)]
     assert len({j["scope_dir"] for j in jobs}) == 1 and not any(j["read_only"] for j in jobs)
     for i, job in enumerate(jobs):
-        write_files(job["scope_dir"], {f"inductor/fxgraph/j{i}/entry": f"job {i}".encode() * 99})
+        # Keyed jobs compile into private overlays (issue 26 §1), which their saves merge.
+        base = Path(job["inductor_dir"]).parent
+        write_files(base, {f"inductor/fxgraph/j{i}/entry": f"job {i}".encode() * 99})
     procs = [
         _fxcache("save", "--state-file", str(store.root.parent / f"job{i}.json"), env=env)
         for i in range(8)

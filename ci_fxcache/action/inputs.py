@@ -133,6 +133,7 @@ MAIN = (
     Input("cache-root", text),
     Input("redis-url", redis_url),
     Input("s3-url", s3_url),
+    Input("redis-writers-run-code", boolean),
     Input("key-suffix", key_suffix),
     Input("read-only", one_of("auto", "true", "false")),
     Input("save", one_of("auto", "always", "never")),

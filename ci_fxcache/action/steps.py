@@ -241,7 +241,9 @@ def setup() -> int:
         settings.gha_prefix = f"{scope}-{suffix + '-' if suffix else ''}"
         run_id = os.environ.get("GITHUB_RUN_ID", "0")
         attempt = os.environ.get("GITHUB_RUN_ATTEMPT", "1")
-        settings.gha_key = f"{settings.gha_prefix}run{run_id}.{attempt}"
+        from ci_fxcache.store.actions_cache import entry_key
+
+        settings.gha_key = entry_key(settings.gha_prefix, run_id, attempt)
         settings.gha_path = str(root / scope)
     digest = settings.write()
     path = settings.path
@@ -265,6 +267,8 @@ def restore() -> int:
     s = load()
     argv = ["restore", "--python", s.python, "--root", s.root, "--state-file", str(s.state_file)]
     argv += ["--store", s.store if s.remote else "local"]
+    if s.remote and s.store == "redis" and values["redis-writers-run-code"]:
+        argv.append("--redis-writers-run-code")
     if values["read-only"] == "true":
         argv.append("--read-only")
     if not values["invalidate-on-upgrade"]:

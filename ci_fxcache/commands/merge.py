@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from ci_fxcache import userfiles
+from ci_fxcache import gha, userfiles
 from ci_fxcache.commands import options
 
 
@@ -38,8 +38,8 @@ def run(*, shards: list[str], output: str, report_id: str | None) -> int:
     doc = merge.merge(list(shards), report_id)
     userfiles.write_output(output, json.dumps(doc, indent=2) + "\n", "-o")
     groups = doc["groups"]
-    print(
+    gha.print_untrusted(
         f"merged {sum(len(g['shards']) for g in groups)} shard(s) into {len(groups)} "
-        f"environment(s): {', '.join(g['title'] for g in groups)} -> {output}"
+        f"environment(s): {', '.join(g['title'] for g in groups)} -> {output}\n"
     )
     return 0

@@ -118,9 +118,7 @@ def _annotate(report: Any) -> None:
     with contextlib.redirect_stdout(sys.stderr):
         for row in report.all_rows:
             with gha.group(f"fxcache {row.emoji} {row.verdict}: {row.combo['id']} ({row.runner})"):
-                print(row.reason)
-                if row.log:
-                    print(row.log)
+                gha.print_untrusted(row.reason + "\n" + (row.log + "\n" if row.log else ""))
 
 
 def run(
@@ -159,8 +157,7 @@ def run(
     if output:
         userfiles.write_output(output, out, "-o")
     else:
-        sys.stdout.write(out)
-        sys.stdout.flush()
+        gha.print_untrusted(out)
 
     if gha.in_actions() and md is not None:
         md_path = _markdown_path(results, output, fmt)

@@ -67,6 +67,12 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", choices=("local", "redis", "s3"), default="local")
     options.redis_url_option(parser, "Redis URL")
     options.s3_url_option(parser)
+    parser.add_argument(
+        "--redis-writers-run-code",
+        action="store_true",
+        help="with FXCACHE_SIGNING_KEY, still use store redis: torch unpickles its entries, "
+        "unsigned, so whoever can write that Redis runs code in this job",
+    )
     parser.set_defaults(func=run)
 
 
@@ -126,6 +132,7 @@ def run(
     store: str,
     redis_url: str | None,
     s3_url: str | None,
+    redis_writers_run_code: bool,
 ) -> int:
     """Restore, write the state file, export the environment."""
     taking = Pending(python, salt)
@@ -144,6 +151,8 @@ def run(
     key_for_signing = trust.signing_key()
     redis_url = redis_cache.resolve_url(redis_url) if store == "redis" else None
     tier = remote.tier_for(store, s3_url)
+    if redis_url is not None:
+        redis_cache.check_signed_use(key_for_signing, redis_writers_run_code)
     fp = taking.result()
     key = scopekey.scope_key(fp)
     store_root = resolve_root(root)
@@ -209,7 +218,7 @@ def _publish(state: dict[str, Any], env: dict[str, str], as_json: bool) -> None:
     }
     for name, value in outputs.items():
         gha.set_output(name, value)
-    where = "overlay" if state["read_only"] else "in place"
+    where = "in place" if state["mode"] == "in-place" else "overlay"
     summary = (
         f"fxcache: {'hit' if state['hit'] else 'miss'} {state['scope_key']} "
         f"({state['files']} files, {where}"

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import cli, errors, userfiles
+from ci_fxcache import cli, errors, gha, userfiles
 from ci_fxcache.commands import options
 from ci_fxcache.env import fingerprint, interpreter, scopekey
 from ci_fxcache.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
@@ -143,7 +143,7 @@ def _progress(total: int) -> Any:
     def report(combo: dict[str, Any]) -> None:
         with lock:
             done[0] += 1
-            print(f"[{done[0]}/{total}] {line(combo)}", flush=True)
+            gha.print_untrusted(f"[{done[0]}/{total}] {line(combo)}\n")
 
     return report
 
@@ -274,7 +274,7 @@ def _table(doc: dict[str, Any]) -> None:
     from ci_fxcache.report import render
 
     print()
-    print(render.text(report.from_document(doc, "the verify run")), end="", flush=True)
+    gha.print_untrusted(render.text(report.from_document(doc, "the verify run")))
 
 
 def _exit_status(doc: dict[str, Any], fail_on: str) -> int:

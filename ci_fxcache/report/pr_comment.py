@@ -36,6 +36,19 @@ def marker(report_id: str) -> str:
     return f"<!-- fxcache-report:{report_id} -->"
 
 
+def is_ours(body: str, report_id: str) -> bool:
+    """Is `body` this report id's comment? Only when its first line is exactly the marker:
+    `github-actions[bot]` writes every workflow's comments, and a marker quoted anywhere else
+    (another workflow's comment, a log tail) must never make one ours."""
+    return body.split("\n", 1)[0].rstrip("\r") == marker(report_id)
+
+
+def neutralise_comments(text: str) -> str:
+    """`<!--` in text from a document or a log can open no HTML comment (and so carry no
+    marker): a zero-width space goes after its `<`, which shows the same."""
+    return text.replace("<!--", "<\u200b!--")
+
+
 def pull_number_from_event(path: str | None) -> int | None:
     """The pull request number of the current event, or None outside a pull request."""
     if not path:
@@ -79,18 +92,19 @@ def upsert(
 ) -> tuple[str, int]:
     """Update this report id's comment on PR `number` or create it; ('updated'|'created', id).
 
-    Only comments written by `author` (the token's own identity) count: a marker in anyone
-    else's comment is never edited or deleted, so nobody can plant a comment that we would
-    later update (and its author could rewrite). Every page is searched; should a race have
+    Only comments written by `author` (the token's own identity) whose first line is the
+    marker count: a marker in anyone else's comment, or quoted anywhere in a body, is never
+    edited or deleted, so nobody can plant a comment that we would later update (and its
+    author could rewrite). Every page is searched; should a race have
     left duplicates of ours, the extra ones are deleted so that exactly one remains.
     """
-    tag = marker(report_id)
-    text = f"{tag}\n{body}"
+    text = f"{marker(report_id)}\n{neutralise_comments(body)}"
     path = client.repo_path(f"issues/{number}/comments")
     mine = [
         c
         for c in client.paginate(path)
-        if (c.get("user") or {}).get("login") == author and tag in str(c.get("body") or "")
+        if (c.get("user") or {}).get("login") == author
+        and is_ours(str(c.get("body") or ""), report_id)
     ]
     if mine:
         keep = mine[0]
@@ -130,8 +144,20 @@ def artifact_report_id(results_path: str, artifact: str) -> str:
     if not artifact.startswith(ARTIFACT_PREFIX):
         raise UsageError(f"artifact {artifact!r} is not an fxcache report ({ARTIFACT_PREFIX}<id>)")
     report_id = names.check_report_id(artifact[len(ARTIFACT_PREFIX) :])
+    if not results_path.endswith(".json"):
+        raise UsageError(
+            f"{results_path}: an artifact's report must be its results JSON (rendered markdown "
+            "from another run is never posted)"
+        )
+    folder = Path(results_path).parent
     total = 0
-    for top, _, files in os.walk(Path(results_path).parent):
+    for top, dirs, files in os.walk(folder):
+        for path in [top, *(os.path.join(top, name) for name in [*dirs, *files])]:
+            if os.path.islink(path):
+                raise UsageError(
+                    f"artifact {artifact} holds a symbolic link "
+                    f"({os.path.relpath(path, folder)}): not reading it"
+                )
         total += sum(os.lstat(os.path.join(top, f)).st_size for f in files)
     if total > MAX_ARTIFACT_BYTES:
         raise UsageError(

@@ -44,6 +44,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 _MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")
 _LIST_MARKER = re.compile(r"^([-+]|\d{1,9}[.)])(?=\s|$)")
 _AUTOLINK = re.compile(r"(://|(?i:www)\.)")
+_GH_REFERENCE = re.compile(r"\b(gh)(?=-\d)", re.I)
 
 
 def plain(value: Any) -> str:
@@ -52,8 +53,10 @@ def plain(value: Any) -> str:
 
 
 def _neutralise(text: str) -> str:
-    """No mention (`@x`), issue reference (`#1`) or bare URL survives GitHub's linkers."""
+    """No mention (`@x`), issue reference (`#1`, `GH-1`) or bare URL survives GitHub's
+    linkers."""
     text = text.replace("@", "@" + _ZWSP).replace("#", "#" + _ZWSP)
+    text = _GH_REFERENCE.sub("\\1" + _ZWSP, text)
     return _AUTOLINK.sub(lambda m: m.group(1)[:-1] + _ZWSP + m.group(1)[-1], text)
 
 

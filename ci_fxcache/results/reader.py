@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ci_fxcache import userfiles
 from ci_fxcache.errors import UsageError
+from ci_fxcache.results import schema_check
 from ci_fxcache.verify import causes
 from ci_fxcache.verify.causes import CAUSES, VERDICT_OF_CAUSE, VERDICTS
 
@@ -129,6 +131,12 @@ def check_results_doc(doc: Any, where: str) -> dict[str, Any]:
                 f"{where}: combos[{i}] has speedup {combo['speedup']!r}; "
                 "expected a finite number or null"
             )
+    broken = schema_check.problem(doc)
+    if broken:
+        raise UsageError(
+            f"{where}: not a valid results document: {broken} (results.schema.json); "
+            "re-run 'fxcache verify --json' to produce one"
+        )
     if schema == RESULTS_SCHEMA_V1:
         upgraded = [upgrade_combo(c) for c in combos]
         return {
@@ -250,7 +258,25 @@ def read_json(path: str | Path) -> Any:
     p = Path(path)
     if not p.exists() and not p.is_symlink():
         raise UsageError(f"{p}: no such results file; run 'fxcache verify --json {p}'")
-    return userfiles.parse_json(userfiles.read_text(p, str(p)), str(p))
+    return userfiles.parse_json(userfiles.read_text(p, str(p)), str(p), _integer(str(p)))
+
+
+_MAX_INT_DIGITS = len(str(schema_check.INT_LIMIT))
+
+
+def _integer(where: str) -> Callable[[str], int]:
+    """json's hook for integer literals: no result holds an integer of more than 19 digits,
+    and Python refuses to convert one of more than 4,300 with a traceback."""
+
+    def parse(literal: str) -> int:
+        if len(literal.lstrip("-")) > _MAX_INT_DIGITS:
+            raise UsageError(
+                f"{where}: holds an integer of {len(literal.lstrip('-'))} digits, too large for "
+                "any results field; re-run 'fxcache verify --json' to produce a valid document"
+            )
+        return int(literal)
+
+    return parse
 
 
 def load(path: str | Path) -> Results:

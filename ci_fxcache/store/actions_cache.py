@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import shutil
 import tarfile
 import tempfile
@@ -237,6 +238,15 @@ def pack(directory: Path, archive: Path) -> int:
     return archive.stat().st_size
 
 
+def _keep_read_only(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """tarfile's data filter, except that a file the archive holds read-only stays read-only
+    (the filter adds the owner's write bit): committed files are 0444, as in the local store."""
+    kept = tarfile.data_filter(member, dest)
+    if kept is not None and kept.isreg() and kept.mode is not None and not member.mode & 0o200:
+        kept = kept.replace(mode=kept.mode & ~0o222, deep=False)
+    return kept
+
+
 def unpack(archive: Path, directory: Path) -> None:
     """Extract into a fresh `directory` (must not exist) through a sibling temporary one,
     refusing absolute names, `..`, links out of it and device files (tarfile's data filter):
@@ -250,7 +260,7 @@ def unpack(archive: Path, directory: Path) -> None:
     staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
     try:
         with tarfile.open(archive, "r:gz") as tar:
-            tar.extractall(staging, filter="data")
+            tar.extractall(staging, filter=_keep_read_only)
         staging.rename(directory)
     except (tarfile.TarError, EOFError, zlib.error) as exc:
         shutil.rmtree(staging, ignore_errors=True)
@@ -258,6 +268,24 @@ def unpack(archive: Path, directory: Path) -> None:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+_RUN_PART = re.compile(r"run[0-9]+\.[0-9]+")
+
+
+def entry_key(prefix: str, run_id: str, attempt: str) -> str:
+    """The unique key a run saves under: the scope's prefix (scope key, key suffix) and
+    `run<id>.<attempt>`."""
+    return f"{prefix}run{run_id}.{attempt}"
+
+
+def entry_of(matched: str, key: str, prefixes: list[str]) -> bool:
+    """Is `matched` the exact key, or a prefix followed by nothing but `run<id>.<attempt>`?
+    The service matches by prefix only: `<scope>-` also matches `<scope>-modelB-run1.1`,
+    and `<scope>-modelB-` matches `<scope>-modelB-x-run1.1`; neither is this job's entry."""
+    return matched == key or any(
+        matched.startswith(p) and _RUN_PART.fullmatch(matched[len(p) :]) for p in prefixes
+    )
 
 
 def save_directory(service: CacheService, directory: Path, key: str) -> dict[str, Any]:
@@ -282,6 +310,11 @@ def restore_directory(
     if found is None:
         return None
     url, matched = found
+    if not entry_of(matched, key, restore_keys):
+        raise CacheServiceError(
+            f"the newest entry under the prefix, {matched}, has a longer key suffix than this "
+            "job's (another workflow's): not restoring it"
+        )
     with tempfile.TemporaryDirectory(prefix="fxcache-download-") as tmp:
         archive = Path(tmp) / "scope.tar.gz"
         service.download(url, archive)

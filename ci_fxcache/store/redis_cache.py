@@ -25,6 +25,25 @@ def check_url(url: str, what: str = "--redis-url") -> str:
     return url
 
 
+OPT_IN_FLAG = "--redis-writers-run-code"
+
+
+def check_signed_use(signing_key: str | None, opted_in: bool) -> None:
+    """Refuse torch's Redis remote cache in a job with a signing key, unless the user says
+    that whoever can write that Redis may run code in the job (UsageError).
+
+    torch loads remote FX-graph entries with `pickle.loads`: an entry is code, and the
+    signature covers the local store only. A warning would leave signed jobs loading unsigned
+    code by default; the opt-in makes that a decision, with the risk in its name."""
+    if signing_key and not opted_in:
+        raise UsageError(
+            "store redis with FXCACHE_SIGNING_KEY: torch loads Redis entries with pickle and "
+            "the signature does not cover them, so whoever can write that Redis runs code in "
+            f"this job; pass {OPT_IN_FLAG} (action input redis-writers-run-code: true) if only "
+            "trusted jobs can write it (ACLs, rediss://, a private network), else use store local"
+        )
+
+
 def configured_url(url: str | None) -> str | None:
     """`--redis-url`, else `$FXCACHE_REDIS_URL`, else None."""
     return url or os.environ.get(URL_ENV) or None
@@ -38,9 +57,34 @@ def resolve_url(url: str | None) -> str:
     return check_url(url)
 
 
+# Query arguments redis-py reads that hold no secret (every other one is redacted: redis-py
+# turns any query argument into a connection keyword, `password`, `username` and the ssl_*
+# paths and passphrases among them).
+_PLAIN_QUERY_ARGS = frozenset(
+    {
+        "db", "socket_timeout", "socket_connect_timeout", "socket_keepalive",
+        "retry_on_timeout", "max_connections", "health_check_interval", "protocol",
+        "ssl_cert_reqs", "ssl_check_hostname", "decode_responses", "encoding",
+    }
+)  # fmt: skip
+
+
 def redact(url: str) -> str:
-    """The URL without its password."""
-    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+    """The URL as it may be printed or written anywhere (logs, state files, results): no
+    userinfo (`user:pass@`, `:pass@`, a password holding `@`), every query argument that may
+    be a credential replaced by `***`, no fragment. The one place that decides it."""
+    from urllib.parse import parse_qsl, quote, urlsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return f"{url.partition(':')[0][:10]}://***"
+    host = parts.netloc.rpartition("@")[2]  # userinfo ends at the last '@' (urlsplit's rule)
+    query = "&".join(
+        f"{quote(name)}={quote(value) if name in _PLAIN_QUERY_ARGS else '***'}"
+        for name, value in parse_qsl(parts.query, keep_blank_values=True)
+    )
+    return f"{parts.scheme}://{host}{parts.path}" + (f"?{query}" if query else "")
 
 
 def _client(url: str) -> Any:

@@ -36,6 +36,13 @@ class Options:
     signing_key: str | None = None
 
 
+def private_writes(opts: Options) -> bool:
+    """Does a trusted job write into a private overlay instead of the scope itself? Always
+    with a signing key: its save then signs only what its own job wrote there, never a file
+    that appeared in the scope meanwhile (any writer beside the job could have planted it)."""
+    return not opts.read_only and bool(opts.signing_key)
+
+
 def full_verification(requested: str | None, signing_key: str | None) -> bool:
     """Re-hash every file on restore? Always with a signing key: a signed scope must never
     pass a content change, whatever the mtime says; otherwise as requested (default fast)."""
@@ -181,17 +188,24 @@ def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[st
     quarantined: list[dict[str, Any]] = []
     base = layout.overlays / f"{key}.{uuid.uuid4().hex[:12]}"
     use_spares = opts.overlay_strategy == "auto"
+    private = private_writes(opts)
     with scopes.lock(layout, key):
         checked = None
         if read_only and use_spares:
             checked = _from_spare(layout, key, opts, base)
         if checked is None:
             checked = _check_scope(layout, key, opts)
+            if private and use_spares and checked.contents is not None:
+                # A keyed job checks the scope itself first (a changed file quarantines it
+                # now), then takes a spare, which is checked the same way.
+                taken = _from_spare(layout, key, opts, base)
+                if taken is not None:
+                    checked.contents, checked.strategy = taken.contents, taken.strategy
         if checked.quarantined:
             quarantined.append(checked.quarantined)
         contents = checked.contents
         scope = layout.scope(key)
-        if not read_only and not checked.busy:
+        if not read_only and not checked.busy and not private:
             for name in CACHE_DIRS:
                 (scope / name).mkdir(parents=True, exist_ok=True)
             lease = scopes.take_lease(layout, key, "in-place")
@@ -205,6 +219,10 @@ def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[st
                 strategy = overlay.build(scope, files, base, opts.overlay_strategy)
             for name in CACHE_DIRS:
                 (base / name).mkdir(parents=True, exist_ok=True)
+            if private:
+                base.chmod(0o700)  # no other user adds files for this job's save to sign
+                for name in CACHE_DIRS:  # the scope its save merges into
+                    (scope / name).mkdir(parents=True, exist_ok=True)
             if not read_only:
                 lease = scopes.take_lease(layout, key, "overlay")
             if contents is not None and scope.exists():

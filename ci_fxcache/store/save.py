@@ -102,6 +102,22 @@ def _merge(overlay_dir: Path, scope: Path, listed: dict[str, Any]) -> list[str]:
     return moved
 
 
+def _set_aside_unsigned(layout: Layout, key: str, unlisted: list[str], in_place: bool) -> None:
+    """A keyed save signs only what its own job compiled into its private overlay: files that
+    appeared in the scope itself were written by someone else (or, when the job had the scope
+    in place, restored without the key, by a job whose files cannot be told from a planter's).
+    They are moved to the quarantine, never signed."""
+    why = (
+        "written in place by a job restored without FXCACHE_SIGNING_KEY"
+        if in_place
+        else "appeared in the scope during a keyed job"
+    )
+    where = scopes.set_aside(layout, key, unlisted, f"unsigned files: {why}")
+    gha.warn(
+        f"save: {len(unlisted)} file(s) {why}, first {unlisted[0]}: not signed, moved to {where}"
+    )
+
+
 def _new_entries(scope: Path, rels: list[str]) -> tuple[dict[str, Any], dict[str, os.stat_result]]:
     stats = {rel: os.lstat(scope / rel) for rel in rels}
     return mf.file_entries(scope, stats), stats
@@ -145,8 +161,14 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict
             return {"saved": False, "reason": f"scope {key} quarantined: {exc}"}
         listed: dict[str, Any] = dict(previous["files"]) if previous else {}
         unlisted = sorted(p.path for p in found.problems if mf.is_unlisted(p))
-        # A job that had the scope in place adds what it wrote there (not listed yet).
-        new = unlisted if overlay_dir is None else _merge(overlay_dir, scope, listed)
+        if signing_key and unlisted:
+            _set_aside_unsigned(layout, key, unlisted, overlay_dir is None)
+        # A job that had the scope in place adds what it wrote there (not listed yet); with a
+        # key its files are only ever those of its private overlay.
+        if overlay_dir is None:
+            new = [] if signing_key else unlisted
+        else:
+            new = _merge(overlay_dir, scope, listed)
         entries, stats = _new_entries(scope, new)
         listed.update(entries)
         now = scopes.utc_now()
