@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ci_fxcache.errors import UsageError
 from ci_fxcache.report import known_issues, labels, model, recommendations, render
 from ci_fxcache.results import reader, writer
 from tests.conftest import RunFxcache
@@ -867,11 +868,17 @@ def test_the_status_line_names_commit_and_run_only_from_githubs_values(
     for name in writer.CI_VARIABLES.values():
         monkeypatch.delenv(name)
     assert writer.ci_from_env() is None
-    # A document edited by hand: the bad field builds no link; the others still do.
+    # A document edited by hand: the reader refuses it (the schema's patterns) ...
     hostile = json.loads((DATA / "results_h200.json").read_text())
     hostile["ci"]["repository"] = "x/y)[evil](https://evil.example"
     hostile["ci"]["run_number"] = "1\n## injected"
-    first = render.markdown(build(hostile)).splitlines()[0]
+    with pytest.raises(UsageError, match=r"ci\.repository"):
+        build(hostile)
+    # ... and the report's own check holds behind it: the bad fields build no link, the
+    # others still do (the document is validated first, then damaged, then rendered).
+    loaded = reader.from_document(json.loads((DATA / "results_h200.json").read_text()), "test")
+    loaded.doc["ci"].update(hostile["ci"])
+    first = render.markdown(model.build(loaded, known_issues.load_builtin())).splitlines()[0]
     assert "evil" not in first and "injected" not in first and "](" not in first
     assert first.endswith("· job fails · abc1234 · run\u00a012941873650")
 

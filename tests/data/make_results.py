@@ -9,6 +9,7 @@ several dtypes, dynamic modes and mechanisms. Regenerate with
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -82,8 +83,9 @@ def combo(
     notes=(),
     explain=None,
 ):
-    cid = (
-        f"{workload}-{device}-{dtype}-{DYN[dynamic]}-{mechanism}-{'train' if training else 'infer'}"
+    cid = (  # as ci_fxcache.verify.matrix.Combo.id makes it (its directory name)
+        f"{re.sub(r'[^A-Za-z0-9_.]+', '_', workload)}-{device}-{dtype}-{DYN[dynamic]}"
+        f"-{mechanism}-{'train' if training else 'infer'}"
     )
     return {
         "id": cid,
@@ -667,7 +669,15 @@ def fleet_shard(arch: str) -> dict[str, Any]:
                         extra.update(
                             speedup=round(cold_s / hot_s, 2),
                             misses=3,
-                            explain={"differs": [{"component": "inductor_config.freezing"}]},
+                            explain={
+                                "differs": [
+                                    {
+                                        "component": "inductor_config.freezing",
+                                        "cold": False,
+                                        "hot": True,
+                                    }
+                                ]
+                            },
                         )
                     combos.append(
                         combo(
