@@ -13,9 +13,11 @@ def write_text(
     text: str,
     tmp_dir: Path | None = None,
     before_rename: Callable[[], None] | None = None,
+    mode: int | None = None,
 ) -> None:
     """Write `text` to a temporary file in `tmp_dir` (default: beside `path`; it must be on the
-    same filesystem), fsync it, rename it over `path` and fsync the directory.
+    same filesystem), fsync it, rename it over `path` and fsync the directory. The file gets
+    `mode` (default: the temporary file's 0600).
 
     `before_rename` runs between the write and the rename (tests use it to crash there)."""
     tmp_dir = path.parent if tmp_dir is None else tmp_dir
@@ -24,6 +26,8 @@ def write_text(
         prefix=f"{path.parent.name}.{path.name}.", suffix=".tmp", dir=tmp_dir
     )
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()

@@ -153,6 +153,10 @@ def run(
     )
     try:
         state = store_restore.restore(Layout(store_root), key, fp, restore_options)
+    except PermissionError as exc:
+        # Not tampering: another user's files in a shared store. Nothing is quarantined.
+        why = f"permission denied: {exc.filename or exc}; the scope is left as it is"
+        state = _cold_fallback(key, store_root, why, fp)
     except (OSError, TimeoutError) as exc:
         state = _cold_fallback(key, store_root, str(exc), fp)
     for name in ("inductor_dir", "triton_dir", "verify_dir"):
@@ -186,6 +190,18 @@ def run(
     return 0
 
 
+def _where(state: dict[str, Any]) -> str:
+    """What the job got, as the summary line says it: in place, an overlay (which kind, and
+    why for a trusted job), or a cold fallback."""
+    mode = state["mode"]
+    if mode == "in-place":
+        return "in place"
+    if mode == "cold-fallback":
+        return "cold fallback"
+    busy = "" if state["read_only"] else "; another job has the scope in place"
+    return f"{mode} overlay{busy}"
+
+
 def _publish(state: dict[str, Any], env: dict[str, str], as_json: bool) -> None:
     exported = all(gha.export_env(name, value) for name, value in env.items())
     outputs = {
@@ -197,7 +213,7 @@ def _publish(state: dict[str, Any], env: dict[str, str], as_json: bool) -> None:
     }
     for name, value in outputs.items():
         gha.set_output(name, value)
-    where = "overlay" if state["read_only"] else "in place"
+    where = _where(state)
     summary = (
         f"fxcache: {'hit' if state['hit'] else 'miss'} {state['scope_key']} "
         f"({state['files']} files, {where}"

@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ci_fxcache import atomic_write
-from ci_fxcache.store import stat_batch
+from ci_fxcache.store import in_place, modes, stat_batch
 from ci_fxcache.store.layout import CACHE_DIRS, SCOPE_ENTRIES
 
 SCHEMA = "fxcache-manifest/1"
-_READ_ONLY = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
 
 
 class ManifestError(Exception):
@@ -91,11 +90,14 @@ def _files(
     problems: list[Problem],
     start: list[str] | None = None,
     stamps: dict[str, stat_batch.DirStamp] | None = None,
+    locks: list[str] | None = None,
 ) -> Iterator[tuple[os.DirEntry[str], str]]:
     """Each regular file under the directories `start` (default: the scope's cache dirs), with
     its relative POSIX path; a symlink (never followed) or anything else that is not a plain
-    file goes to `problems`. With `stamps`, directories already in it are not listed (a seal
-    vouches for them) and each listed one is stamped into it before it is listed.
+    file goes to `problems`. Lock files are not cache content (store.in_place): skipped, and
+    their paths added to `locks` when given. With `stamps`, directories already in it are not
+    listed (a seal vouches for them) and each listed one is stamped into it before it is
+    listed.
 
     Plain strings and scandir's cached d_type: this runs on every restore and every save."""
     stack = list(CACHE_DIRS if start is None else start)
@@ -118,7 +120,10 @@ def _files(
                 child = rel + "/" + entry.name
                 # Regular files first: they are nearly every entry (d_type, no syscall).
                 if entry.is_file(follow_symlinks=False):
-                    yield entry, child
+                    if not in_place.is_lock(entry.name):
+                        yield entry, child
+                    elif locks is not None:
+                        locks.append(child)
                 elif entry.is_dir(follow_symlinks=False):
                     if child not in queued and (stamps is None or child not in stamps):
                         queued.add(child)
@@ -155,10 +160,12 @@ def file_entries(scope_dir: Path, files: dict[str, os.stat_result]) -> dict[str,
 
 def make_read_only(scope_dir: Path, files: dict[str, os.stat_result]) -> None:
     """Drop write permission on committed files so an in-place write fails instead of altering
-    a file shared by hardlinks (renames, which Inductor and Triton use, still work)."""
+    a file shared by hardlinks (renames, which Inductor and Triton use, still work). Files
+    torch writes in place (store.in_place) are never committed, so never passed here."""
     for rel, st in files.items():
-        if st.st_mode & 0o222:
-            os.chmod(scope_dir / rel, stat.S_IMODE(st.st_mode) & ~0o222 | _READ_ONLY)
+        mode = modes.read_only_mode(stat.S_IMODE(st.st_mode))
+        if stat.S_IMODE(st.st_mode) != mode:
+            os.chmod(scope_dir / rel, mode)
 
 
 def regular_files(directory: Path) -> Iterator[os.stat_result]:
@@ -270,6 +277,8 @@ def read_raw(path: Path) -> tuple[bytes, str]:
     """The manifest file's bytes and their sha256, unparsed; ManifestError when unreadable."""
     try:
         raw = path.read_bytes()
+    except PermissionError:
+        raise  # not a sign of tampering: the caller falls back cold, the scope stays
     except OSError as exc:
         raise ManifestError(f"unreadable manifest: {str(exc)[:200]}") from exc
     return raw, hashlib.sha256(raw).hexdigest()
@@ -314,7 +323,7 @@ def write_atomic(
     """Write the manifest as JSON through a temporary file in `tmp_dir` (same filesystem);
     the sha256 of what was written."""
     text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
-    atomic_write.write_text(path, text, tmp_dir, before_rename)
+    atomic_write.write_text(path, text, tmp_dir, before_rename, modes.file_mode())
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -327,6 +336,7 @@ class Inspection:
     dir_stamps: dict[str, stat_batch.DirStamp]
     listed_dirs: int
     started_ns: int  # wall clock when the inspection began (see store.seal)
+    locks: tuple[str, ...] = ()  # lock files in the directories it listed (store.in_place)
 
 
 def _compare(
@@ -344,17 +354,24 @@ def _compare(
 
 
 def _walk(
-    root: str, problems: list[Problem], dirs: stat_batch.Dirs, changed: set[int], stamp: bool
+    root: str,
+    problems: list[Problem],
+    dirs: stat_batch.Dirs,
+    changed: set[int],
+    stamp: bool,
+    locks: list[str] | None = None,
 ) -> tuple[dict[str, stat_batch.DirStamp], list[str], int]:
     """List what no unchanged sealed directory vouches for: (the stamps of every directory
-    checked, sealed ones first; the regular files found; how many directories were listed)."""
+    checked, sealed ones first; the regular files found; how many directories were listed);
+    the lock files found go to `locks`."""
     names, inodes, ctimes = dirs
     stamps = {names[i]: (inodes[i], ctimes[i]) for i in range(len(names)) if i not in changed}
     start = [top for top in CACHE_DIRS if top not in stamps]
     # A seal is input like any other file: only directories inside the cache dirs are listed.
     start += [names[i] for i in sorted(changed) if _safe_dir(names[i])]
     unchanged = len(stamps)
-    found = [rel for _entry, rel in _files(root, problems, start, stamps if stamp else None)]
+    walked = _files(root, problems, start, stamps if stamp else None, locks)
+    found = [rel for _entry, rel in walked]
     return stamps, found, len(stamps) - unchanged
 
 
@@ -379,8 +396,10 @@ def inspect(
     root = str(scope_dir)
     problems = _top_level_problems(root)
     dirs = sealed if sealed is not None and not full else stat_batch.NO_DIRS
-    files = [rel for rel in entries if safe_relpath(rel)]
-    if len(files) != len(entries):
+    # Lock files listed by an older save are not content (store.in_place): never checked.
+    safe = [rel for rel in entries if safe_relpath(rel)]
+    files = [rel for rel in safe if not in_place.is_lock(rel)]
+    if len(safe) != len(entries):
         problems.extend(
             Problem("escape", rel, "manifest entry leaves the scope")
             for rel in entries
@@ -391,14 +410,15 @@ def inspect(
     changed, differ = _compare(
         root, dirs, files, sizes, [meta.get("mtime_ns", -1) for meta in metas]
     )
-    stamps, found, listed = _walk(root, problems, dirs, changed, stamp)
+    locks: list[str] = []
+    stamps, found, listed = _walk(root, problems, dirs, changed, stamp, locks)
     problems.extend(Problem("unexpected", rel, UNLISTED) for rel in found if rel not in entries)
     prefix = root + "/"
     for i in range(len(files)) if full else differ:
         problem = _file_problem(files[i], prefix + files[i], entries[files[i]], full)
         if problem is not None:
             problems.append(problem)
-    return Inspection(problems, stamps, listed, started_ns)
+    return Inspection(problems, stamps, listed, started_ns, tuple(locks))
 
 
 def inspect_listed(scope_dir: Path, expected: Listed, sealed: stat_batch.Dirs) -> Inspection | None:

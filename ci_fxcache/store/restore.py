@@ -17,8 +17,8 @@ from typing import Any
 
 from ci_fxcache import gha
 from ci_fxcache.env.fingerprint import Fingerprint
+from ci_fxcache.store import in_place, modes, overlay, scopes, seal, spare, upgrade
 from ci_fxcache.store import manifest as mf
-from ci_fxcache.store import overlay, scopes, seal, spare, upgrade
 from ci_fxcache.store.layout import CACHE_DIRS, Layout
 
 STATE_SCHEMA = "fxcache-cache-state/1"
@@ -172,6 +172,7 @@ def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[st
     A trusted job gets the scope in place unless another live trusted job has it in place;
     then it gets a private overlay whose new files its `save` merges into the scope.
     """
+    modes.restrict_umask()
     layout.root.mkdir(parents=True, exist_ok=True)
     invalidated: list[dict[str, Any]] = []
     if opts.invalidate_on_upgrade and not opts.read_only:
@@ -196,6 +197,8 @@ def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[st
                 (scope / name).mkdir(parents=True, exist_ok=True)
             lease = scopes.take_lease(layout, key, "in-place")
             scopes.touch_last_used(layout, key)
+            if contents is not None:  # locks an older save made read-only
+                in_place.make_writable(scope, contents.files, modes.file_mode())
             base, strategy = scope, "in-place"
         else:
             if checked.strategy is not None:

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ci_fxcache import gha
+from ci_fxcache.store import in_place, modes, scopes, seal, spare, stat_batch, state_file
 from ci_fxcache.store import manifest as mf
-from ci_fxcache.store import scopes, seal, spare, stat_batch, state_file
 from ci_fxcache.store.layout import LOCKS, Layout
 
 # Fault injection for the reliability tests, never set in production: `pause:SECONDS` (so a
@@ -90,10 +90,11 @@ def _committed(layout: Layout, key: str, signing_key: str | None) -> _Committed:
 
 def _merge(overlay_dir: Path, scope: Path, listed: dict[str, Any]) -> list[str]:
     """Move the new files of a private overlay into the scope; their relative paths. A path
-    the scope already has (committed, or written by the job that has it in place) is kept."""
+    the scope already has (committed, or written by the job that has it in place) is kept,
+    and so is a file torch writes in place (never committed: store.in_place)."""
     files, _problems = mf.scan(overlay_dir)
     moved = []
-    for rel in sorted(files):
+    for rel in in_place.committable(sorted(files)):
         if rel in listed or os.path.lexists(scope / rel):
             continue
         (scope / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -130,6 +131,7 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict
     (another job had the scope in place) has its overlay's new files moved in. OSError
     propagates to the caller.
     """
+    modes.restrict_umask()
     key = state["scope_key"]
     scope = layout.scope(key)
     overlay_dir = Path(state["overlay_dir"]) if state.get("overlay_dir") else None
@@ -143,10 +145,17 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict
         except Refused as exc:
             _release(lease)
             return {"saved": False, "reason": f"scope {key} quarantined: {exc}"}
-        listed: dict[str, Any] = dict(previous["files"]) if previous else {}
+        committed: dict[str, Any] = dict(previous["files"]) if previous else {}
+        # Entries an older save made of files torch writes in place are dropped (in_place).
+        listed = {rel: committed[rel] for rel in in_place.committable(committed)}
         unlisted = sorted(p.path for p in found.problems if mf.is_unlisted(p))
-        # A job that had the scope in place adds what it wrote there (not listed yet).
-        new = unlisted if overlay_dir is None else _merge(overlay_dir, scope, listed)
+        # A job that had the scope in place adds what it wrote there (not listed yet), but for
+        # the files torch writes in place.
+        new = (
+            in_place.committable(unlisted)
+            if overlay_dir is None
+            else _merge(overlay_dir, scope, listed)
+        )
         entries, stats = _new_entries(scope, new)
         listed.update(entries)
         now = scopes.utc_now()
@@ -165,6 +174,7 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict
         if signing_key:
             mf.sign(manifest, signing_key)
         mf.make_read_only(scope, stats)
+        in_place.make_writable(scope, [*found.locks, *committed], modes.file_mode())
         digest = _write(layout, key, manifest)
         # What the check listed is sealed for the new manifest, but for directories holding
         # files it does not list (another job's, when this one had an overlay).
