@@ -8,6 +8,10 @@ is world-writable: any local user could otherwise plant a cache entry or a lease
 from __future__ import annotations
 
 import os
+import stat
+from collections.abc import Iterable
+from contextlib import suppress
+from pathlib import Path
 
 NEVER = 0o002  # write permission for others
 
@@ -38,3 +42,20 @@ def read_only_mode(mode: int) -> int:
     """The mode of a committed file that had `mode`: no write bit; readable by whoever the
     umask lets read (the group of a group-shared store), as torch creates some entries 0600."""
     return (mode | (0o444 & ~current_umask())) & 0o555
+
+
+def close_directories(scope_dir: Path, rels: Iterable[str]) -> None:
+    """Take others' write permission from the directories holding `rels` (paths of files a
+    save commits) and their parents inside the scope: torch makes its directories under the
+    job's umask, and a world-writable one would let any local user add files to the scope."""
+    seen: set[str] = set()
+    for rel in rels:
+        parent = rel.rpartition("/")[0]
+        while parent and parent not in seen:
+            seen.add(parent)
+            path = scope_dir / parent
+            with suppress(OSError):
+                mode = stat.S_IMODE(os.lstat(path).st_mode)
+                if mode & NEVER:
+                    os.chmod(path, mode & ~NEVER)
+            parent = parent.rpartition("/")[0]

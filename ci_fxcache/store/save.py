@@ -174,6 +174,7 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict
         if signing_key:
             mf.sign(manifest, signing_key)
         mf.make_read_only(scope, stats)
+        modes.close_directories(scope, [*new, *found.locks])
         in_place.make_writable(scope, [*found.locks, *committed], modes.file_mode())
         digest = _write(layout, key, manifest)
         # What the check listed is sealed for the new manifest, but for directories holding
