@@ -111,6 +111,7 @@ def run(
         result["rows"] += local.run(layout, policy, dry_run)
         if not dry_run:
             result["overlays_removed"] = local.prune_overlays(layout, lease_ttl())
+            result["temp_files_removed"] = local.prune_temp_files(layout)
             result["seals_removed"] = seal.prune_orphans(layout)
     if as_json:
         print(json.dumps(result, indent=2))
@@ -147,8 +148,13 @@ def _table(result: dict[str, Any]) -> str:
         failed = sum(1 for r in rows if str(r["action"]).startswith("failed"))
         if failed:
             lines.append(f"{failed} removal(s) FAILED (see the action column)")
-    elif "redis" not in result:
+    elif "redis" not in result and not result.get("overlays_removed"):
         lines.append("nothing to remove")
+    if result.get("overlays_removed") or result.get("temp_files_removed"):
+        lines.append(
+            f"pruned {result.get('overlays_removed', 0)} orphaned overlay(s), "
+            f"{result.get('temp_files_removed', 0)} temporary file(s) of killed saves"
+        )
     if "redis" in result:
         r = result["redis"]
         verb = "would remove" if r["dry_run"] else "removed"

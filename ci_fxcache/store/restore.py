@@ -209,7 +209,7 @@ def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[st
             for name in CACHE_DIRS:
                 (base / name).mkdir(parents=True, exist_ok=True)
             if not read_only:
-                lease = scopes.take_lease(layout, key, "overlay")
+                lease = scopes.take_lease(layout, key, "overlay", base)
             if contents is not None and scope.exists():
                 scopes.touch_last_used(layout, key)
     if base != scope and use_spares and contents is not None:

@@ -118,9 +118,9 @@ def _torch_paths(previous: dict[str, Any] | None, state: dict[str, Any]) -> list
     return sorted(paths)
 
 
-def _release(lease: Path | None) -> None:
+def _release(layout: Layout, lease: Path | None) -> None:
     if lease is not None:
-        lease.unlink(missing_ok=True)
+        scopes.release_lease(layout, lease)
 
 
 def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict[str, Any]:
@@ -138,12 +138,12 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict
     lease = Path(state["lease"]) if state.get("lease") else None
     with scopes.lock(layout, key):
         if scope.is_symlink() or not scope.is_dir():
-            _release(lease)
+            _release(layout, lease)
             return {"saved": False, "reason": f"scope {key} no longer exists (quarantined?)"}
         try:
             previous, found = _committed(layout, key, signing_key)
         except Refused as exc:
-            _release(lease)
+            _release(layout, lease)
             return {"saved": False, "reason": f"scope {key} quarantined: {exc}"}
         committed: dict[str, Any] = dict(previous["files"]) if previous else {}
         # Entries an older save made of files torch writes in place are dropped (in_place).
@@ -184,7 +184,7 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict
             layout, key, digest, found.dir_stamps, found.started_ns, seal.NONE,
             mf.listed(manifest), bool(signing_key), kept_out,
         )  # fmt: skip
-        _release(lease)
+        _release(layout, lease)
         scopes.touch_last_used(layout, key)
     if overlay_dir is not None:
         scopes.remove_tree(overlay_dir)
