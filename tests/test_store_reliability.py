@@ -14,7 +14,7 @@ import pytest
 from ci_fxcache.store import scopes
 from ci_fxcache.store.layout import Layout
 from tests.conftest import RunFxcache, _clean_env
-from tests.store_helpers import SAMPLE, Store, tree_digest, write_files
+from tests.store_helpers import SAMPLE, Store, end_lease_holders, tree_digest, write_files
 
 
 @pytest.fixture
@@ -260,7 +260,8 @@ def test_enospc_on_a_real_full_filesystem(tmp_path: Path, run_fxcache: RunFxcach
         assert "No space left on device" in proc.stderr
         assert not (Path(state["scope_dir"]) / "manifest.json").exists()
     finally:
-        subprocess.run(["umount", str(mnt)], check=False)
+        end_lease_holders(mnt / "root")
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_unusable_root_means_a_cold_job_not_a_failed_one(store: Store) -> None:
