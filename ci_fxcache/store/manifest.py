@@ -227,27 +227,56 @@ def _is_digest(value: object) -> bool:
     return isinstance(value, str) and len(value) == 64 and not value.strip(_HEX)
 
 
+# Exactly the fields `save` writes (a signature only with a signing key); anything else in a
+# manifest is a quarantine. A new field is added here and in save.py together.
+FIELDS = frozenset(
+    {
+        "schema", "scope_key", "fingerprint", "torch_paths", "created_at", "updated_at",
+        "last_used_at", "verification", "files", "total_bytes",
+    }
+)  # fmt: skip
+OPTIONAL_FIELDS = frozenset({"signature"})
+
+
+def _is_strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
 def _shape_problem(data: object) -> str | None:
-    """Why a parsed manifest is not one `save` could have written, or None."""
+    """Why a parsed manifest is not one `save` could have written, or None: every field of
+    `FIELDS` present with the type save gives it, no other field, and a file list whose sizes
+    add up to `total_bytes`."""
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         return "not an fxcache manifest"
     if not isinstance(data.get("scope_key"), str):
         return "manifest has no scope key"
-    fingerprint = data.get("fingerprint")
-    if fingerprint is not None and not isinstance(fingerprint, dict):
+    unknown = sorted(set(data) - FIELDS - OPTIONAL_FIELDS)
+    if unknown:
+        return f"manifest has unknown field(s): {', '.join(repr(k[:40]) for k in unknown[:5])}"
+    missing = sorted(FIELDS - set(data))
+    if missing:
+        return f"manifest lacks field(s): {', '.join(missing)}"
+    if not isinstance(data["fingerprint"], dict):
         return "manifest fingerprint is malformed"
+    if not _is_strings(data["torch_paths"]):
+        return "manifest torch_paths is malformed"
+    if not all(isinstance(data[k], str) for k in ("created_at", "updated_at", "last_used_at")):
+        return "manifest times are malformed"
+    verification = data["verification"]
+    if not (
+        isinstance(verification, dict)
+        and set(verification) == {"references"}
+        and _is_strings(verification["references"])
+    ):
+        return "manifest verification is malformed"
     signature = data.get("signature")
-    if signature is not None and not (
+    if "signature" in data and not (
         isinstance(signature, dict)
-        and all(isinstance(signature.get(k), str) for k in ("alg", "value"))
+        and set(signature) == {"alg", "value"}
+        and all(isinstance(signature[k], str) for k in ("alg", "value"))
     ):
         return "manifest signature is malformed"
-    paths = data.get("torch_paths")
-    if paths is not None and not (
-        isinstance(paths, list) and all(isinstance(p, str) for p in paths)
-    ):
-        return "manifest torch_paths is malformed"
-    files = data.get("files")
+    files = data["files"]
     if not isinstance(files, dict):
         return "manifest has no file list"
     for rel, meta in files.items():
@@ -256,9 +285,28 @@ def _shape_problem(data: object) -> str | None:
             and _is_count(meta.get("size"))
             and _is_digest(meta.get("sha256"))
             and ("mtime_ns" not in meta or _is_count(meta["mtime_ns"]))
+            and len(meta) == 2 + ("mtime_ns" in meta)  # no other field
         ):
             return f"manifest entry {rel[:200]!r} is malformed"
+    total = data["total_bytes"]
+    if not _is_count(total) or total != sum(meta["size"] for meta in files.values()):
+        return "manifest total_bytes does not match its files"
     return None
+
+
+class _Duplicate(ValueError):
+    """A JSON object with a key twice: json keeps the last one, save never writes it."""
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise _Duplicate("duplicate key in a JSON object")
+    return result
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -287,7 +335,9 @@ def read_raw(path: Path) -> tuple[bytes, str]:
 def parse(raw: bytes) -> dict[str, Any]:
     """A manifest file's bytes, parsed and shape-checked; ManifestError when unusable."""
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = json.loads(
+            raw.decode("utf-8"), object_pairs_hook=_unique, parse_constant=_no_constant
+        )
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         # ValueError covers malformed JSON and integers beyond Python's digit limit.
         raise ManifestError(f"unreadable manifest: {str(exc)[:200]}") from exc
