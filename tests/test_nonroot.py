@@ -47,17 +47,17 @@ def test_a_non_root_job_compiles_again_after_a_save(nonroot: NonRoot) -> None:
     first = _job(nonroot, root, "f0")
     assert first["functions"]["f0"]["close"] and first["save"]["saved"], first
     scope = Path(first["state"]["scope_dir"])
-    locks = sorted(p for p in (scope / "inductor").rglob("*.lock"))
-    assert locks, "Inductor wrote no lock file: the scenario no longer covers them"
-    manifest = json.loads((scope / "manifest.json").read_text())
-    assert not [rel for rel in manifest["files"] if rel.endswith(".lock")]
-    assert all(p.stat().st_mode & stat.S_IWUSR for p in locks)
     before = _committed(scope)
 
     again = _job(nonroot, root, "f0")
     assert again["state"]["mode"] == "in-place" and again["state"]["hit"], again["state"]
     assert again["functions"]["f0"] == {"hit": 1, "miss": 0, "close": True}, again
     assert again["save"]["saved"], again
+    locks = sorted(p for p in (scope / "inductor").rglob("*.lock"))
+    assert locks, "Inductor wrote no lock file: the scenario no longer covers them"
+    manifest = json.loads((scope / "manifest.json").read_text())
+    assert not [rel for rel in manifest["files"] if rel.endswith(".lock")]
+    assert all(p.stat().st_mode & stat.S_IWUSR for p in locks)
 
     fork = _job(nonroot, root, "f0", "--read-only")
     assert fork["state"]["mode"] == ("hardlink" if nonroot.uid else "copy"), fork["state"]

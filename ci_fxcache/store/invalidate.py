@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ci_fxcache.env import scopekey
-from ci_fxcache.store import scopes
+from ci_fxcache.store import modes, scopes
 from ci_fxcache.store.layout import LOCKS, SEALS, Layout
 from ci_fxcache.store.policies import Entry, Policy, select
 
@@ -64,6 +64,7 @@ def run(
 ) -> list[dict[str, Any]]:
     """Select and (unless dry_run) remove scopes and quarantined entries; scopes a job is still
     writing are kept; a removal that fails says `failed: why`."""
+    modes.restrict_umask()
     now = time.time() if now is None else now
     rows = []
     for entry in select(entries(layout), policy, now):

@@ -183,16 +183,17 @@ def _lease_alive(path: Path, now: float) -> bool:
     except OSError:
         return False
     held = _held(path)
-    if held is not None and (held or not text):
-        return held
+    if not text:  # written on a full disk: only its lock says anything
+        return bool(held)
     try:
         info = json.loads(text)
     except ValueError:
-        return False
+        return bool(held)
     if age > lease_ttl() or not isinstance(info, dict):
         return False
-    if info.get("held") and held is False:
+    if info.get("held") and not held:
         return False  # its holder is gone: the job ended (a container torn down, a kill -9)
+    # The owner, where it can be checked, ends the job at once (the holder notices it later).
     pid, start = info.get("owner_pid"), info.get("owner_start")
     if info.get("host") != socket.gethostname() or not isinstance(pid, int) or start is None:
         return True  # cannot check from here: the TTL decides
