@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import signal
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,18 @@ def end_lease_holders(root: Path) -> None:
     for pid in lease_holders(root):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
+
+
+def mount_tmpfs(path: Path, size: str) -> bool:
+    """Mount a tmpfs of `size` at `path` (made here): a tiny filesystem to fill; False when
+    this user may not mount."""
+    path.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True,
+        check=False,
+    )
+    return proc.returncode == 0
 
 
 def write_files(base: str | Path, files: dict[str, bytes]) -> None:

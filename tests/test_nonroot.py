@@ -166,17 +166,21 @@ def test_umask_000_leaves_nothing_world_writable(nonroot: NonRoot) -> None:
     assert _world_writable(root) == []
 
 
+def _shared_scope(alice: NonRoot) -> tuple[Path, Path]:
+    """A store root in a group-writable directory and a scope alice saved with umask 002."""
+    root = alice.mkdir("shared", 0o775) / "root"
+    first = _restore(alice, root, umask=0o002)
+    _fake_job_files(alice, first["scope_dir"], 0o002)
+    assert _save(alice, first, umask=0o002)["saved"]
+    return root, Path(first["scope_dir"])
+
+
 def test_a_group_shared_store_works_with_umask_002(nonroot: NonRoot) -> None:
     """Two runner users in one group, umask 002: what one saves the other restores (in place
     and read-only), compiles into and saves; manifests and seals are group-readable; nothing
     is quarantined."""
     alice, bob = nonroot, nonroot.other_user()
-    shared = alice.mkdir("shared", 0o775)
-    root = shared / "root"
-    first = _restore(alice, root, umask=0o002)
-    _fake_job_files(alice, first["scope_dir"], 0o002)
-    assert _save(alice, first, umask=0o002)["saved"]
-    scope = Path(first["scope_dir"])
+    root, scope = _shared_scope(alice)
     assert stat.S_IMODE((scope / "manifest.json").stat().st_mode) == 0o664
     assert stat.S_IMODE(scope.stat().st_mode) == 0o775
     assert stat.S_IMODE((scope / "inductor/ab/entry").stat().st_mode) == 0o444
@@ -202,12 +206,7 @@ def test_a_manifest_the_user_cannot_read_is_not_tampering(nonroot: NonRoot) -> N
     if nonroot.reads_bypassed:
         pytest.skip("the checkout is not readable by other users: the test user may read anything")
     alice, bob = nonroot, nonroot.other_user()
-    shared = alice.mkdir("shared", 0o775)
-    root = shared / "root"
-    first = _restore(alice, root, umask=0o002)
-    _fake_job_files(alice, first["scope_dir"], 0o002)
-    assert _save(alice, first, umask=0o002)["saved"]
-    scope = Path(first["scope_dir"])
+    root, scope = _shared_scope(alice)
     (scope / "manifest.json").chmod(0o600)  # e.g. saved by an older fxcache
     ro = _restore(bob, root, "--read-only", umask=0o002)
     assert ro["mode"] == "cold-fallback" and not ro["hit"], ro
@@ -215,3 +214,38 @@ def test_a_manifest_the_user_cannot_read_is_not_tampering(nonroot: NonRoot) -> N
     assert "manifest.json" in ro["_stderr"]
     assert scope.is_dir() and not (root / ".quarantine").exists()
     assert _restore(alice, root, "--read-only", umask=0o002)["hit"]
+
+
+def _verify(user: NonRoot, state: dict[str, Any], out: Path) -> dict[str, Any]:
+    """`fxcache verify --phase auto` (as the action runs it) into the scope's verify dir."""
+    proc = user.fxcache(
+        "verify",
+        *("--python", user.python, "--phase", "auto", "--cache-dir", state["verify_dir"]),
+        *("--workloads", "sin_matmul", "--device", "cpu", "--dtypes", "float32"),
+        *("--dynamic", "false", "--training", "false", "--mechanisms", "fxgraph"),
+        *("--json", str(out)),
+        env={"TORCHINDUCTOR_COMPILE_THREADS": "1"},
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    doc: dict[str, Any] = json.loads(out.read_text())
+    return doc
+
+
+@pytest.mark.slow
+def test_verify_runs_as_a_non_root_user_over_a_saved_scope(nonroot: NonRoot) -> None:
+    """restore -> verify (cold and hot) -> save, then a second job's hot-only verify over the
+    committed scope, as an unprivileged user: safe, nothing quarantined."""
+    root = nonroot.mkdir("store") / "root"
+    out = nonroot.mkdir("results")
+    first = _restore(nonroot, root)
+    made = _verify(nonroot, first, out / "first.json")
+    assert [c["verdict"] for c in made["combos"]] == ["safe"], made["combos"]
+    assert _save(nonroot, first)["saved"]
+    second = _restore(nonroot, root)
+    assert second["hit"] and second["mode"] == "in-place", second["_stderr"]
+    hot = _verify(nonroot, second, out / "second.json")
+    assert hot["settings"]["phase"] == "hot"
+    assert [c["verdict"] for c in hot["combos"]] == ["safe"], hot["combos"]
+    assert _save(nonroot, second)["saved"]
+    assert not (root / ".quarantine").exists()

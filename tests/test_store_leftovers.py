@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import RunFxcache
-from tests.store_helpers import SAMPLE, Store, end_lease_holders, write_files
+from tests.store_helpers import SAMPLE, Store, end_lease_holders, mount_tmpfs, write_files
 
 # A container job's steps, or act: inside Actions, no Runner.Worker among the ancestors.
 CONTAINER_JOB = {"GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "push"}
@@ -98,16 +98,6 @@ def test_invalidate_prunes_orphaned_overlays_and_temp_manifests(store: Store) ->
     assert Path(alive["overlay_dir"]).is_dir() and Path(holding["scope_dir"]).is_dir()
 
 
-def _mount_tmpfs(path: Path, size: str) -> bool:
-    path.mkdir()
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-        capture_output=True,
-        check=False,
-    )
-    return proc.returncode == 0
-
-
 def _fill(path: Path) -> None:
     """Write `path` until the filesystem is full."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -126,7 +116,7 @@ def test_a_full_disk_leaves_no_partial_overlay_and_in_place_needs_no_space(
     """An overlay that cannot be built on a full disk is removed again (the job runs cold);
     a trusted in-place restore on the full disk is still a hit."""
     mnt = tmp_path / "tiny"
-    if os.geteuid() != 0 or not _mount_tmpfs(mnt, "1m"):
+    if os.geteuid() != 0 or not mount_tmpfs(mnt, "1m"):
         pytest.skip("mounting a tiny tmpfs needs root with mount rights")
     try:
         store = Store(root=mnt / "root", run=run_fxcache, env={})
