@@ -20,7 +20,8 @@ def write_text(
     mode: int | None = None,
 ) -> None:
     """Write `text` to a temporary file in `tmp_dir` (default: beside `path`; it must be on the
-    same filesystem), fsync it, rename it over `path` and fsync the directory.
+    same filesystem), fsync it, rename it over `path` and fsync the directory. The file gets
+    `mode` (default: the temporary file's 0600).
 
     `before_rename` runs between the write and the rename (tests use it to crash there);
     `mode` (default: mkstemp's 0600) is set on the temporary file before the rename."""
@@ -30,6 +31,8 @@ def write_text(
         prefix=f"{path.parent.name}.{path.name}.", suffix=".tmp", dir=tmp_dir
     )
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             if mode is not None:
                 os.fchmod(fh.fileno(), mode)

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 import venv
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -165,3 +165,14 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> object:
     server = s3_server.start(tmp_path_factory.mktemp("seaweed"))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def nonroot() -> Iterator[object]:
+    """An unprivileged user (`nobody` when the suite runs as root) with an interpreter that has
+    torch, for the store, verify and action scenarios that must also run as runners run
+    (tests/nonroot.py)."""
+    from tests.nonroot import nonroot_user
+
+    with nonroot_user() as user:
+        yield user

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import signal
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +58,39 @@ class Store:
             str(self.root.parent / state),
             env={**self.env, **(env or {})},
         )
+
+
+def lease_holders(root: Path) -> list[int]:
+    """The pids of the processes holding the leases under store `root` (store.scopes)."""
+    pids = []
+    for lease in (root / ".leases").glob("*/*.json"):
+        try:
+            pid = json.loads(lease.read_text()).get("holder_pid")
+        except (OSError, ValueError):
+            continue
+        if isinstance(pid, int):
+            pids.append(pid)
+    return pids
+
+
+def end_lease_holders(root: Path) -> None:
+    """Kill the lease holders of store `root` (a test's jobs whose owner, the test process,
+    outlives them: a holder keeps its lease file open, so a filesystem could not unmount)."""
+    for pid in lease_holders(root):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def mount_tmpfs(path: Path, size: str) -> bool:
+    """Mount a tmpfs of `size` at `path` (made here): a tiny filesystem to fill; False when
+    this user may not mount."""
+    path.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True,
+        check=False,
+    )
+    return proc.returncode == 0
 
 
 def write_files(base: str | Path, files: dict[str, bytes]) -> None:

@@ -1,6 +1,7 @@
 """One CI job against the local store, as a real process: restore, compile, (save).
 
-Usage: python tests/store_job.py --root R --fns f0,f1 [--no-save] [--fail] [--python PY]
+Usage: python tests/store_job.py --root R --fns f0,f1 [--no-save] [--fail] [--read-only]
+       [--python PY]
 
 `fxcache restore` runs as a child of this process, so this process owns the job's lease, as
 the runner's job worker does inside Actions. The functions compile with real torch in this
@@ -44,12 +45,14 @@ def main() -> int:
     parser.add_argument("--no-save", action="store_true")
     parser.add_argument("--fail", action="store_true")
     parser.add_argument("--store", default="local", help="restore's --store (s3: FXCACHE_S3_URL)")
+    parser.add_argument("--read-only", action="store_true")
     args = parser.parse_args()
     fd, state_file = tempfile.mkstemp(prefix="job-state-", suffix=".json")
     os.close(fd)
     restore = _fxcache(
         "restore", "--root", args.root, "--python", args.python, "--json",
         "--state-file", state_file, "--store", args.store,
+        *(["--read-only"] if args.read_only else []),
     )  # fmt: skip
     if restore.returncode != 0:
         print(restore.stderr, file=sys.stderr)

@@ -181,7 +181,9 @@ def _plant_scope(
     scope = root / key
     write_files(scope, {"inductor/x/blob": b"z" * size})
     (scope / "manifest.json").write_text(json.dumps({
-        "schema": "fxcache-manifest/1", "scope_key": key, "files": {},
+        "schema": "fxcache-manifest/1", "scope_key": key, "files": {}, "total_bytes": 0,
+        "torch_paths": [], "created_at": "", "updated_at": "", "last_used_at": "",
+        "verification": {"references": []},
         "fingerprint": {"torch_version": torch_version, "cuda_version": None,
                         "hip_version": None, "triton_version": None, "python_abi": "cp311",
                         "torch_path": torch_path},

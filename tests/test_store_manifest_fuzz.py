@@ -210,3 +210,52 @@ def test_the_reported_manifests_are_quarantined_by_the_cli(store: Store, damage:
     after = store.restore(state="after.json", env=env)  # asserts exit 0
     assert after["hit"] is False and len(after["quarantined"]) == 1
     assert "Traceback" not in after["_stderr"]
+
+
+def _fingerprint_null(manifest: dict[str, Any]) -> str:
+    manifest["fingerprint"] = None
+    return json.dumps(manifest)
+
+
+def _unknown_field(manifest: dict[str, Any]) -> str:
+    manifest["served_by"] = "someone else"
+    return json.dumps(manifest)
+
+
+def _duplicate_key(manifest: dict[str, Any]) -> str:
+    text = json.dumps(manifest)
+    assert text.endswith("}")
+    return text[:-1] + ', "files": {}}'  # json keeps the last: an empty scope would be a hit
+
+
+def _total_bytes_text(manifest: dict[str, Any]) -> str:
+    manifest["total_bytes"] = "x"
+    return json.dumps(manifest)
+
+
+def _hmac_number(manifest: dict[str, Any]) -> str:
+    manifest["hmac"] = 7
+    return json.dumps(manifest)
+
+
+def _entry_extra_field(manifest: dict[str, Any]) -> str:
+    next(iter(manifest["files"].values()))["mode"] = 0o777
+    return json.dumps(manifest)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [_fingerprint_null, _unknown_field, _duplicate_key, _total_bytes_text, _hmac_number,
+     _entry_extra_field],
+)  # fmt: skip
+def test_a_manifest_save_could_not_have_written_is_quarantined(store: Store, damage: Any) -> None:
+    """Issue 23 §6: each of these was served as a hit; a manifest holds exactly the fields
+    save writes, with their types, and no key twice."""
+    state = store.restore()
+    write_files(state["scope_dir"], SAMPLE)
+    assert store.save().returncode == 0
+    path = Path(state["scope_dir"]) / "manifest.json"
+    path.write_text(damage(json.loads(path.read_text())), encoding="utf-8")
+    after = store.restore(state="after.json")
+    assert after["hit"] is False and len(after["quarantined"]) == 1, after["_stderr"]
+    assert "Traceback" not in after["_stderr"]

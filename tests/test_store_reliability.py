@@ -14,7 +14,14 @@ import pytest
 from ci_fxcache.store import scopes
 from ci_fxcache.store.layout import Layout
 from tests.conftest import RunFxcache, _clean_env
-from tests.store_helpers import SAMPLE, Store, tree_digest, write_files
+from tests.store_helpers import (
+    SAMPLE,
+    Store,
+    end_lease_holders,
+    mount_tmpfs,
+    tree_digest,
+    write_files,
+)
 
 
 @pytest.fixture
@@ -116,6 +123,7 @@ def _tamper(kind: str, scope: Path) -> None:
         path = scope / "manifest.json"
         manifest = json.loads(path.read_text())
         manifest["files"]["inductor/../../outside"] = {"size": 1, "sha256": "0" * 64}
+        manifest["total_bytes"] += 1  # consistent otherwise: only the escape is wrong
         path.write_text(json.dumps(manifest))
     elif kind == "manifest-other-scope":
         path = scope / "manifest.json"
@@ -230,19 +238,9 @@ def test_enospc_while_saving_is_a_warning(store: Store) -> None:
     assert not list((store.root / ".locks").glob("*.tmp"))  # no temp manifest left behind
 
 
-def _mount_tmpfs(path: Path, size: str) -> bool:
-    path.mkdir()
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-        capture_output=True,
-        check=False,
-    )
-    return proc.returncode == 0
-
-
 def test_enospc_on_a_real_full_filesystem(tmp_path: Path, run_fxcache: RunFxcache) -> None:
     mnt = tmp_path / "tiny"
-    if os.geteuid() != 0 or not _mount_tmpfs(mnt, "256k"):
+    if os.geteuid() != 0 or not mount_tmpfs(mnt, "256k"):
         pytest.skip("mounting a tiny tmpfs needs root with mount rights; the fault-hook test "
                     "above covers ENOSPC everywhere")  # fmt: skip
     try:
@@ -262,7 +260,8 @@ def test_enospc_on_a_real_full_filesystem(tmp_path: Path, run_fxcache: RunFxcach
         assert "No space left on device" in proc.stderr
         assert not (Path(state["scope_dir"]) / "manifest.json").exists()
     finally:
-        subprocess.run(["umount", str(mnt)], check=False)
+        end_lease_holders(mnt / "root")
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_unusable_root_means_a_cold_job_not_a_failed_one(store: Store) -> None:

@@ -36,7 +36,13 @@ FILES = {
 def _manifest(scope: Path) -> tuple[dict[str, Any], str]:
     files, problems = mf.scan(scope)
     assert not problems
-    manifest = {"schema": mf.SCHEMA, "scope_key": KEY, "files": mf.file_entries(scope, files)}
+    entries = mf.file_entries(scope, files)
+    manifest = {
+        "schema": mf.SCHEMA, "scope_key": KEY, "fingerprint": {}, "torch_paths": [],
+        "created_at": "", "updated_at": "", "last_used_at": "",
+        "verification": {"references": []}, "files": entries,
+        "total_bytes": sum(e["size"] for e in entries.values()),
+    }  # fmt: skip
     return manifest, mf.write_atomic(scope / "manifest.json", manifest, scope.parent)
 
 

@@ -134,6 +134,7 @@ def run(
         result["rows"] += local.run(layout, policy, dry_run)
         if not dry_run:
             result["overlays_removed"] = local.prune_overlays(layout, lease_ttl())
+            result["temp_files_removed"] = local.prune_temp_files(layout)
             result["seals_removed"] = seal.prune_orphans(layout)
     if as_json:
         print(json.dumps(result, indent=2))
@@ -170,7 +171,7 @@ def _table(result: dict[str, Any]) -> str:
         failed = sum(1 for r in rows if str(r["action"]).startswith("failed"))
         if failed:
             lines.append(f"{failed} removal(s) FAILED (see the action column)")
-    elif "redis" not in result:
+    elif "redis" not in result and not result.get("overlays_removed"):
         lines.append("nothing to remove")
     if "s3" in result:
         gc = result["s3"]["gc"]
@@ -179,6 +180,11 @@ def _table(result: dict[str, Any]) -> str:
             f"S3 {result['s3']['url']}: {verb} {gc['objects_removed']} unreferenced object(s) "
             f"({human_bytes(gc['bytes_removed'])}), kept {gc['kept_in_grace']} in the grace period"
             + (f"; collection skipped: {gc['skipped']}" if gc["skipped"] else "")
+        )
+    if result.get("overlays_removed") or result.get("temp_files_removed"):
+        lines.append(
+            f"pruned {result.get('overlays_removed', 0)} orphaned overlay(s), "
+            f"{result.get('temp_files_removed', 0)} temporary file(s) of killed saves"
         )
     if "redis" in result:
         r = result["redis"]

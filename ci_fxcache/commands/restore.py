@@ -173,6 +173,10 @@ def run(
                 signing_key=key_for_signing,
             )  # fmt: skip
         state = store_restore.restore(Layout(store_root), key, fp, restore_options)
+    except PermissionError as exc:
+        # Not tampering: another user's files in a shared store. Nothing is quarantined.
+        why = f"permission denied: {exc.filename or exc}; the scope is left as it is"
+        state = _cold_fallback(key, store_root, why, fp)
     except (OSError, TimeoutError) as exc:
         state = _cold_fallback(key, store_root, str(exc), fp)
     if remote_info is not None:
@@ -207,6 +211,18 @@ def run(
     return 0
 
 
+def _where(state: dict[str, Any]) -> str:
+    """What the job got, as the summary line says it: in place, an overlay (which kind, and
+    why for a trusted job), or a cold fallback."""
+    mode = state["mode"]
+    if mode == "in-place":
+        return "in place"
+    if mode == "cold-fallback":
+        return "cold fallback"
+    why = state.get("overlay_reason")
+    return f"{mode} overlay; {why}" if why else f"{mode} overlay"
+
+
 def _publish(state: dict[str, Any], env: dict[str, str], as_json: bool) -> None:
     exported = all(gha.export_env(name, value) for name, value in env.items())
     outputs = {
@@ -218,7 +234,7 @@ def _publish(state: dict[str, Any], env: dict[str, str], as_json: bool) -> None:
     }
     for name, value in outputs.items():
         gha.set_output(name, value)
-    where = "in place" if state["mode"] == "in-place" else "overlay"
+    where = _where(state)
     summary = (
         f"fxcache: {'hit' if state['hit'] else 'miss'} {state['scope_key']} "
         f"({state['files']} files, {where}"

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from ci_fxcache.env import scopekey
-from ci_fxcache.store import scopes
-from ci_fxcache.store.layout import Layout
+from ci_fxcache.store import modes, scopes
+from ci_fxcache.store.layout import LOCKS, SEALS, Layout
 from ci_fxcache.store.policies import Entry, Policy, select
 
 
@@ -64,6 +64,7 @@ def run(
 ) -> list[dict[str, Any]]:
     """Select and (unless dry_run) remove scopes and quarantined entries; scopes a job is still
     writing are kept; a removal that fails says `failed: why`."""
+    modes.restrict_umask()
     now = time.time() if now is None else now
     rows = []
     for entry in select(entries(layout), policy, now):
@@ -88,16 +89,49 @@ def run(
 
 
 def prune_overlays(layout: Layout, max_age_s: float, now: float | None = None) -> int:
-    """Remove private overlays of read-only restores older than `max_age_s`; how many."""
+    """Remove orphaned overlays; how many. An overlay whose lease is dead (its job ended) goes
+    at once; one named by no lease (a read-only job's, which may still run; a restore killed
+    while building it; an interrupted spare build) once older than `max_age_s`. Checked under
+    the scope's lock, so no overlay being built or taken is touched."""
     now = time.time() if now is None else now
     if not layout.overlays.is_dir():
         return 0
     count = 0
-    for path in layout.overlays.iterdir():
+    for path in sorted(layout.overlays.iterdir()):
+        key = path.name.rsplit(".", 1)[0]
         try:
-            if now - path.stat().st_mtime > max_age_s:
+            if scopekey.parse(key) is None:  # `.spare-build-*`, anything else: by age
+                orphaned = now - path.lstat().st_mtime > max_age_s
+            else:
+                with scopes.lock(layout, key):
+                    alive, named = scopes.leased_overlays(layout, key)
+                    orphaned = str(path) not in alive and (
+                        str(path) in named or now - path.lstat().st_mtime > max_age_s
+                    )
+            if orphaned:
                 scopes.remove_tree(path)
                 count += 1
-        except OSError:
+        except (OSError, TimeoutError):
+            continue
+    return count
+
+
+def prune_temp_files(layout: Layout) -> int:
+    """Remove the temporary manifests and seals of saves and restores killed before their
+    rename (`.locks/<key>.manifest.json.*.tmp`, `.seals/.seals.<key>.json.*.tmp`), each under
+    its scope's lock (a save still writing one holds it); how many."""
+    count = 0
+    found = [*layout.root.joinpath(LOCKS).glob("*.manifest.json.*.tmp")]
+    found += layout.seals.glob(f"{SEALS}.*.json.*.tmp")
+    for path in found:
+        key = path.name.removeprefix(f"{SEALS}.").split(".manifest.json.")[0]
+        key = key.split(".json.")[0]
+        if scopekey.parse(key) is None:
+            continue
+        try:
+            with scopes.lock(layout, key):
+                path.unlink(missing_ok=True)
+                count += 1
+        except (OSError, TimeoutError):
             continue
     return count

@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ci_fxcache import atomic_write
-from ci_fxcache.store import stat_batch
+from ci_fxcache.store import in_place, modes, stat_batch
 from ci_fxcache.store.layout import CACHE_DIRS, SCOPE_ENTRIES
 
 SCHEMA = "fxcache-manifest/1"
-_READ_ONLY = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
 
 
 class ManifestError(Exception):
@@ -91,11 +90,14 @@ def _files(
     problems: list[Problem],
     start: list[str] | None = None,
     stamps: dict[str, stat_batch.DirStamp] | None = None,
+    locks: list[str] | None = None,
 ) -> Iterator[tuple[os.DirEntry[str], str]]:
     """Each regular file under the directories `start` (default: the scope's cache dirs), with
     its relative POSIX path; a symlink (never followed) or anything else that is not a plain
-    file goes to `problems`. With `stamps`, directories already in it are not listed (a seal
-    vouches for them) and each listed one is stamped into it before it is listed.
+    file goes to `problems`. Lock files are not cache content (store.in_place): skipped, and
+    their paths added to `locks` when given. With `stamps`, directories already in it are not
+    listed (a seal vouches for them) and each listed one is stamped into it before it is
+    listed.
 
     Plain strings and scandir's cached d_type: this runs on every restore and every save."""
     stack = list(CACHE_DIRS if start is None else start)
@@ -118,7 +120,10 @@ def _files(
                 child = rel + "/" + entry.name
                 # Regular files first: they are nearly every entry (d_type, no syscall).
                 if entry.is_file(follow_symlinks=False):
-                    yield entry, child
+                    if not in_place.is_lock(entry.name):
+                        yield entry, child
+                    elif locks is not None:
+                        locks.append(child)
                 elif entry.is_dir(follow_symlinks=False):
                     if child not in queued and (stamps is None or child not in stamps):
                         queued.add(child)
@@ -155,10 +160,12 @@ def file_entries(scope_dir: Path, files: dict[str, os.stat_result]) -> dict[str,
 
 def make_read_only(scope_dir: Path, files: dict[str, os.stat_result]) -> None:
     """Drop write permission on committed files so an in-place write fails instead of altering
-    a file shared by hardlinks (renames, which Inductor and Triton use, still work)."""
+    a file shared by hardlinks (renames, which Inductor and Triton use, still work). Files
+    torch writes in place (store.in_place) are never committed, so never passed here."""
     for rel, st in files.items():
-        if st.st_mode & 0o222:
-            os.chmod(scope_dir / rel, stat.S_IMODE(st.st_mode) & ~0o222 | _READ_ONLY)
+        mode = modes.read_only_mode(stat.S_IMODE(st.st_mode))
+        if stat.S_IMODE(st.st_mode) != mode:
+            os.chmod(scope_dir / rel, mode)
 
 
 def regular_files(directory: Path) -> Iterator[os.stat_result]:
@@ -220,27 +227,56 @@ def _is_digest(value: object) -> bool:
     return isinstance(value, str) and len(value) == 64 and not value.strip(_HEX)
 
 
+# Exactly the fields `save` writes (a signature only with a signing key); anything else in a
+# manifest is a quarantine. A new field is added here and in save.py together.
+FIELDS = frozenset(
+    {
+        "schema", "scope_key", "fingerprint", "torch_paths", "created_at", "updated_at",
+        "last_used_at", "verification", "files", "total_bytes",
+    }
+)  # fmt: skip
+OPTIONAL_FIELDS = frozenset({"signature"})
+
+
+def _is_strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
 def _shape_problem(data: object) -> str | None:
-    """Why a parsed manifest is not one `save` could have written, or None."""
+    """Why a parsed manifest is not one `save` could have written, or None: every field of
+    `FIELDS` present with the type save gives it, no other field, and a file list whose sizes
+    add up to `total_bytes`."""
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         return "not an fxcache manifest"
     if not isinstance(data.get("scope_key"), str):
         return "manifest has no scope key"
-    fingerprint = data.get("fingerprint")
-    if fingerprint is not None and not isinstance(fingerprint, dict):
+    unknown = sorted(set(data) - FIELDS - OPTIONAL_FIELDS)
+    if unknown:
+        return f"manifest has unknown field(s): {', '.join(repr(k[:40]) for k in unknown[:5])}"
+    missing = sorted(FIELDS - set(data))
+    if missing:
+        return f"manifest lacks field(s): {', '.join(missing)}"
+    if not isinstance(data["fingerprint"], dict):
         return "manifest fingerprint is malformed"
+    if not _is_strings(data["torch_paths"]):
+        return "manifest torch_paths is malformed"
+    if not all(isinstance(data[k], str) for k in ("created_at", "updated_at", "last_used_at")):
+        return "manifest times are malformed"
+    verification = data["verification"]
+    if not (
+        isinstance(verification, dict)
+        and set(verification) == {"references"}
+        and _is_strings(verification["references"])
+    ):
+        return "manifest verification is malformed"
     signature = data.get("signature")
-    if signature is not None and not (
+    if "signature" in data and not (
         isinstance(signature, dict)
-        and all(isinstance(signature.get(k), str) for k in ("alg", "value"))
+        and set(signature) == {"alg", "value"}
+        and all(isinstance(signature[k], str) for k in ("alg", "value"))
     ):
         return "manifest signature is malformed"
-    paths = data.get("torch_paths")
-    if paths is not None and not (
-        isinstance(paths, list) and all(isinstance(p, str) for p in paths)
-    ):
-        return "manifest torch_paths is malformed"
-    files = data.get("files")
+    files = data["files"]
     if not isinstance(files, dict):
         return "manifest has no file list"
     for rel, meta in files.items():
@@ -249,9 +285,28 @@ def _shape_problem(data: object) -> str | None:
             and _is_count(meta.get("size"))
             and _is_digest(meta.get("sha256"))
             and ("mtime_ns" not in meta or _is_count(meta["mtime_ns"]))
+            and len(meta) == 2 + ("mtime_ns" in meta)  # no other field
         ):
             return f"manifest entry {rel[:200]!r} is malformed"
+    total = data["total_bytes"]
+    if not _is_count(total) or total != sum(meta["size"] for meta in files.values()):
+        return "manifest total_bytes does not match its files"
     return None
+
+
+class _Duplicate(ValueError):
+    """A JSON object with a key twice: json keeps the last one, save never writes it."""
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise _Duplicate("duplicate key in a JSON object")
+    return result
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -270,6 +325,8 @@ def read_raw(path: Path) -> tuple[bytes, str]:
     """The manifest file's bytes and their sha256, unparsed; ManifestError when unreadable."""
     try:
         raw = path.read_bytes()
+    except PermissionError:
+        raise  # not a sign of tampering: the caller falls back cold, the scope stays
     except OSError as exc:
         raise ManifestError(f"unreadable manifest: {str(exc)[:200]}") from exc
     return raw, hashlib.sha256(raw).hexdigest()
@@ -278,7 +335,9 @@ def read_raw(path: Path) -> tuple[bytes, str]:
 def parse(raw: bytes) -> dict[str, Any]:
     """A manifest file's bytes, parsed and shape-checked; ManifestError when unusable."""
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = json.loads(
+            raw.decode("utf-8"), object_pairs_hook=_unique, parse_constant=_no_constant
+        )
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         # ValueError covers malformed JSON and integers beyond Python's digit limit.
         raise ManifestError(f"unreadable manifest: {str(exc)[:200]}") from exc
@@ -314,7 +373,7 @@ def write_atomic(
     """Write the manifest as JSON through a temporary file in `tmp_dir` (same filesystem);
     the sha256 of what was written."""
     text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
-    atomic_write.write_text(path, text, tmp_dir, before_rename)
+    atomic_write.write_text(path, text, tmp_dir, before_rename, modes.file_mode())
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -327,6 +386,7 @@ class Inspection:
     dir_stamps: dict[str, stat_batch.DirStamp]
     listed_dirs: int
     started_ns: int  # wall clock when the inspection began (see store.seal)
+    locks: tuple[str, ...] = ()  # lock files in the directories it listed (store.in_place)
 
 
 def _compare(
@@ -344,17 +404,24 @@ def _compare(
 
 
 def _walk(
-    root: str, problems: list[Problem], dirs: stat_batch.Dirs, changed: set[int], stamp: bool
+    root: str,
+    problems: list[Problem],
+    dirs: stat_batch.Dirs,
+    changed: set[int],
+    stamp: bool,
+    locks: list[str] | None = None,
 ) -> tuple[dict[str, stat_batch.DirStamp], list[str], int]:
     """List what no unchanged sealed directory vouches for: (the stamps of every directory
-    checked, sealed ones first; the regular files found; how many directories were listed)."""
+    checked, sealed ones first; the regular files found; how many directories were listed);
+    the lock files found go to `locks`."""
     names, inodes, ctimes = dirs
     stamps = {names[i]: (inodes[i], ctimes[i]) for i in range(len(names)) if i not in changed}
     start = [top for top in CACHE_DIRS if top not in stamps]
     # A seal is input like any other file: only directories inside the cache dirs are listed.
     start += [names[i] for i in sorted(changed) if _safe_dir(names[i])]
     unchanged = len(stamps)
-    found = [rel for _entry, rel in _files(root, problems, start, stamps if stamp else None)]
+    walked = _files(root, problems, start, stamps if stamp else None, locks)
+    found = [rel for _entry, rel in walked]
     return stamps, found, len(stamps) - unchanged
 
 
@@ -379,8 +446,10 @@ def inspect(
     root = str(scope_dir)
     problems = _top_level_problems(root)
     dirs = sealed if sealed is not None and not full else stat_batch.NO_DIRS
-    files = [rel for rel in entries if safe_relpath(rel)]
-    if len(files) != len(entries):
+    # Lock files listed by an older save are not content (store.in_place): never checked.
+    safe = [rel for rel in entries if safe_relpath(rel)]
+    files = [rel for rel in safe if not in_place.is_lock(rel)]
+    if len(safe) != len(entries):
         problems.extend(
             Problem("escape", rel, "manifest entry leaves the scope")
             for rel in entries
@@ -391,14 +460,15 @@ def inspect(
     changed, differ = _compare(
         root, dirs, files, sizes, [meta.get("mtime_ns", -1) for meta in metas]
     )
-    stamps, found, listed = _walk(root, problems, dirs, changed, stamp)
+    locks: list[str] = []
+    stamps, found, listed = _walk(root, problems, dirs, changed, stamp, locks)
     problems.extend(Problem("unexpected", rel, UNLISTED) for rel in found if rel not in entries)
     prefix = root + "/"
     for i in range(len(files)) if full else differ:
         problem = _file_problem(files[i], prefix + files[i], entries[files[i]], full)
         if problem is not None:
             problems.append(problem)
-    return Inspection(problems, stamps, listed, started_ns)
+    return Inspection(problems, stamps, listed, started_ns, tuple(locks))
 
 
 def inspect_listed(scope_dir: Path, expected: Listed, sealed: stat_batch.Dirs) -> Inspection | None:

@@ -9,6 +9,9 @@ on btrfs / XFS / overlay filesystems that support FICLONE), else a hardlink, els
   Inductor / Triton replace files by rename, which only changes the overlay's directory entry.
   Root ignores file modes, so `auto` never hardlinks for root.
 - copy: always safe, costs the bytes.
+
+Files torch writes in place (store.in_place) are never shared: lock files are not placed (torch
+creates its own), and any other such file an older save committed is copied, writable.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from ci_fxcache.store import forked
+from ci_fxcache.store import forked, in_place
 
 STRATEGIES = ("auto", "reflink", "hardlink", "copy")
 # Below this many directories a fork costs more than it saves.
@@ -79,15 +82,27 @@ def _make_tree(root: str, directories: list[str]) -> None:
 def build(source: Path, files: list[str], target: Path, strategy: str = "auto") -> str:
     """Populate `target` with `files` (paths relative to `source`); return the strategy used.
     A path that is not inside a cache dir (a hostile seal's list: see store.seal) is skipped:
-    never placed, so never written outside `target`; the job misses that entry."""
-    from ci_fxcache.store.manifest import safe_relpath  # not at the top: restore imports this
-
+    never placed, so never written outside `target`; the job misses that entry. A build that
+    fails (a full disk) removes the `target` it created before the error propagates."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown overlay strategy {strategy!r}")
-    files = [rel for rel in files if safe_relpath(rel)]
-    src_root, dst_root = str(source), str(target)
+    created = not os.path.lexists(target)
+    try:
+        return _build(str(source), files, str(target), strategy)
+    except BaseException:
+        if created:
+            shutil.rmtree(target, ignore_errors=True)
+        raise
+
+
+def _build(src_root: str, files: list[str], dst_root: str, strategy: str) -> str:
+    from ci_fxcache.store.manifest import safe_relpath  # not at the top: restore imports this
+
+    files = [rel for rel in files if safe_relpath(rel) and not in_place.is_lock(rel)]
+    own = [rel for rel in files if in_place.written_in_place(rel)]
+    files = [rel for rel in files if not in_place.written_in_place(rel)]
     os.makedirs(dst_root, exist_ok=True)
-    _make_tree(dst_root, sorted({rel.rpartition("/")[0] for rel in files}))
+    _make_tree(dst_root, sorted({rel.rpartition("/")[0] for rel in files + own}))
     chosen = strategy
     if chosen in ("auto", "reflink") and files:
         # Probe once: a filesystem either clones or it does not.
@@ -104,9 +119,13 @@ def build(source: Path, files: list[str], target: Path, strategy: str = "auto") 
         "hardlink": _hardlink,
         "copy": shutil.copy2,
     }
+    for rel in own:
+        dst = os.path.join(dst_root, rel)
+        shutil.copy2(os.path.join(src_root, rel), dst)
+        os.chmod(dst, os.stat(dst).st_mode | 0o200)
     place = placers.get(chosen)
     if place is None:  # auto with no files at all
-        return "empty"
+        return "copy" if own else "empty"
     for rel in files:
         place(os.path.join(src_root, rel), os.path.join(dst_root, rel))
     return chosen

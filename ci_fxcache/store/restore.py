@@ -17,8 +17,8 @@ from typing import Any
 
 from ci_fxcache import gha
 from ci_fxcache.env.fingerprint import Fingerprint
+from ci_fxcache.store import in_place, modes, overlay, scopes, seal, spare, upgrade
 from ci_fxcache.store import manifest as mf
-from ci_fxcache.store import overlay, scopes, seal, spare, upgrade
 from ci_fxcache.store.layout import CACHE_DIRS, Layout
 
 STATE_SCHEMA = "fxcache-cache-state/1"
@@ -41,6 +41,15 @@ def private_writes(opts: Options) -> bool:
     with a signing key: its save then signs only what its own job wrote there, never a file
     that appeared in the scope meanwhile (any writer beside the job could have planted it)."""
     return not opts.read_only and bool(opts.signing_key)
+
+
+def _overlay_reason(strategy: str, read_only: bool, private: bool) -> str | None:
+    """Why a trusted job got an overlay instead of the scope in place (None otherwise)."""
+    if strategy in ("in-place", "cold-fallback") or read_only:
+        return None
+    if private:
+        return "signed: its writes stay private until save signs them"
+    return "another job has the scope in place"
 
 
 def full_verification(requested: str | None, signing_key: str | None) -> bool:
@@ -179,6 +188,7 @@ def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[st
     A trusted job gets the scope in place unless another live trusted job has it in place;
     then it gets a private overlay whose new files its `save` merges into the scope.
     """
+    modes.restrict_umask()
     layout.root.mkdir(parents=True, exist_ok=True)
     invalidated: list[dict[str, Any]] = []
     if opts.invalidate_on_upgrade and not opts.read_only:
@@ -210,6 +220,8 @@ def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[st
                 (scope / name).mkdir(parents=True, exist_ok=True)
             lease = scopes.take_lease(layout, key, "in-place")
             scopes.touch_last_used(layout, key)
+            if contents is not None:  # locks an older save made read-only
+                in_place.make_writable(scope, contents.files, modes.file_mode())
             base, strategy = scope, "in-place"
         else:
             if checked.strategy is not None:
@@ -224,7 +236,7 @@ def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[st
                 for name in CACHE_DIRS:  # the scope its save merges into
                     (scope / name).mkdir(parents=True, exist_ok=True)
             if not read_only:
-                lease = scopes.take_lease(layout, key, "overlay")
+                lease = scopes.take_lease(layout, key, "overlay", base)
             if contents is not None and scope.exists():
                 scopes.touch_last_used(layout, key)
     if base != scope and use_spares and contents is not None:
@@ -238,6 +250,7 @@ def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[st
         "read_only": read_only,
         "read_only_reason": ro_reason,
         "mode": strategy,
+        "overlay_reason": _overlay_reason(strategy, read_only, private),
         "scope_dir": str(scope),
         "inductor_dir": str(base / "inductor"),
         "triton_dir": str(base / "triton"),

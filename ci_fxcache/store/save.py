@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ci_fxcache import gha
+from ci_fxcache.store import in_place, modes, scopes, seal, spare, stat_batch, state_file
 from ci_fxcache.store import manifest as mf
-from ci_fxcache.store import scopes, seal, spare, stat_batch, state_file
 from ci_fxcache.store.layout import LOCKS, Layout
 
 # Fault injection for the reliability tests, never set in production: `pause:SECONDS` (so a
@@ -90,10 +90,11 @@ def _committed(layout: Layout, key: str, signing_key: str | None) -> _Committed:
 
 def _merge(overlay_dir: Path, scope: Path, listed: dict[str, Any]) -> list[str]:
     """Move the new files of a private overlay into the scope; their relative paths. A path
-    the scope already has (committed, or written by the job that has it in place) is kept."""
+    the scope already has (committed, or written by the job that has it in place) is kept,
+    and so is a file torch writes in place (never committed: store.in_place)."""
     files, _problems = mf.scan(overlay_dir)
     moved = []
-    for rel in sorted(files):
+    for rel in in_place.committable(sorted(files)):
         if rel in listed or os.path.lexists(scope / rel):
             continue
         (scope / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -133,9 +134,9 @@ def _torch_paths(previous: dict[str, Any] | None, state: dict[str, Any]) -> list
     return sorted(paths)
 
 
-def _release(lease: Path | None) -> None:
+def _release(layout: Layout, lease: Path | None) -> None:
     if lease is not None:
-        lease.unlink(missing_ok=True)
+        scopes.release_lease(layout, lease)
 
 
 def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict[str, Any]:
@@ -146,27 +147,31 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict
     (another job had the scope in place) has its overlay's new files moved in. OSError
     propagates to the caller.
     """
+    modes.restrict_umask()
     key = state["scope_key"]
     scope = layout.scope(key)
     overlay_dir = Path(state["overlay_dir"]) if state.get("overlay_dir") else None
     lease = Path(state["lease"]) if state.get("lease") else None
     with scopes.lock(layout, key):
         if scope.is_symlink() or not scope.is_dir():
-            _release(lease)
+            _release(layout, lease)
             return {"saved": False, "reason": f"scope {key} no longer exists (quarantined?)"}
         try:
             previous, found = _committed(layout, key, signing_key)
         except Refused as exc:
-            _release(lease)
+            _release(layout, lease)
             return {"saved": False, "reason": f"scope {key} quarantined: {exc}"}
-        listed: dict[str, Any] = dict(previous["files"]) if previous else {}
+        committed: dict[str, Any] = dict(previous["files"]) if previous else {}
+        # Entries an older save made of files torch writes in place are dropped (in_place).
+        listed = {rel: committed[rel] for rel in in_place.committable(committed)}
         unlisted = sorted(p.path for p in found.problems if mf.is_unlisted(p))
         if signing_key and unlisted:
-            _set_aside_unsigned(layout, key, unlisted, overlay_dir is None)
-        # A job that had the scope in place adds what it wrote there (not listed yet); with a
-        # key its files are only ever those of its private overlay.
+            _set_aside_unsigned(layout, key, in_place.committable(unlisted), overlay_dir is None)
+        # A job that had the scope in place adds what it wrote there (not listed yet), but for
+        # the files torch writes in place; with a key its files are only ever those of its
+        # private overlay.
         if overlay_dir is None:
-            new = [] if signing_key else unlisted
+            new = [] if signing_key else in_place.committable(unlisted)
         else:
             new = _merge(overlay_dir, scope, listed)
         entries, stats = _new_entries(scope, new)
@@ -187,6 +192,8 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict
         if signing_key:
             mf.sign(manifest, signing_key)
         mf.make_read_only(scope, stats)
+        modes.close_directories(scope, [*new, *found.locks])
+        in_place.make_writable(scope, [*found.locks, *committed], modes.file_mode())
         digest = _write(layout, key, manifest)
         # What the check listed is sealed for the new manifest, but for directories holding
         # files it does not list (another job's, when this one had an overlay).
@@ -195,7 +202,7 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict
             layout, key, digest, found.dir_stamps, found.started_ns, seal.NONE,
             mf.listed(manifest), bool(signing_key), kept_out,
         )  # fmt: skip
-        _release(lease)
+        _release(layout, lease)
         scopes.touch_last_used(layout, key)
     if overlay_dir is not None:
         scopes.remove_tree(overlay_dir)

@@ -18,7 +18,7 @@ from typing import Any
 from ci_fxcache import gha, userfiles
 from ci_fxcache.errors import UsageError
 from ci_fxcache.store import manifest, seal
-from ci_fxcache.store.layout import LAST_USED, MANIFEST, Layout
+from ci_fxcache.store.layout import LAST_USED, LEASES, MANIFEST, Layout
 from ci_fxcache.timestamps import utc_now
 
 LEASE_TTL_ENV = "FXCACHE_LEASE_TTL"
@@ -124,20 +124,26 @@ def process_start(pid: int) -> str | None:
     return fields[19] if fields and len(fields) > 19 else None
 
 
+# Processes that live exactly as long as a job: the runner's job worker, act's own process.
+_JOB_PROCESSES = frozenset({"Runner.Worker", "act"})
+_HOLD_POLL_S = 1.0
+
+
 def lease_owner() -> int | None:
     """The process whose end ends the job: inside Actions the runner's job worker
-    (Runner.Worker; each step's shell exits at once), elsewhere the process that ran us.
+    (Runner.Worker; each step's shell exits at once) or `act`, elsewhere the process that ran
+    us.
 
-    None inside Actions when no Runner.Worker is among our ancestors (a container job's steps,
-    `act`, another runner implementation): no process there outlives the job's steps, so the
-    lease's TTL alone decides when it is dead."""
+    None inside Actions when neither is among our ancestors (a container job's steps, another
+    runner implementation): no process there outlives the job's steps, and the lease is dead
+    when its holder is (see `take_lease`)."""
     parent = os.getppid()
     if not gha.in_actions():
         return parent
     pid = parent
     for _ in range(64):
         with suppress(OSError):
-            if Path(f"/proc/{pid}/comm").read_text().strip() == "Runner.Worker":
+            if Path(f"/proc/{pid}/comm").read_text().strip() in _JOB_PROCESSES:
                 return pid
         fields = _proc_stat(pid)
         if not fields or int(fields[1]) <= 1:
@@ -146,14 +152,44 @@ def lease_owner() -> int | None:
     return None
 
 
+def _held(path: Path) -> bool | None:
+    """Whether the lease file is flocked by its holder; None when it cannot be probed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def _lease_alive(path: Path, now: float) -> bool:
+    """A held lease (see `take_lease`) is alive exactly while its holder holds its flock,
+    whatever its content (it may be empty: written on a full disk). An older lease: while its
+    owner process lives, or, where that cannot be checked, for the TTL."""
     try:
         age = now - path.stat().st_mtime
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        text = path.read_text(encoding="utf-8")
+    except OSError:
         return False
+    held = _held(path)
+    if not text:  # written on a full disk: only its lock says anything
+        return bool(held)
+    try:
+        info = json.loads(text)
+    except ValueError:
+        return bool(held)
     if age > lease_ttl() or not isinstance(info, dict):
         return False
+    if info.get("held") and not held:
+        return False  # its holder is gone: the job ended (a container torn down, a kill -9)
+    # The owner, where it can be checked, ends the job at once (the holder notices it later).
     pid, start = info.get("owner_pid"), info.get("owner_start")
     if info.get("host") != socket.gethostname() or not isinstance(pid, int) or start is None:
         return True  # cannot check from here: the TTL decides
@@ -162,7 +198,7 @@ def _lease_alive(path: Path, now: float) -> bool:
 
 def live_leases(layout: Layout, key: str, mode: str | None = None) -> list[Path]:
     """Leases of restores that may still write for `key` (optionally of one mode: `in-place`
-    or `overlay`). A lease whose owner process is gone, or older than the TTL, is removed."""
+    or `overlay`). A lease whose job ended is removed."""
     directory = layout.leases(key)
     if not directory.is_dir():
         return []
@@ -172,6 +208,7 @@ def live_leases(layout: Layout, key: str, mode: str | None = None) -> list[Path]
         if not _lease_alive(path, now):
             path.unlink(missing_ok=True)
             continue
+        # A lease without a readable mode (written on a full disk) counts as any.
         if mode is not None:
             with suppress(OSError, ValueError, AttributeError):
                 if json.loads(path.read_text(encoding="utf-8")).get("mode") != mode:
@@ -180,23 +217,92 @@ def live_leases(layout: Layout, key: str, mode: str | None = None) -> list[Path]
     return live
 
 
-def take_lease(layout: Layout, key: str, mode: str) -> Path:
-    """Register a trusted restore of `key` (`in-place` or `overlay`); `save` releases it."""
+def take_lease(layout: Layout, key: str, mode: str, overlay: Path | None = None) -> Path:
+    """Register a trusted restore of `key` (`in-place` or `overlay`); `save` releases it.
+
+    The lease file is flocked by a small holder process forked from here, which lives as long
+    as the job: it exits when the lease is released (removed), when the owner process ends
+    (`lease_owner`), or after the TTL; it dies with its container or with a kill of the job's
+    processes, and the kernel then drops its lock. So the lease of a job that ended without
+    saving is dead at the next restore, on any host or container that sees the store, with or
+    without an owner pid. The lease's content says who it is (best effort: on a full disk the
+    file stays empty, and is still held)."""
     directory = layout.leases(key)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{uuid.uuid4().hex}.json"
     owner = lease_owner()
-    info = {
-        "created_at": utc_now(),
-        "mode": mode,
-        "host": socket.gethostname(),
-        "owner_pid": owner,
-        "owner_start": process_start(owner) if owner is not None else None,
-        "run_id": os.environ.get("GITHUB_RUN_ID"),
-        "job": os.environ.get("GITHUB_JOB"),
-    }
-    path.write_text(json.dumps(info) + "\n", encoding="utf-8")
+    start = process_start(owner) if owner is not None else None
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        holder = _fork_holder(fd, owner, start)
+        info = {
+            "created_at": utc_now(),
+            "mode": mode,
+            "host": socket.gethostname(),
+            "owner_pid": owner,
+            "owner_start": start,
+            "holder_pid": holder,
+            "held": holder is not None,
+            "overlay": str(overlay) if overlay is not None else None,
+            "run_id": os.environ.get("GITHUB_RUN_ID"),
+            "job": os.environ.get("GITHUB_JOB"),
+        }
+        with suppress(OSError):  # ENOSPC: the held, empty lease still counts
+            os.write(fd, (json.dumps(info) + "\n").encode("utf-8"))
+    finally:
+        os.close(fd)  # the holder keeps the lock
     return path
+
+
+def release_lease(layout: Layout, path: Path) -> None:
+    """End a lease (its holder sees it removed and exits); a path that is not a lease of this
+    store is left alone."""
+    if path.suffix == ".json" and path.parent.parent == layout.root / LEASES:
+        path.unlink(missing_ok=True)
+
+
+def _fork_holder(fd: int, owner: int | None, start: str | None) -> int | None:
+    """Fork the process that keeps `fd`'s flock while the job lives; its pid (None: no fork)."""
+    try:
+        pid = os.fork()
+    except OSError:
+        return None
+    if pid:
+        return pid
+    try:  # the child: nothing of the parent's but the lease (no pipes, no scope lock)
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for std in (0, 1, 2):
+            os.dup2(null, std)
+        os.closerange(3, fd)
+        os.closerange(fd + 1, 1 << 20)
+        deadline = time.monotonic() + lease_ttl()
+        while time.monotonic() < deadline and os.fstat(fd).st_nlink > 0:
+            if owner is not None and process_start(owner) != start:
+                break
+            time.sleep(_HOLD_POLL_S)
+    finally:
+        os._exit(0)
+
+
+def leased_overlays(layout: Layout, key: str) -> tuple[set[str], set[str]]:
+    """(overlays named by a live lease of `key`, overlays named by any lease of it): an
+    overlay whose lease is dead belongs to a job that ended."""
+    alive: set[str] = set()
+    named: set[str] = set()
+    directory = layout.leases(key)
+    if not directory.is_dir():
+        return alive, named
+    now = time.time()
+    for path in directory.glob("*.json"):
+        with suppress(OSError, ValueError, AttributeError):
+            overlay = json.loads(path.read_text(encoding="utf-8")).get("overlay")
+            if isinstance(overlay, str):
+                named.add(overlay)
+                if _lease_alive(path, now):
+                    alive.add(overlay)
+    return alive, named
 
 
 def _aside(layout: Layout, key: str, suffix: str = "") -> Path:
@@ -206,9 +312,12 @@ def _aside(layout: Layout, key: str, suffix: str = "") -> Path:
 
 
 def _write_note(target: Path, note: dict[str, Any]) -> None:
-    (target.parent / f"{target.name}.json").write_text(
-        json.dumps(note, indent=1) + "\n", encoding="utf-8"
-    )
+    """The note beside a quarantined entry (best effort: moving it aside needs no free space,
+    the note does)."""
+    with suppress(OSError):
+        (target.parent / f"{target.name}.json").write_text(
+            json.dumps(note, indent=1) + "\n", encoding="utf-8"
+        )
 
 
 def set_aside(layout: Layout, key: str, rels: list[str], reason: str) -> Path:

@@ -35,6 +35,7 @@ from typing import Any
 
 from ci_fxcache import atomic_write
 from ci_fxcache.store import manifest as mf
+from ci_fxcache.store import modes
 from ci_fxcache.store.layout import Layout
 from ci_fxcache.store.stat_batch import NO_DIRS, Dirs, DirStamp
 
@@ -154,7 +155,8 @@ def write(layout: Layout, key: str, manifest_sha256: str, sealed: Seal) -> None:
     path = layout.seal(key)
     with suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write.write_text(path, json.dumps(body, separators=(",", ":")), path.parent)
+        text = json.dumps(body, separators=(",", ":"))
+        atomic_write.write_text(path, text, path.parent, mode=modes.file_mode())
 
 
 def drop(layout: Layout, key: str) -> None:

@@ -18,7 +18,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from ci_fxcache.store import manifest as mf
-from ci_fxcache.store import overlay, scopes, trust
+from ci_fxcache.store import modes, overlay, scopes, trust
 from ci_fxcache.store.layout import CACHE_DIRS, Layout
 
 
@@ -26,7 +26,7 @@ def manifest_digest(layout: Layout, key: str) -> str | None:
     """The first 16 hex digits of the sha256 of the scope's manifest file, or None."""
     try:
         return mf.read_raw(layout.manifest(key))[1][:16]
-    except mf.ManifestError:
+    except (mf.ManifestError, PermissionError):
         return None
 
 
@@ -46,6 +46,7 @@ def take(layout: Layout, key: str, digest: str, target: Path) -> str | None:
 
 def build(layout: Layout, key: str) -> Path | None:
     """Build a spare of the scope's current manifest (unless one exists); where, or None."""
+    modes.restrict_umask()
     digest = manifest_digest(layout, key)
     if digest is None or layout.scope(key).is_symlink():
         return None
@@ -53,7 +54,7 @@ def build(layout: Layout, key: str) -> Path | None:
         return None
     try:
         manifest = mf.load(layout.manifest(key))
-    except mf.ManifestError:
+    except (mf.ManifestError, PermissionError):
         return None
     work = layout.overlays / f".spare-build-{uuid.uuid4().hex[:12]}"
     try:

@@ -26,7 +26,7 @@ STATE_FILE_ENV = "FXCACHE_STATE_FILE"
 NONCE_ENV = "FXCACHE_STATE_NONCE"
 _MAC_CONTEXT = b"fxcache-restore-state/1\0"
 _STRINGS = ("scope_key", "root", "mode", "scope_dir", "inductor_dir", "triton_dir", "verify_dir")
-_OPTIONAL_STRINGS = ("lease", "overlay_dir", "read_only_reason", "nonce", "mac")
+_OPTIONAL_STRINGS = ("lease", "overlay_dir", "overlay_reason", "read_only_reason", "nonce", "mac")
 _COUNTS = ("files", "bytes")
 
 

@@ -62,7 +62,7 @@ def find_stale(layout: Layout, current_key: str, fp: Fingerprint) -> list[tuple[
             continue  # GPU archs may differ: a +cpu torch replaced by a CUDA build is an upgrade
         try:
             manifest = mf.load(layout.manifest(key))
-        except mf.ManifestError:
+        except (mf.ManifestError, PermissionError):
             continue  # whose it was is unknown: left to `fxcache invalidate`
         if not only_this_environment(manifest, fp):
             continue
