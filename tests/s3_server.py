@@ -129,7 +129,10 @@ def start(workdir: Path, attempts: int = 3) -> SeaweedS3:
                 "-ip.bind=127.0.0.1", f"-master.port={master}", f"-volume.port={volume}",
                 f"-filer.port={filer}", "-s3", f"-s3.port={s3}",
                 f"-s3.config={workdir / 'identities.json'}", "-s3.port.iceberg=0",
-                "-s3.port.lance=0", "-master.volumeSizeLimitMB=1024", "-volume.max=0",
+                # A fixed volume count (volumes are sparse files): the default derives it from
+                # the disk's free space, and every bucket takes 7, so a busy disk ran out
+                # ("No writable volumes") after about 10 tests on one server.
+                "-s3.port.lance=0", "-master.volumeSizeLimitMB=1024", "-volume.max=1000",
             ],
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip

@@ -534,3 +534,42 @@ def test_a_forged_index_that_leaves_the_scope_is_refused_and_writes_nothing_outs
         got = b.restore("--store", "s3")
         assert not got["hit"] and "malformed" in got["remote"]["error"], got["remote"]
         assert not any(p.name == "escaped" for p in tmp_path.rglob("*"))
+
+
+def test_fetched_files_are_created_read_only_with_the_stat_the_manifest_records(
+    tmp_path: Path, run_fxcache: RunFxcache, seaweed: SeaweedS3, bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The fetch creates each file read-only (0444, as a local save leaves it, also under a
+    umask that takes the group's and others' bits) in directories it made up front at any
+    depth, and records the stat of the open file: the manifest's sizes and mtimes are the
+    files' own, so the local restore's fast check passes without hashing anything again."""
+    from ci_fxcache.store import s3_client, s3_tier
+    from ci_fxcache.store.layout import Layout
+
+    files = {**SAMPLE, "inductor/fxgraph/ab/cd/ef/deep": b"deep" * 999, "triton/a/b/c/k": b"k"}
+    a = _store(tmp_path, "a", run_fxcache, seaweed, bucket)
+    key = _first_job(a, files)["scope_key"]
+    for name, value in seaweed.env().items():
+        monkeypatch.setenv(name, value)
+    layout = Layout(tmp_path / "b")
+    (layout.root / ".remote").mkdir(parents=True)
+    target = layout.root / ".remote" / "fetch-test"
+    tier = s3_tier.S3Tier(s3_client.parse_url(bucket))
+    old = os.umask(0o077)
+    try:
+        got = tier.fetch(layout, key, target, None)
+    finally:
+        os.umask(old)
+    assert got is not None and got.files == len(files), got
+    manifest = json.loads((target / "manifest.json").read_text())
+    assert sorted(manifest["files"]) == sorted(files)
+    for rel, body in files.items():
+        st = os.lstat(target / rel)
+        assert st.st_mode & 0o777 == 0o444, (rel, oct(st.st_mode))
+        assert (target / rel).read_bytes() == body
+        meta = manifest["files"][rel]
+        assert (meta["size"], meta["mtime_ns"]) == (st.st_size, st.st_mtime_ns), rel
+    from ci_fxcache.store import manifest as mf
+
+    assert mf.inspect(target, manifest, full=False).problems == []

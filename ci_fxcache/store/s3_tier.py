@@ -28,6 +28,7 @@ import gzip
 import hashlib
 import json
 import os
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -47,6 +48,11 @@ SEGMENT_SCHEMA = "fxcache-s3-segment/1"
 PACK_BYTES = 32 * 1024 * 1024
 MAX_SEGMENTS = 16
 WORKERS = 8
+# Fetched files are created as manifest.make_read_only leaves a committed file (read-only,
+# readable by all), so the fetch needs no chmod pass; exclusive: nothing is written through
+# a file or link already there.
+_FILE_MODE = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 PUBLISH_ATTEMPTS = 8
 # Fault injection for the tests, never set in production (store.save's variable):
 # `s3-pause:SECONDS` pauses a publish after its packs and segment, before the head's PUT.
@@ -120,6 +126,17 @@ def _segment_problem(data: object, packs: set[str]) -> str | None:
         ):
             return f"segment entry {str(rel)[:200]!r} is malformed"
     return None
+
+
+def _parents(entries: dict[str, Any]) -> list[str]:
+    """Every directory the entries need, sorted (parents before children)."""
+    dirs: set[str] = set()
+    for rel in entries:
+        parent = rel.rpartition("/")[0]
+        while parent and parent not in dirs:
+            dirs.add(parent)
+            parent = parent.rpartition("/")[0]
+    return sorted(dirs)
 
 
 def pack_groups(entries: dict[str, dict[str, Any]]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
@@ -279,16 +296,16 @@ class S3Tier:
         entries = self.index(layout, head)
         target.mkdir()
         scope_dir = str(target)
-        # The cache dirs and their first level here; each pack's worker makes the rest while
-        # other packs download (Inductor gives nearly every entry a directory of its own).
-        tops = {"/".join(rel.split("/")[:2]) for rel in entries}
-        overlay._make_tree(scope_dir, sorted(tops | {t.partition("/")[0] for t in tops}))
+        # Every directory first, spread over processes by parent (overlay's measured way):
+        # the pack workers then only create files, one open each, no failed open + makedirs.
+        overlay._make_tree(scope_dir, _parents(entries))
         groups = pack_groups(entries)
         bad: set[str] = set()
         problems: list[str] = []
+        stats: dict[str, os.stat_result] = {}
         try:
             self._parallel(
-                lambda pack: self._unpack(pack, groups[pack], scope_dir, bad, problems),
+                lambda pack: self._unpack(pack, groups[pack], scope_dir, bad, problems, stats),
                 sorted(groups),
             )
         except S3Unavailable as exc:
@@ -296,7 +313,6 @@ class S3Tier:
         if bad:
             self._set_bad(layout, self._bad_packs(layout) | bad)
             raise RemoteCorrupt(f"{len(bad)} pack(s) missing or damaged", problems)
-        stats = {rel: os.lstat(os.path.join(scope_dir, rel)) for rel in entries}
         files = {
             rel: {"size": e["size"], "mtime_ns": stats[rel].st_mtime_ns, "sha256": e["sha256"]}
             for rel, e in sorted(entries.items())
@@ -342,8 +358,10 @@ class S3Tier:
         root: str,
         bad: set[str],
         problems: list[str],
+        stats: dict[str, os.stat_result],
     ) -> None:
-        """Download one pack and write its files under `root`, each checked first."""
+        """Download one pack and write its files under `root`, each checked first; each
+        written file's stat goes into `stats` (taken from the open file: no second pass)."""
         try:
             got = self.bucket.get(self.pack_key(pack))
         except S3Missing:
@@ -360,12 +378,20 @@ class S3Tier:
                 continue
             path = os.path.join(root, rel)
             try:
-                fh = open(path, "xb")  # noqa: SIM115 (closed below)
-            except FileNotFoundError:
+                fd = os.open(path, _CREATE, _FILE_MODE)
+            except FileNotFoundError:  # a directory the tree builder could not make
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                fh = open(path, "xb")  # noqa: SIM115
-            with fh:
-                fh.write(data)
+                fd = os.open(path, _CREATE, _FILE_MODE)
+            try:
+                written = 0
+                while written < len(data):
+                    written += os.write(fd, data[written:])
+                st = os.fstat(fd)  # the size and mtime the manifest records (close keeps them)
+                if stat.S_IMODE(st.st_mode) != _FILE_MODE:  # a umask took read bits
+                    os.fchmod(fd, _FILE_MODE)
+            finally:
+                os.close(fd)
+            stats[rel] = st
 
     def touch(self, key: str) -> None:
         """PUT the scope's empty last-used marker (one small request)."""
