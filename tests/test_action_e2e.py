@@ -655,6 +655,7 @@ def test_a_non_root_runner_compiles_again_after_the_end_of_job_save(
     harness = Harness(nonroot.mkdir("e2e"), fake, cache_service, user=nonroot)
     first = harness.run("nonroot-first", workflow="autosave.yml", signing_key="")
     assert first.returncode != 0 and not first.succeeded, first.log()  # its test step fails
+    assert "PermissionError" not in first.raw, first.log()
     key = (first.out / "cache-key").read_text()
     assert (first.out / "cache-hit").read_text() == "false", first.log()
     assert json.loads((first.out / "safe-combos").read_text()) == [COMBO], first.log()
@@ -685,3 +686,4 @@ def test_a_non_root_runner_compiles_again_after_the_end_of_job_save(
     writable = _writable_as(nonroot, [*committed, *locks])
     assert {writable[str(p)] for p in committed} == {"EACCES"}, writable
     assert {writable[str(p)] for p in locks} == {"ok"}, writable
+    assert fake.violations == [] and cache_service.violations == []
