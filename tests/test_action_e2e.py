@@ -10,7 +10,8 @@ One job's life, in one test because each run builds on the store the previous on
 the cold compiles are shared): 1 cold runner, 2 restored (hot-only, hits), 3 tampered store
 (quarantined, cold fallback), 4 a fork's pull request (read-only, no comment), 5 the fleet
 workflow (plan -> verify -> merge), 6 the invalidate sub-action. The invalid-input run is a
-separate test: it stops before anything is compiled or restored.
+separate test: it stops before anything is compiled or restored. One scenario runs act itself,
+and so every step, as an unprivileged user (`nobody` under root: tests/nonroot.py).
 """
 
 from __future__ import annotations
