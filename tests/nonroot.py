@@ -13,6 +13,7 @@ as that user.
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import site
@@ -111,6 +112,23 @@ class NonRoot:
     def fxcache(self, *args: str, **kw: object) -> subprocess.CompletedProcess[str]:
         """`python -m ci_fxcache ARGS` as the user."""
         return self.run(["python", "-m", "ci_fxcache", *args], **kw)  # type: ignore[arg-type]
+
+
+def pip_env() -> dict[str, str]:
+    """The suite's pip configuration (its user's and site files, e.g. a local index under
+    /root/.config/pip) as PIP_* variables: pip run by the unprivileged user (the action's
+    toolkit install) then finds what the suite's own pip finds. Global options only."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"],
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    env = {}
+    for line in proc.stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.startswith("global."):
+            name = "PIP_" + key.removeprefix("global.").upper().replace("-", "_")
+            env[name] = str(ast.literal_eval(value))
+    return env
 
 
 def _candidates() -> list[str]:

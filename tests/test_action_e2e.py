@@ -10,7 +10,8 @@ One job's life, in one test because each run builds on the store the previous on
 the cold compiles are shared): 1 cold runner, 2 restored (hot-only, hits), 3 tampered store
 (quarantined, cold fallback), 4 a fork's pull request (read-only, no comment), 5 the fleet
 workflow (plan -> verify -> merge), 6 the invalidate sub-action. The invalid-input run is a
-separate test: it stops before anything is compiled or restored.
+separate test: it stops before anything is compiled or restored. One scenario runs act itself,
+and so every step, as an unprivileged user (`nobody` under root: tests/nonroot.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import pytest
 from tests.conftest import ROOT, TORCH_PYTHON
 from tests.fake_cache_service import FakeCacheService
 from tests.fake_github import FakeGitHub
+from tests.nonroot import NOBODY_GID, NonRoot, pip_env
 
 pytestmark = pytest.mark.slow
 
@@ -139,10 +141,15 @@ class ActRun:
 
 
 class Harness:
-    """A repository checkout for act plus the state that survives between runs of one job."""
+    """A repository checkout for act plus the state that survives between runs of one job.
+    With `user`, act (and so every step of the job) runs as that unprivileged user, in a
+    checkout, HOME and act cache that user owns: `base` must be a directory it owns."""
 
-    def __init__(self, base: Path, fake: FakeGitHub, cache: FakeCacheService) -> None:
+    def __init__(
+        self, base: Path, fake: FakeGitHub, cache: FakeCacheService, user: NonRoot | None = None
+    ) -> None:
         self.base = base
+        self.user = user
         self.fake = fake
         self.cache = cache  # the Actions cache service (store github)
         self.src = base / "repo"
@@ -151,6 +158,8 @@ class Harness:
         self.artifacts = base / "artifacts"
         self.run_id = 4000
         self._make_repo()
+        if user is not None and user.prefix:
+            subprocess.run(["chown", "-R", f"{user.uid}:{NOBODY_GID}", str(self.src)], check=True)
 
     def _make_repo(self) -> None:
         self.src.mkdir(parents=True)
@@ -211,16 +220,24 @@ class Harness:
         save: str = "auto",
         redis_url: str = "",
         mechanisms: str = "fxgraph",
+        signing_key: str = "e2e-signing-key",
     ) -> ActRun:
         self.run_id += 1
         out = self.base / f"out-{name}"
         out.mkdir()
         event = self.base / f"event-{name}.json"
         event.write_text(json.dumps(self._event(event_name, fork)))
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "FXCACHE_"))}
+        if self.user is None:
+            prefix: list[str] = []
+            python = TORCH_PYTHON
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "FXCACHE_"))}
+        else:
+            prefix, python, env = self.user.prefix, self.user.python, self.user.env(pip_env())
+            if prefix:
+                os.chown(out, self.user.uid, NOBODY_GID)
         env["XDG_CACHE_HOME"] = str(self.xdg)
         argv = [
-            _act(), event_name, "--json",
+            *prefix, _act(), event_name, "--json",
             "-W", f".github/workflows/{workflow}",
             "-e", str(event),
             "-P", f"{LABEL}=-self-hosted",
@@ -239,11 +256,11 @@ class Harness:
             "--env", f"E2E_OUT={out}",
             "--env", f"GITHUB_API_URL={self.fake.url}",
             "--env", "TORCHINDUCTOR_COMPILE_THREADS=1",
-            "--var", f"E2E_PYTHON={TORCH_PYTHON}",
+            "--var", f"E2E_PYTHON={python}",
             "--var", f"E2E_DTYPES={dtypes}",
             "--var", f"E2E_CACHE_ROOT={cache_root or self.cache_root}",
             "-s", f"GITHUB_TOKEN={self.fake.token}",
-            "-s", "FXCACHE_SIGNING_KEY=e2e-signing-key",
+            *(["-s", f"FXCACHE_SIGNING_KEY={signing_key}"] if signing_key else []),
         ]  # fmt: skip
         proc = subprocess.run(
             argv, cwd=self.src, env=env, capture_output=True, text=True, timeout=900, check=False
@@ -603,3 +620,71 @@ def test_store_redis_shares_compiles_between_runners(
     assert any("nothing reaches the shared cache" in n for n in fork.notices), fork.notices
     assert _pt2_keys(redis_url) == keys, "a fork's run wrote the shared Redis cache"
     assert fake.violations == []
+
+
+_PROBE_WRITES = """
+import errno, json, sys
+result = {}
+for path in sys.argv[1:]:
+    try:
+        with open(path, "ab"):
+            result[path] = "ok"
+    except OSError as exc:
+        result[path] = errno.errorcode.get(exc.errno, str(exc.errno))
+print(json.dumps(result))
+"""
+
+
+def _writable_as(user: NonRoot, paths: list[Path]) -> dict[str, str]:
+    """For each path: "ok" when `user` can open it for writing, else the errno's name."""
+    proc = user.run(["python", "-c", _PROBE_WRITES, *map(str, paths)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result: dict[str, str] = json.loads(proc.stdout)
+    return result
+
+
+def test_a_non_root_runner_compiles_again_after_the_end_of_job_save(
+    fake: FakeGitHub, cache_service: FakeCacheService, nonroot: NonRoot
+) -> None:
+    """The job as a self-hosted runner runs it, as an unprivileged user (`nobody` when the
+    suite runs as root; root ignores file modes): act and every step of the job run as that
+    user, with the toolkit installed into act's tool cache. Without a signing key the trusted
+    job compiles into the scope in place, where Inductor reopens its lock files for writing on
+    every compile. The first job saves at its end (the post step); the next job restores that
+    scope, and its verify and the user's own torch.compile hit without a PermissionError
+    (issue 23 §1: a save that made the locks read-only broke every later compile)."""
+    harness = Harness(nonroot.mkdir("e2e"), fake, cache_service, user=nonroot)
+    first = harness.run("nonroot-first", workflow="autosave.yml", signing_key="")
+    assert first.returncode != 0 and not first.succeeded, first.log()  # its test step fails
+    assert "PermissionError" not in first.raw, first.log()
+    key = (first.out / "cache-key").read_text()
+    assert (first.out / "cache-hit").read_text() == "false", first.log()
+    assert json.loads((first.out / "safe-combos").read_text()) == [COMBO], first.log()
+    scope = harness.cache_root / key
+    manifest = json.loads((scope / "manifest.json").read_text())
+    committed = [scope / rel for rel in manifest["files"]]
+    assert any(rel.startswith("inductor/") for rel in manifest["files"]), first.log()
+    user = first.json("user.json")
+    assert user["cache_dir"] == str(scope / "inductor"), user  # in place, not an overlay
+    assert user["inductor"].get("fxgraph_cache_miss", 0) >= 1, user
+    toolkits = list(harness.xdg.rglob("fxcache-toolkit"))
+    assert toolkits, f"no toolkit under act's tool cache {harness.xdg}\n{first.log()}"
+    assert {p.stat().st_uid for p in [*toolkits, scope, *committed]} == {nonroot.uid}
+
+    again = harness.run("nonroot-again", workflow="autosave.yml", signing_key="")
+    assert "PermissionError" not in again.raw, again.log()
+    assert (again.out / "cache-key").read_text() == key
+    assert (again.out / "cache-hit").read_text() == "true", again.log()
+    assert json.loads((again.out / "safe-combos").read_text()) == [COMBO], again.log()
+    user = again.json("user.json")
+    assert user["cache_dir"] == str(scope / "inductor"), user
+    assert user["inductor"].get("fxgraph_cache_hit", 0) >= 1, user
+    assert user["inductor"].get("fxgraph_cache_miss", 0) == 0, user
+
+    # Committed artifacts stay read-only for the user who saved them; its locks stay writable.
+    locks = sorted((scope / "inductor").rglob("*.lock"))
+    assert locks, "Inductor wrote no lock file: the scenario no longer covers them"
+    writable = _writable_as(nonroot, [*committed, *locks])
+    assert {writable[str(p)] for p in committed} == {"EACCES"}, writable
+    assert {writable[str(p)] for p in locks} == {"ok"}, writable
+    assert fake.violations == [] and cache_service.violations == []
