@@ -17,9 +17,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "ci_fxcache"
 # driven by verify (which also judges its evidence), so it sits below verify. The fleet plans the
 # fan-out and merges shards after the report's environment names; the entry points come last.
 # Cross-cutting helpers: the package's version, errors, Actions I/O, naming rules, user files,
-# GitHub's REST API, atomic writes, the timestamp format.
+# GitHub's REST API, atomic writes, the timestamp format, the secret variables.
 HELPERS = ("__init__", "errors", "gha", "names", "userfiles", "github_api", "atomic_write",
-           "timestamps", "text_table")  # fmt: skip
+           "timestamps", "text_table", "secret_env")  # fmt: skip
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("helpers", HELPERS),
     ("env", ("env",)),  # fingerprint, GPUs, CPU, interpreter, probe, scope key, torch support

@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from ci_fxcache import secret_env
 from ci_fxcache.env import snippets
 from ci_fxcache.errors import UsageError
-from ci_fxcache.store import trust
 
 PYTHON_ENV = "FXCACHE_PYTHON"  # the interpreter every command serves by default
 
@@ -62,7 +62,7 @@ class Snippet:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
-                env=trust.without_secrets(),
+                env=secret_env.without_secrets(),
             )
         except OSError as exc:
             raise UsageError(f"--python {python}: cannot run it ({exc.strerror})") from exc

@@ -11,25 +11,15 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ci_fxcache import gha
 
+# Their home is ci_fxcache/secret_env.py (a helper, so that env/ may use them too).
+from ci_fxcache.secret_env import SECRET_ENV, SIGNING_ENV, without_secrets  # noqa: F401
+
 UNTRUSTED_EVENTS = frozenset({"pull_request_target", "issue_comment", "workflow_run"})
-SIGNING_ENV = "FXCACHE_SIGNING_KEY"
-# Variables that carry fxcache's secrets (or all of the action's inputs) inside its own
-# processes; `without_secrets` keeps them from the processes fxcache starts.
-SECRET_ENV = (
-    SIGNING_ENV,
-    "FXCACHE_INPUTS",
-    "FXCACHE_GITHUB_TOKEN",
-    "FXCACHE_REDIS_URL",
-    "GITHUB_TOKEN",
-    "ACTIONS_RUNTIME_TOKEN",
-    "ACTIONS_ID_TOKEN_REQUEST_TOKEN",
-)
 
 
 def event_payload() -> dict[str, Any] | None:
@@ -82,11 +72,3 @@ def signing_key() -> str | None:
     if key:
         gha.mask(key)
     return key
-
-
-def without_secrets(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """`env` (default: this process's) without fxcache's secret variables (SECRET_ENV): the
-    environment for a process that runs code fxcache did not write (the user's interpreter)
-    or that needs none of them."""
-    source = os.environ if env is None else env
-    return {k: v for k, v in source.items() if k not in SECRET_ENV}
