@@ -51,7 +51,8 @@ def _post(tmp_path: Path, setup: Step, event: dict[str, Any] | None = None,
 def _trusted_scope(tmp_path: Path) -> tuple[Path, bytes]:
     """A committed, signed scope in the shared store; (scope dir, its manifest bytes)."""
     setup, state = _job(tmp_path / "trusted", **{"cache-root": str(tmp_path / "store")})
-    write_files(state["scope_dir"], {"inductor/fxgraph/cd/mine/entry": b"trusted " * 50})
+    compiles_into = Path(state["inductor_dir"]).parent  # a keyed job's private overlay
+    write_files(compiles_into, {"inductor/fxgraph/cd/mine/entry": b"trusted " * 50})
     post = _post(tmp_path / "trusted", setup)
     assert post.proc.returncode == 0 and '"saved": true' in post.proc.stdout, post.lines
     scope = Path(state["scope_dir"])
@@ -121,7 +122,7 @@ def test_store_github_read_only_runs_never_unpack_into_the_shared_root(tmp_path:
     with FakeCacheService() as fake:
         inputs = {"store": "github", "cache-root": str(root), "save": "always"}
         setup, state = _job(tmp_path / "a", **inputs)
-        write_files(state["scope_dir"], PLANTED)
+        write_files(Path(state["inductor_dir"]).parent, PLANTED)  # where the keyed job compiles
         assert _post(tmp_path / "a", setup, **fake.env()).proc.returncode == 0
         assert len(fake.committed()) == 1
         import shutil
