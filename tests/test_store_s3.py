@@ -64,10 +64,16 @@ def _warnings(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if "warning" in line]
 
 
+def _compiles_into(state: dict[str, Any]) -> Path:
+    """Where the job's compiles write: the scope in place, or (a signing key's private
+    writes, issue 26) its overlay."""
+    return Path(state["inductor_dir"]).parent
+
+
 def _first_job(store: Store, files: dict[str, bytes] = SAMPLE) -> dict[str, Any]:
     state = store.restore("--store", "s3")
     assert state["remote"]["found"] is False, state
-    write_files(Path(state["scope_dir"]), files)
+    write_files(_compiles_into(state), files)
     saved = _save_json(store)
     assert saved["saved"] and saved["remote"]["published"], saved
     return state
@@ -147,7 +153,7 @@ def test_a_save_uploads_only_what_the_bucket_lacks(
     state = _first_job(a)
     new = {"inductor/fxgraph/ef/new-entry": os.urandom(20000)}
     again = a.restore("--store", "s3", state="s2.json")
-    write_files(Path(again["scope_dir"]), new)
+    write_files(_compiles_into(again), new)
     saved = _save_json(a, "s2.json")["remote"]
     assert saved["published"] and saved["uploaded_files"] == 1 and saved["files"] == 1, saved
     assert saved["uploaded_bytes"] <= 2 * 20000 + 4096, saved  # the pack, a segment, the head
@@ -168,8 +174,8 @@ def test_two_runners_saving_the_same_scope_at_once_lose_nobodys_files(
     a = _store(tmp_path, "a", run_fxcache, seaweed, bucket)
     b = _store(tmp_path, "b", run_fxcache, seaweed, bucket)
     sa, sb = a.restore("--store", "s3"), b.restore("--store", "s3")
-    write_files(Path(sa["scope_dir"]), {"inductor/fxgraph/aa/from-a": b"A" * 5000})
-    write_files(Path(sb["scope_dir"]), {"inductor/fxgraph/bb/from-b": b"B" * 5000})
+    write_files(_compiles_into(sa), {"inductor/fxgraph/aa/from-a": b"A" * 5000})
+    write_files(_compiles_into(sb), {"inductor/fxgraph/bb/from-b": b"B" * 5000})
     held = subprocess.Popen(
         [sys.executable, "-m", "ci_fxcache", "save", "--json", "--state-file",
          str(a.root.parent / "state.json")],
@@ -192,7 +198,7 @@ def test_a_save_killed_during_its_upload_is_completed_by_the_next_save(
 ) -> None:
     a = _store(tmp_path, "a", run_fxcache, seaweed, bucket)
     state = a.restore("--store", "s3")
-    write_files(Path(state["scope_dir"]), SAMPLE)
+    write_files(_compiles_into(state), SAMPLE)
     proc = subprocess.Popen(
         [sys.executable, "-m", "ci_fxcache", "save", "--state-file",
          str(a.root.parent / "state.json")],
@@ -236,7 +242,7 @@ def test_a_damaged_pack_is_quarantined_locally_and_the_next_save_repairs_the_buc
     assert not any(Path(got["inductor_dir"]).rglob("*")) or not any(
         p.is_file() for p in Path(got["inductor_dir"]).rglob("*")
     )
-    write_files(Path(got["scope_dir"]), SAMPLE)  # the cold job compiles the same entries
+    write_files(_compiles_into(got), SAMPLE)  # the cold job compiles the same entries
     repaired = _save_json(b)["remote"]
     assert repaired["published"] and repaired["uploaded_files"] == len(SAMPLE), repaired
     c = _store(tmp_path, "c", run_fxcache, seaweed, bucket)
@@ -276,7 +282,7 @@ def _local_only(store: Store, expect: str) -> None:
     (warning,) = _warnings(got["_stderr"])
     assert expect in warning and "local store only" in warning, warning
     assert got["mode"] == "in-place"
-    write_files(Path(got["scope_dir"]), SAMPLE)
+    write_files(_compiles_into(got), SAMPLE)
     saved = _save_json(store)
     assert saved["saved"] and saved["files"] == len(SAMPLE), saved  # the local tier still works
     assert saved["remote"]["published"] is False and saved["remote"]["error"], saved
@@ -392,7 +398,7 @@ def test_invalidate_s3_applies_the_policies_then_collects_unreferenced_objects(
     a = _store(tmp_path, "a", run_fxcache, seaweed, bucket)
     old = _first_job(a)
     newer = a.restore("--store", "s3", "--salt", "second", state="s2.json")
-    write_files(Path(newer["scope_dir"]), {"inductor/fxgraph/zz/other": b"other" * 999})
+    write_files(_compiles_into(newer), {"inductor/fxgraph/zz/other": b"other" * 999})
     assert _save_json(a, "s2.json")["remote"]["published"]
     time.sleep(1.1)  # LastModified has one-second resolution
     b = _store(tmp_path, "b", run_fxcache, seaweed, bucket)
@@ -452,14 +458,16 @@ def test_the_action_with_store_s3_publishes_and_a_forks_run_reads_without_writin
     aws = seaweed.env()
     runner = tmp_path / "a"
     runner.mkdir()
-    settings = run_step(runner, "setup", inputs).outputs["settings"]
+    setup = run_step(runner, "setup", inputs)
+    settings = setup.outputs["settings"]
     assert json.loads(Path(settings).read_text())["remote"] is True
     restored = run_step(runner, "restore", inputs, FXCACHE_ACTION_SETTINGS=settings, **aws)
     assert restored.proc.returncode == 0 and restored.outputs["cache-hit"] == "false"
     state = json.loads(Path(restored.outputs["state-file"]).read_text())
     assert state["remote"]["url"] == bucket
-    write_files(Path(state["scope_dir"]), SAMPLE)
-    post = run_step(runner, "post-save", inputs, FXCACHE_ACTION_SETTINGS=settings, **aws)
+    write_files(_compiles_into(state), SAMPLE)
+    post = run_step(runner, "post-save", inputs, FXCACHE_ACTION_SETTINGS=settings, **aws,
+                    **setup.post_env())  # fmt: skip
     assert post.proc.returncode == 0, post.lines
     assert any('"published": true' in line for line in post.lines), post.lines
     before = _objects(seaweed, bucket)
