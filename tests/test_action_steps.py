@@ -298,6 +298,8 @@ def test_unwritable_tool_cache_falls_back_to_runner_temp(tmp_path: Path) -> None
         ({"invalidate-on-upgrade": "1"}, "input invalidate-on-upgrade must be one of"),
         ({"timeout-minutes": "0"}, "input timeout-minutes must be a positive number"),
         ({"timeout-minutes": "ten"}, "input timeout-minutes must be a positive number"),
+        ({"timeout-minutes": "inf"}, "input timeout-minutes must be a finite number of minutes"),
+        ({"timeout-minutes": "1e300"}, "input timeout-minutes must be a finite number of minutes"),
         ({"min-speedup": "-1"}, "input min-speedup must be a number >= 0"),
         ({"report-id": "a/b"}, "input report-id: invalid report id 'a/b'"),
         ({"report-id": ".."}, "input report-id: invalid report id '..'"),

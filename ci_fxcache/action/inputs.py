@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ci_fxcache import gha, names
+from ci_fxcache import gha, names, userfiles
 from ci_fxcache.errors import UsageError
 from ci_fxcache.store import redis_cache, s3_client
 from ci_fxcache.verify import causes
@@ -67,6 +67,19 @@ def required_number(name: str, value: str) -> float:
     if number is None:
         raise UsageError(f"input {name} must be a positive number (got '')")
     return float(number)
+
+
+def timeout_minutes(name: str, value: str) -> float:
+    """A time limit in minutes: a positive number whose seconds a wait can take (verify's
+    --timeout rule, userfiles.duration_seconds: `inf` and absurdly long limits are refused)."""
+    minutes = required_number(name, value)
+    try:
+        userfiles.duration_seconds(repr(minutes * 60))
+    except UsageError:
+        raise UsageError(
+            f"input {name} must be a finite number of minutes that a wait can take (got {value!r})"
+        ) from None
+    return minutes
 
 
 def report_id(name: str, value: str) -> str:
@@ -145,7 +158,7 @@ MAIN = (
     Input("report-id", report_id),
     Input("github-token", secret),
     Input("signing-key", secret),
-    Input("timeout-minutes", required_number),
+    Input("timeout-minutes", timeout_minutes),
 )
 SAVE = (Input("python", text), Input("signing-key", secret))
 INVALIDATE = (
