@@ -182,7 +182,7 @@ def setup() -> int:
     read_only = values["read-only"] == "true" or untrusted is not None
     store = values["store"]
     notes: list[str] = []
-    remote = False
+    remote_tier = False
     if store == "redis":
         if not values["redis-url"]:
             notes.append(
@@ -194,12 +194,12 @@ def setup() -> int:
                 "shared cache (local only)"
             )
         else:
-            remote = True
+            remote_tier = True
     if store == "s3":
         if not values["s3-url"]:
             notes.append("store s3 without an s3-url: local only")
         else:
-            remote = True  # read-only runs read the bucket and never write it (store.remote)
+            remote_tier = True  # read-only runs read the bucket and never write it (store.remote)
     for note in notes:
         gha.say("notice", note)
     if store == "github" and read_only:
@@ -221,7 +221,7 @@ def setup() -> int:
         python=values["python"] or "python3",
         fxcache=fxcache_executable(),
         store=store,
-        remote=remote,
+        remote=remote_tier,
         root=str(root),
         work=str(work),
         read_only=read_only,
@@ -256,7 +256,7 @@ def setup() -> int:
     print(
         f"fxcache: store {store} at {root}, read-only {str(read_only).lower()}"
         + (f" ({untrusted})" if untrusted else "")
-        + f", comment {str(settings.comment).lower()}, remote cache {str(remote).lower()}"
+        + f", comment {str(settings.comment).lower()}, remote cache {str(remote_tier).lower()}"
     )
     return 0
 
