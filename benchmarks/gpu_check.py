@@ -141,7 +141,7 @@ def preflight_facts() -> tuple[int, dict[str, Any]]:
         facts["affinity"] = len(os.sched_getaffinity(0))
     try:
         import ci_fxcache.cli  # noqa: F401  (the toolkit and its own needs: yaml, jinja2, ...)
-        from ci_fxcache.verify import cpus
+        from ci_fxcache.env import cpus
 
         facts["usable_cpus"] = cpus.usable_cpus()
     except Exception as exc:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.gpu_check import peak_compile_workers
-from ci_fxcache.verify import cpus, runner
+from ci_fxcache.env import cpus
+from ci_fxcache.verify import runner
 from tests.conftest import ROOT, _clean_env, torch2_python
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from ci_fxcache.verify import cpus, matrix
+from ci_fxcache.env import cpus
+from ci_fxcache.verify import matrix
 from ci_fxcache.verify import runner as verify_runner
 from ci_fxcache.verify.forkserver import Outcome
 from tests.test_gpu_slots import H100, StubForkServer

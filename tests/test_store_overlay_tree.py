@@ -78,3 +78,22 @@ def test_a_failed_directory_child_is_made_up_for(
     overlay.build(source, sorted(FILES), tmp_path / "built", "hardlink")
     assert forking == [1]
     assert _tree(tmp_path / "built") == _tree(source)
+
+
+def test_the_process_count_follows_the_cpus_a_container_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cgroup CPU quota caps the forked workers as it caps Inductor's pool (env/cpus.py is the
+    one count of usable CPUs): a fake /sys with `cpu.max` of one CPU on a 4-CPU mask."""
+    from ci_fxcache.env import cpus
+
+    monkeypatch.setattr(forked.threading, "active_count", lambda: 1)
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/self/cgroup").write_text("0::/job\n")
+    (tmp_path / "sys/fs/cgroup/job").mkdir(parents=True)
+    (tmp_path / "sys/fs/cgroup/job/cpu.max").write_text("100000 100000\n")
+    real = cpus.usable_cpus
+    monkeypatch.setattr(cpus, "usable_cpus", lambda: real(tmp_path, affinity=4))
+    assert forked.workers(10_000, 1) == 1
+    (tmp_path / "sys/fs/cgroup/job/cpu.max").write_text("max 100000\n")
+    assert forked.workers(10_000, 1) == min(4, forked.MAX_WORKERS)

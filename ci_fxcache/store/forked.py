@@ -17,22 +17,21 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from ci_fxcache.env import cpus
+
 Share = TypeVar("Share")
 FAILED = object()  # the answer of a child that did not answer
 MAX_WORKERS = 4
 
 
 def workers(count: int, min_per_worker: int) -> int:
-    """How many processes `count` items are worth: one per usable CPU (at most MAX_WORKERS),
-    at least `min_per_worker` items each; 1 when another thread runs (forking a multi-threaded
-    process can deadlock the child) or there is no fork."""
+    """How many processes `count` items are worth: one per usable CPU (env.cpus: the affinity
+    mask within any cgroup quota; at most MAX_WORKERS), at least `min_per_worker` items each;
+    1 when another thread runs (forking a multi-threaded process can deadlock the child) or
+    there is no fork."""
     if threading.active_count() > 1 or not hasattr(os, "fork"):
         return 1
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, MAX_WORKERS, count // max(1, min_per_worker)))
+    return max(1, min(cpus.usable_cpus(), MAX_WORKERS, count // max(1, min_per_worker)))
 
 
 def _read_all(fd: int) -> bytes:

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ci_fxcache import timestamps
-from ci_fxcache.env import gpus, torch_support
+from ci_fxcache.env import cpus, gpus, torch_support
 from ci_fxcache.store import manifest, redis_cache
-from ci_fxcache.verify import cpus, recheck, verdicts, workload_check
+from ci_fxcache.verify import recheck, verdicts, workload_check
 from ci_fxcache.verify.forkserver import ForkServer
 from ci_fxcache.verify.matrix import Combo, Matrix
 
