@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -45,6 +46,36 @@ def _clean_env(extra: dict[str, str] | None) -> dict[str, str]:
     env.pop("CUDA_VISIBLE_DEVICES", None)
     env.update(extra or {})
     return env
+
+
+def lease_holders_under(base: Path) -> list[int]:
+    """Pids of fxcache lease holders (store/scopes.py) whose lease lies under `base`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if b"ci_fxcache" not in (proc / "cmdline").read_bytes():
+                continue
+            targets = [os.readlink(fd) for fd in (proc / "fd").iterdir()]
+        except OSError:  # gone, or not ours to read
+            continue
+        if any(t.startswith(f"{base}/") and "/.leases/" in t for t in targets):
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _lease_holders_end_with_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A restore that a test runs as an Actions job (GITHUB_ACTIONS set, no Runner.Worker
+    above it) has no job process for its lease holder to watch, so the holder would sleep for
+    the lease TTL (6 h) after the suite, as it would until a container job's end. End them."""
+    yield
+    import signal
+
+    for pid in lease_holders_under(tmp_path_factory.getbasetemp()):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
 
 
 @pytest.fixture
