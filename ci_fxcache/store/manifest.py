@@ -215,14 +215,16 @@ def signature_problem(manifest: dict[str, Any], key: str) -> str | None:
     return None
 
 
-def _is_count(value: object) -> bool:
+def is_count(value: object) -> bool:
+    """A non-negative int (not a bool): a size, an offset, an mtime."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 _HEX = "0123456789abcdef"
 
 
-def _is_digest(value: object) -> bool:
+def is_digest(value: object) -> bool:
+    """A lowercase hex sha256."""
     # strip() runs in C: this is called once per file on every restore.
     return isinstance(value, str) and len(value) == 64 and not value.strip(_HEX)
 
@@ -282,14 +284,14 @@ def _shape_problem(data: object) -> str | None:
     for rel, meta in files.items():
         if not (
             isinstance(meta, dict)
-            and _is_count(meta.get("size"))
-            and _is_digest(meta.get("sha256"))
-            and ("mtime_ns" not in meta or _is_count(meta["mtime_ns"]))
+            and is_count(meta.get("size"))
+            and is_digest(meta.get("sha256"))
+            and ("mtime_ns" not in meta or is_count(meta["mtime_ns"]))
             and len(meta) == 2 + ("mtime_ns" in meta)  # no other field
         ):
             return f"manifest entry {rel[:200]!r} is malformed"
     total = data["total_bytes"]
-    if not _is_count(total) or total != sum(meta["size"] for meta in files.values()):
+    if not is_count(total) or total != sum(meta["size"] for meta in files.values()):
         return "manifest total_bytes does not match its files"
     return None
 

@@ -70,14 +70,6 @@ def _digest(data: bytes | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _is_digest(value: object) -> bool:
-    return isinstance(value, str) and len(value) == 64 and not value.strip("0123456789abcdef")
-
-
-def _count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def head_problem(head: object, key: str) -> str | None:
     """Why a parsed head is not one a save of scope `key` wrote, or None."""
     if not isinstance(head, dict) or head.get("schema") != HEAD_SCHEMA:
@@ -90,9 +82,9 @@ def head_problem(head: object, key: str) -> str | None:
     for seg in segments:
         if not (
             isinstance(seg, dict)
-            and _is_digest(seg.get("sha256"))
+            and mf.is_digest(seg.get("sha256"))
             and isinstance(seg.get("packs"), list)
-            and all(_is_digest(p) for p in seg["packs"])
+            and all(mf.is_digest(p) for p in seg["packs"])
         ):
             return "head lists a malformed segment"
     if head.get("fingerprint") is not None and not isinstance(head.get("fingerprint"), dict):
@@ -119,9 +111,9 @@ def _segment_problem(data: object, packs: set[str]) -> str | None:
         if not (
             mf.safe_relpath(rel)
             and isinstance(e, dict)
-            and _is_digest(e.get("sha256"))
-            and _count(e.get("size"))
-            and _count(e.get("offset"))
+            and mf.is_digest(e.get("sha256"))
+            and mf.is_count(e.get("size"))
+            and mf.is_count(e.get("offset"))
             and e.get("pack") in packs
         ):
             return f"segment entry {str(rel)[:200]!r} is malformed"
@@ -210,7 +202,7 @@ class S3Tier:
             data = json.loads((self._local(layout) / "bad-packs.json").read_text())
         except (OSError, ValueError):
             return set()
-        return {p for p in data if _is_digest(p)} if isinstance(data, list) else set()
+        return {p for p in data if mf.is_digest(p)} if isinstance(data, list) else set()
 
     def _set_bad(self, layout: Layout, packs: set[str]) -> None:
         """Record the packs found missing or damaged: never used from the bucket again until
