@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import venv
@@ -71,8 +72,6 @@ def _lease_holders_end_with_the_session(tmp_path_factory: pytest.TempPathFactory
     above it) has no job process for its lease holder to watch, so the holder would sleep for
     the lease TTL (6 h) after the suite, as it would until a container job's end. End them."""
     yield
-    import signal
-
     for pid in lease_holders_under(tmp_path_factory.getbasetemp()):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGTERM)
