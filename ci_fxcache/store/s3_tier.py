@@ -120,17 +120,6 @@ def _segment_problem(data: object, packs: set[str]) -> str | None:
     return None
 
 
-def _parents(entries: dict[str, Any]) -> list[str]:
-    """Every directory the entries need, sorted (parents before children)."""
-    dirs: set[str] = set()
-    for rel in entries:
-        parent = rel.rpartition("/")[0]
-        while parent and parent not in dirs:
-            dirs.add(parent)
-            parent = parent.rpartition("/")[0]
-    return sorted(dirs)
-
-
 def pack_groups(entries: dict[str, dict[str, Any]]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
     """Index entries by pack, each pack's files in offset order."""
     groups: dict[str, list[tuple[str, dict[str, Any]]]] = {}
@@ -290,7 +279,7 @@ class S3Tier:
         scope_dir = str(target)
         # Every directory first, spread over processes by parent (overlay's measured way):
         # the pack workers then only create files, one open each, no failed open + makedirs.
-        overlay._make_tree(scope_dir, _parents(entries))
+        overlay._make_tree(scope_dir, sorted({rel.rpartition("/")[0] for rel in entries}))
         groups = pack_groups(entries)
         bad: set[str] = set()
         problems: list[str] = []
