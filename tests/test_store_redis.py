@@ -96,6 +96,49 @@ def test_unreachable_redis_is_a_warning_and_local_only(
     assert Path(state["inductor_dir"]).is_dir()
 
 
+class _RepeatingScan:
+    """A real client whose SCAN returns every batch's keys again in the next one (and the
+    first key twice in a batch): Redis documents that SCAN may return a key more than once."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._client = client
+        self._last: list[bytes] = []
+
+    def scan(self, **kwargs: object) -> tuple[int, list[bytes]]:
+        cursor, keys = self._client.scan(**kwargs)  # type: ignore[arg-type]
+        out = [*self._last, *keys, *keys[:1]]
+        self._last = list(keys)
+        return cursor, out
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._client, name)
+
+
+def test_invalidate_redis_counts_and_removes_each_key_once_when_scan_repeats_keys(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ci_fxcache.store import redis_cache
+
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    client.set("template", b"x" * 10)
+    payload = client.dump("template")
+    client.delete("template")
+    pipe = client.pipeline(transaction=False)
+    for i in range(30):
+        pipe.restore(f"pt2:fx-graph-v1::old{i}:c1", 0, payload, idletime=3 * 86400)
+    pipe.execute()
+    client.set("pt2:fx-graph-v1::fresh:c1", b"y")
+    monkeypatch.setattr(redis_cache, "_client", lambda u: _RepeatingScan(redis.Redis.from_url(u)))
+    dry = redis_cache.expire_idle(url, 2 * 86400, dry_run=True, batch=7)
+    assert (dry["scanned"], dry["would_remove"], dry["removed"]) == (31, 30, 0)
+    assert dry["bytes"] > 0 and client.dbsize() == 31
+    real = redis_cache.expire_idle(url, 2 * 86400, dry_run=False, batch=7)
+    assert (real["scanned"], real["would_remove"], real["removed"]) == (31, 30, 30)
+    assert real["bytes"] == dry["bytes"]
+    assert client.keys() == [b"pt2:fx-graph-v1::fresh:c1"]
+
+
 def test_redis_store_needs_a_url(store: Store) -> None:
     proc = store.run("restore", "--root", str(store.root), "--store", "redis")
     assert proc.returncode == 2 and "--redis-url" in proc.stderr
@@ -124,7 +167,7 @@ def test_invalidate_redis_removes_only_idle_pt2_keys(store: Store, url: str) -> 
     assert report["removed"] == 0 and client.dbsize() == 1202
     proc = store.run(*base, "--redis-url", url)
     assert json.loads(proc.stdout)["redis"]["removed"] == 1199
-    assert sorted(client.scan_iter()) == [
+    assert sorted(client.keys()) == [  # KEYS names each key once; SCAN may repeat one
         b"other:app:key",
         b"pt2:fx-graph-v1::fresh:c1",
         idle[0].encode(),

@@ -124,15 +124,19 @@ def job_env(url: str) -> dict[str, str]:
 
 
 def expire_idle(url: str, max_idle_s: float, dry_run: bool, batch: int = 500) -> dict[str, Any]:
-    """Delete `pt2:` keys idle longer than `max_idle_s` (SCAN + OBJECT IDLETIME, pipelined)."""
+    """Delete `pt2:` keys idle longer than `max_idle_s` (SCAN + OBJECT IDLETIME, pipelined).
+
+    SCAN may return a key more than once (while Redis resizes its table), so every count is
+    of distinct keys."""
     client = _client(url)
-    scanned = 0
+    seen: set[bytes] = set()
     victims: list[bytes] = []
     cursor = 0
     while True:
-        cursor, keys = client.scan(cursor=cursor, match=KEY_PATTERN, count=batch)
+        cursor, batch_keys = client.scan(cursor=cursor, match=KEY_PATTERN, count=batch)
+        keys = [key for key in dict.fromkeys(batch_keys) if key not in seen]
         if keys:
-            scanned += len(keys)
+            seen.update(keys)
             pipe = client.pipeline(transaction=False)
             for key in keys:
                 pipe.object("idletime", key)
@@ -142,6 +146,7 @@ def expire_idle(url: str, max_idle_s: float, dry_run: bool, batch: int = 500) ->
         if cursor == 0:
             break
     freed = 0
+    removed = 0
     for start in range(0, len(victims), batch):
         chunk = victims[start : start + batch]
         pipe = client.pipeline(transaction=False)
@@ -149,12 +154,12 @@ def expire_idle(url: str, max_idle_s: float, dry_run: bool, batch: int = 500) ->
             pipe.memory_usage(key)
         freed += sum(x for x in pipe.execute(raise_on_error=False) if isinstance(x, int))
         if not dry_run:
-            client.unlink(*chunk)
+            removed += client.unlink(*chunk)  # what Redis removed: another job may have been first
     client.close()
     return {
         "url": redact(url),
-        "scanned": scanned,
-        "removed": 0 if dry_run else len(victims),
+        "scanned": len(seen),
+        "removed": removed,
         "would_remove": len(victims),
         "bytes": freed,
         "dry_run": dry_run,
