@@ -33,6 +33,14 @@ def torch2_python() -> str:
     return python
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules with `slow` tests (real compiles) run first, each module's tests in their order:
+    the long tests start while both workers are busy, and the run ends on short ones instead of
+    one worker compiling alone (with --dist worksteal, pyproject's addopts)."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)
+
+
 @pytest.fixture(scope="module", params=["2.13.0", TORCH2_VERSION])
 def torch_python(request: pytest.FixtureRequest) -> str:
     """Each real torch the main verification tests run against: 2.13.0 and 2.14.1."""
