@@ -35,8 +35,8 @@ def torch2_python() -> str:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Modules with `slow` tests (real compiles) run first, each module's tests in their order:
-    the long tests start while both workers are busy, and the run ends on short ones instead of
-    one worker compiling alone (with --dist worksteal, pyproject's addopts)."""
+    under -n (xdist hands tests out in this order) the long tests start while every worker is
+    busy and the run ends on short ones, not on one worker compiling alone."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow)
 

@@ -104,6 +104,7 @@ def test_an_empty_runner_restores_what_another_saved_and_a_valid_local_tier_down
     assert SECRET_KEY not in state_text and SECRET_KEY not in got["_stderr"]
 
 
+@pytest.mark.slow
 def test_a_fresh_process_on_the_second_runner_hits_the_fx_graph_cache(
     tmp_path: Path, seaweed: SeaweedS3, bucket: str
 ) -> None:
