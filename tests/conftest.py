@@ -34,9 +34,9 @@ def torch2_python() -> str:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules with `slow` tests (real compiles) run first, each module's tests in their order:
-    under -n (xdist hands tests out in this order) the long tests start while every worker is
-    busy and the run ends on short ones, not on one worker compiling alone."""
+    """Modules with `slow` tests (real compiles) run first, each module's tests in their order,
+    so they never wait for the end of the run with one worker compiling alone (see addopts'
+    --dist worksteal in pyproject.toml: compiles beside unit tests, then stealing balances)."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow)
 
