@@ -20,7 +20,7 @@ import errno
 import fcntl
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ci_fxcache.store import forked, in_place
@@ -79,6 +79,11 @@ def _make_tree(root: str, directories: list[str]) -> None:
             _make_dirs(root, share)
 
 
+def make_parents(root: str, files: Iterable[str]) -> None:
+    """Create, under `root`, every directory the relative paths `files` need (`_make_tree`)."""
+    _make_tree(root, sorted({rel.rpartition("/")[0] for rel in files}))
+
+
 def build(source: Path, files: list[str], target: Path, strategy: str = "auto") -> str:
     """Populate `target` with `files` (paths relative to `source`); return the strategy used.
     A path that is not inside a cache dir (a hostile seal's list: see store.seal) is skipped:
@@ -102,7 +107,7 @@ def _build(src_root: str, files: list[str], dst_root: str, strategy: str) -> str
     own = [rel for rel in files if in_place.written_in_place(rel)]
     files = [rel for rel in files if not in_place.written_in_place(rel)]
     os.makedirs(dst_root, exist_ok=True)
-    _make_tree(dst_root, sorted({rel.rpartition("/")[0] for rel in files + own}))
+    make_parents(dst_root, files + own)
     chosen = strategy
     if chosen in ("auto", "reflink") and files:
         # Probe once: a filesystem either clones or it does not.

@@ -279,7 +279,7 @@ class S3Tier:
         scope_dir = str(target)
         # Every directory first, spread over processes by parent (overlay's measured way):
         # the pack workers then only create files, one open each, no failed open + makedirs.
-        overlay._make_tree(scope_dir, sorted({rel.rpartition("/")[0] for rel in entries}))
+        overlay.make_parents(scope_dir, entries)
         groups = pack_groups(entries)
         bad: set[str] = set()
         problems: list[str] = []
