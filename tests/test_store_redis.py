@@ -96,6 +96,18 @@ def test_unreachable_redis_is_a_warning_and_local_only(
     assert Path(state["inductor_dir"]).is_dir()
 
 
+def _restore_idle(client: redis.Redis, keys: list[str], idle_s: int) -> None:
+    """Create `keys` already idle for `idle_s` (RESTORE ... IDLETIME sets a key's idle time
+    exactly: no sleeping, no timing assumptions)."""
+    client.set("template", b"x" * 10)
+    payload = client.dump("template")
+    client.delete("template")
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.restore(key, 0, payload, idletime=idle_s)
+    pipe.execute()
+
+
 class _RepeatingScan:
     """A real client whose SCAN returns every batch's keys again in the next one (and the
     first key twice in a batch): Redis documents that SCAN may return a key more than once."""
@@ -121,13 +133,7 @@ def test_invalidate_redis_counts_and_removes_each_key_once_when_scan_repeats_key
 
     client = redis.Redis.from_url(url)
     client.flushdb()
-    client.set("template", b"x" * 10)
-    payload = client.dump("template")
-    client.delete("template")
-    pipe = client.pipeline(transaction=False)
-    for i in range(30):
-        pipe.restore(f"pt2:fx-graph-v1::old{i}:c1", 0, payload, idletime=3 * 86400)
-    pipe.execute()
+    _restore_idle(client, [f"pt2:fx-graph-v1::old{i}:c1" for i in range(30)], 3 * 86400)
     client.set("pt2:fx-graph-v1::fresh:c1", b"y")
     monkeypatch.setattr(redis_cache, "_client", lambda u: _RepeatingScan(redis.Redis.from_url(u)))
     dry = redis_cache.expire_idle(url, 2 * 86400, dry_run=True, batch=7)
@@ -147,16 +153,8 @@ def test_redis_store_needs_a_url(store: Store) -> None:
 def test_invalidate_redis_removes_only_idle_pt2_keys(store: Store, url: str) -> None:
     client = redis.Redis.from_url(url)
     client.flushdb()
-    client.set("template", b"x" * 10)
-    payload = client.dump("template")
-    client.delete("template")
-    # RESTORE ... IDLETIME sets a key's idle time exactly: no sleeping, no timing assumptions.
     idle = [f"pt2:fx-graph-v1::old{i}:c1" for i in range(1200)]  # more than one SCAN batch
-    pipe = client.pipeline(transaction=False)
-    for key in idle:
-        pipe.restore(key, 0, payload, idletime=3 * 86400)
-    pipe.restore("other:app:key", 0, payload, idletime=3 * 86400)
-    pipe.execute()
+    _restore_idle(client, [*idle, "other:app:key"], 3 * 86400)
     client.set("pt2:fx-graph-v1::fresh:c1", b"y")
     client.get(idle[0])  # a read makes a key fresh again
     base = ["invalidate", "--redis", "--max-age", "2d", "--json"]
