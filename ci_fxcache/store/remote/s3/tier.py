@@ -40,8 +40,8 @@ from ci_fxcache import atomic_write
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store import overlay, scopes
 from ci_fxcache.store.layout import LOCKS, MANIFEST, Layout
-from ci_fxcache.store.remote import REMOTE_DIR, Fetched, RemoteCorrupt, RemoteUnavailable
-from ci_fxcache.store.s3_client import Bucket, Location, S3Conflict, S3Missing, S3Unavailable
+from ci_fxcache.store.remote.s3.client import Bucket, Location, S3Conflict, S3Missing, S3Unavailable
+from ci_fxcache.store.remote.tier import REMOTE_DIR, Fetched, RemoteCorrupt, RemoteUnavailable
 
 HEAD_SCHEMA = "fxcache-s3-head/1"
 SEGMENT_SCHEMA = "fxcache-s3-segment/1"
@@ -131,7 +131,7 @@ def pack_groups(entries: dict[str, dict[str, Any]]) -> dict[str, list[tuple[str,
 
 
 class S3Tier:
-    """The S3 backend of the remote tier (store.remote.RemoteTier)."""
+    """The S3 backend of the remote tier (store.remote.tier.RemoteTier)."""
 
     name = "s3"
 
@@ -266,7 +266,7 @@ class S3Tier:
     def fetch(
         self, layout: Layout, key: str, target: Path, signing_key: str | None
     ) -> Fetched | None:
-        """Download scope `key` into `target` (store.remote.RemoteTier.fetch)."""
+        """Download scope `key` into `target` (store.remote.tier.RemoteTier.fetch)."""
         head, _etag = self.read_head(key)
         if head is None:
             return None
@@ -383,7 +383,7 @@ class S3Tier:
 
     # -- save --------------------------------------------------------------------------------
     def publish(self, layout: Layout, key: str, signing_key: str | None) -> dict[str, Any]:
-        """Upload what the bucket lacks of committed scope `key` (store.remote.RemoteTier)."""
+        """Upload what the bucket lacks of committed scope `key` (store.remote.tier.RemoteTier)."""
         try:
             local = mf.load(layout.manifest(key))
         except mf.ManifestError as exc:

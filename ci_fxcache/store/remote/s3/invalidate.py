@@ -20,9 +20,9 @@ from typing import Any
 
 from ci_fxcache.env import scopekey
 from ci_fxcache.store.policies import Entry, Policy, select
-from ci_fxcache.store.remote import RemoteCorrupt, RemoteUnavailable
-from ci_fxcache.store.s3_client import S3Missing, S3Unavailable
-from ci_fxcache.store.s3_tier import S3Tier
+from ci_fxcache.store.remote.s3.client import S3Missing, S3Unavailable
+from ci_fxcache.store.remote.s3.tier import S3Tier
+from ci_fxcache.store.remote.tier import RemoteCorrupt, RemoteUnavailable
 
 DEFAULT_GRACE_S = 24 * 3600.0
 
