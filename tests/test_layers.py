@@ -17,9 +17,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "ci_fxcache"
 # driven by verify (which also judges its evidence), so it sits below verify. The fleet plans the
 # fan-out and merges shards after the report's environment names; the entry points come last.
 # Cross-cutting helpers: the package's version, errors, Actions I/O, naming rules, user files,
-# GitHub's REST API, atomic writes, the timestamp format, the secret variables.
+# GitHub's REST API, atomic writes, the timestamp format, the secret variables. The package
+# root holds only these and the entry points (cli, __main__, guard): 12 modules at most.
 HELPERS = ("__init__", "errors", "gha", "names", "userfiles", "github_api", "atomic_write",
-           "timestamps", "text_table", "secret_env")  # fmt: skip
+           "timestamps", "secret_env")  # fmt: skip
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("helpers", HELPERS),
     ("env", ("env",)),  # fingerprint, GPUs, CPU, interpreter, probe, scope key, torch support
@@ -92,6 +93,12 @@ MODULES = list(_modules())
 def test_every_unit_has_a_stage() -> None:
     units = {_unit(name) for name, _ in MODULES}
     assert units - STAGE_OF.keys() == set(), "give each new package or module a stage above"
+
+
+def test_the_package_root_holds_only_entry_points_and_a_few_helpers() -> None:
+    root = {path.stem for path in PACKAGE.glob("*.py")}
+    assert root <= {*HELPERS, "cli", "__main__", "guard"}, "a new module goes in a subpackage"
+    assert len(root) <= 12
 
 
 def test_no_module_imports_a_later_stage() -> None:

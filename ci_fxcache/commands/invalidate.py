@@ -8,10 +8,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import text_table, userfiles
+from ci_fxcache import userfiles
 from ci_fxcache.commands import options
 from ci_fxcache.env import fingerprint
 from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
+from ci_fxcache.report import text_table
 from ci_fxcache.store import invalidate as local
 from ci_fxcache.store import seal
 from ci_fxcache.store.layout import Layout, resolve_root
