@@ -243,7 +243,7 @@ def _clients(server: s3_server.SeaweedS3, bucket: str, url: str, work: Path) -> 
              .get("Contents", [])]  # fmt: skip
     results: dict[str, float] = {}
 
-    from ci_fxcache.store.s3_client import Bucket, parse_url
+    from ci_fxcache.store.remote.s3.client import Bucket, parse_url
 
     client = Bucket(parse_url(url))
 

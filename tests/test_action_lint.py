@@ -203,7 +203,7 @@ def test_the_actions_use_no_other_action(rel: str) -> None:
     """The action and its save / invalidate sub-actions are JavaScript actions and the toolkit
     one a single `run:` step: none calls another action (ours included), so a job pinned by
     commit, a mirror under another owner and act without network run exactly this tree; the
-    GitHub cache goes through the toolkit (ci_fxcache/store/actions_cache.py)."""
+    GitHub cache goes through the toolkit (ci_fxcache/store/remote/github/cache_service.py)."""
     doc = _load(rel)
     assert [s for s in _steps(doc) if "uses" in s] == [], rel
     if rel != "toolkit/action.yml":

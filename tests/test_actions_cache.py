@@ -1,5 +1,6 @@
-"""The toolkit's own client of the Actions cache service v2 (ci_fxcache/store/actions_cache.py)
-against the strict fake (tests/fake_cache_service.py)."""
+"""The toolkit's own client of the Actions cache service v2
+(ci_fxcache/store/remote/github/cache_service.py) against the strict fake
+(tests/fake_cache_service.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from ci_fxcache.store import actions_cache as ac
+from ci_fxcache.store.remote.github import cache_service as ac
 from tests.conftest import RunFxcache
 from tests.fake_cache_service import FakeCacheService
 from tests.store_helpers import SAMPLE, Store, write_files

@@ -17,13 +17,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "ci_fxcache"
 # driven by verify (which also judges its evidence), so it sits below verify. The fleet plans the
 # fan-out and merges shards after the report's environment names; the entry points come last.
 # Cross-cutting helpers: the package's version, errors, Actions I/O, naming rules, user files,
-# GitHub's REST API, atomic writes, the timestamp format, the secret variables.
+# GitHub's REST API, atomic writes, the timestamp format, the secret variables. The package
+# root holds only these and the entry points (cli, __main__, guard): 12 modules at most.
 HELPERS = ("__init__", "errors", "gha", "names", "userfiles", "github_api", "atomic_write",
-           "timestamps", "text_table", "secret_env")  # fmt: skip
+           "timestamps", "secret_env")  # fmt: skip
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("helpers", HELPERS),
     ("env", ("env",)),  # fingerprint, GPUs, CPU, interpreter, probe, scope key, torch support
-    ("store", ("store",)),  # local store + GitHub and Redis backends
+    ("store", ("store",)),  # local store, remote tiers (store/remote/), store.tiered over both
     ("worker", ("worker", "guard")),  # everything that imports torch
     ("verify", ("verify",)),  # matrix, runner, fork server, evidence, verdicts
     ("results", ("results",)),
@@ -32,6 +33,16 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("entry", ("cli", "__main__", "commands", "action")),
 )
 ORCHESTRATOR_FREE = ("worker",)  # imports nothing of ci_fxcache outside itself
+# Inside the store: the local store's modules (ci_fxcache/store/*.py) never import the remote
+# package; the remote package may use the local store's building blocks (layout, manifest,
+# overlay, scopes...) but never its save or restore path, nor the module that composes both
+# (store.tiered: save locally, then publish). Each backend imports no other backend, and of the
+# shared remote modules only the factory picks one.
+REMOTE = "ci_fxcache.store.remote"
+COMPOSED = "ci_fxcache.store.tiered"
+LOCAL_PATHS = ("ci_fxcache.store.save", "ci_fxcache.store.restore", COMPOSED)
+BACKENDS = tuple(f"{REMOTE}.{b}" for b in ("s3", "github", "redis_cache"))
+FACTORY = f"{REMOTE}.factory"
 ARGPARSE_HOMES = ("commands", "cli")
 TORCH_HOMES = ("worker", "guard", "env.snippets")  # the only code that runs beside torch
 
@@ -84,6 +95,12 @@ def test_every_unit_has_a_stage() -> None:
     assert units - STAGE_OF.keys() == set(), "give each new package or module a stage above"
 
 
+def test_the_package_root_holds_only_entry_points_and_a_few_helpers() -> None:
+    root = {path.stem for path in PACKAGE.glob("*.py")}
+    assert root <= {*HELPERS, "cli", "__main__", "guard"}, "a new module goes in a subpackage"
+    assert len(root) <= 12
+
+
 def test_no_module_imports_a_later_stage() -> None:
     wrong = []
     for name, path in MODULES:
@@ -105,6 +122,89 @@ def test_worker_imports_nothing_of_the_orchestrator(unit: str) -> None:
         if _internal(imported) not in (None, unit)
     ]
     assert wrong == []
+
+
+def _within(name: str, *parents: str) -> bool:
+    return any(name == p or name.startswith(f"{p}.") for p in parents)
+
+
+def _store_edges() -> Iterator[tuple[str, str, str]]:
+    """(importer, imported, where) for every import of a store module by a store module."""
+    for name, path in MODULES:
+        if _within(name, "ci_fxcache.store"):
+            for imported, line in _imports(name, path):
+                if _within(imported, "ci_fxcache.store") and imported != "ci_fxcache.store":
+                    yield name, imported, f"{path.relative_to(PACKAGE.parent)}:{line}"
+
+
+def test_the_local_store_never_imports_the_remote_package() -> None:
+    wrong = [
+        f"{where} imports {imported}"
+        for name, imported, where in _store_edges()
+        if not _within(name, REMOTE, COMPOSED) and _within(imported, REMOTE)
+    ]
+    assert wrong == []
+
+
+def test_the_remote_package_never_imports_the_local_save_or_restore() -> None:
+    wrong = [
+        f"{where} imports {imported}"
+        for name, imported, where in _store_edges()
+        if _within(name, REMOTE) and _within(imported, *LOCAL_PATHS)
+    ]
+    assert wrong == []
+
+
+def test_backends_import_no_other_backend_and_only_the_factory_picks_one() -> None:
+    def backend(module: str) -> str | None:
+        return next((b for b in BACKENDS if _within(module, b)), None)
+
+    wrong = [
+        f"{where} imports {imported}"
+        for name, imported, where in _store_edges()
+        if _within(name, REMOTE)
+        and backend(imported) not in (None, backend(name))
+        and not (backend(name) is None and name == FACTORY)
+    ]
+    assert wrong == []
+
+
+def test_the_store_has_no_import_cycle() -> None:
+    """Imports inside functions count: a function-level import does not hide a circle here."""
+    modules = {name for name, _ in MODULES}
+
+    def module_of(imported: str) -> str | None:  # `...s3.client.Bucket` -> `...s3.client`
+        while imported and imported not in modules:
+            if f"{imported}.__init__" in modules:
+                return f"{imported}.__init__"  # a package
+            imported = imported.rpartition(".")[0]
+        return imported or None
+
+    graph: dict[str, set[str]] = {}
+    for name, imported, _where in _store_edges():
+        target = module_of(imported)
+        if target is not None and target != name:
+            graph.setdefault(name, set()).add(target)
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    cycle = None
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            break
+    assert cycle is None, " -> ".join(cycle)
 
 
 def test_only_the_command_line_imports_argparse() -> None:
@@ -141,3 +241,8 @@ def test_the_walk_sees_imports() -> None:
     assert ("ci_fxcache.worker.phase", "ci_fxcache.worker.tensors") in edges
     assert ("ci_fxcache.cli", "argparse") in edges
     assert any(n.startswith("ci_fxcache.worker.") and i == "torch" for n, i in edges)
+    assert (COMPOSED, "ci_fxcache.store.save") in edges
+    assert (COMPOSED, f"{FACTORY}.tier_for") in edges
+    assert (f"{REMOTE}.s3.fetch", f"{REMOTE}.packs") in edges
+    assert (f"{REMOTE}.transfer", "ci_fxcache.store.scopes") in edges
+    assert (FACTORY, f"{REMOTE}.s3.tier") in edges

@@ -19,7 +19,7 @@ import pytest
 import redis
 from redis.connection import parse_url
 
-from ci_fxcache.store.redis_cache import redact
+from ci_fxcache.store.remote.redis_cache import redact
 from tests.conftest import TORCH_PYTHON, RunFxcache, free_port
 
 PASSWORD = "s3:cr@t/pw"  # ':' '@' and '/' are where hand-written redaction breaks

@@ -915,7 +915,7 @@ def test_a_fleet_answers_per_architecture_problems_first() -> None:
     text = render.text(report)
     assert max(len(line) for line in text.splitlines()) <= 100
     assert "[myorg.models.very_long_module_name:build_model_factory]" in text
-    from ci_fxcache import text_table
+    from ci_fxcache.report import text_table
 
     short = text_table.shorten_middle("myorg.models.very_long_module_name:build_model", 30)
     assert short == "myorg.models.ve…me:build_model" and len(short) == 30

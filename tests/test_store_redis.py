@@ -129,7 +129,7 @@ class _RepeatingScan:
 def test_invalidate_redis_counts_and_removes_each_key_once_when_scan_repeats_keys(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ci_fxcache.store import redis_cache
+    from ci_fxcache.store.remote import redis_cache
 
     client = redis.Redis.from_url(url)
     client.flushdb()

@@ -366,7 +366,7 @@ def test_throttling_is_retried_a_bounded_number_of_times_then_local_only(
     endpoint = misbehaving.endpoint  # type: ignore[attr-defined]
     store = _store(tmp_path, "a", run_fxcache, seaweed, bucket, AWS_ENDPOINT_URL_S3=endpoint)
     _local_only(store, "throttled")
-    from ci_fxcache.store.s3_client import MAX_ATTEMPTS
+    from ci_fxcache.store.remote.s3.client import MAX_ATTEMPTS
 
     # restore: the head (attempts); save: the head (attempts); nothing after the first refusal
     assert len(misbehaving.seen) == 2 * MAX_ATTEMPTS, misbehaving.seen
@@ -428,8 +428,10 @@ def test_invalidate_s3_applies_the_policies_then_collects_unreferenced_objects(
 def test_invalidate_s3_max_age_follows_the_last_used_marker(
     tmp_path: Path, run_fxcache: RunFxcache, seaweed: SeaweedS3, bucket: str
 ) -> None:
-    from ci_fxcache.store import s3_client, s3_invalidate, s3_tier
     from ci_fxcache.store.policies import Policy
+    from ci_fxcache.store.remote.s3 import client as s3_client
+    from ci_fxcache.store.remote.s3 import invalidate as s3_invalidate
+    from ci_fxcache.store.remote.s3 import tier as s3_tier
 
     a = _store(tmp_path, "a", run_fxcache, seaweed, bucket)
     state = _first_job(a)
@@ -553,8 +555,9 @@ def test_fetched_files_are_created_read_only_with_the_stat_the_manifest_records(
     umask that takes the group's and others' bits) in directories it made up front at any
     depth, and records the stat of the open file: the manifest's sizes and mtimes are the
     files' own, so the local restore's fast check passes without hashing anything again."""
-    from ci_fxcache.store import s3_client, s3_tier
     from ci_fxcache.store.layout import Layout
+    from ci_fxcache.store.remote.s3 import client as s3_client
+    from ci_fxcache.store.remote.s3 import tier as s3_tier
 
     files = {**SAMPLE, "inductor/fxgraph/ab/cd/ef/deep": b"deep" * 999, "triton/a/b/c/k": b"k"}
     a = _store(tmp_path, "a", run_fxcache, seaweed, bucket)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ci_fxcache import text_table
+from ci_fxcache.report import text_table
 
 
 def test_columns_align_clip_and_right_justify() -> None:

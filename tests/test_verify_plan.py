@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ci_fxcache.errors import UsageError
-from ci_fxcache.store import redis_cache
+from ci_fxcache.store.remote import redis_cache
 from ci_fxcache.verify import forkserver, matrix, runner
 from tests.conftest import TORCH_PYTHON, RunFxcache, free_port
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from ci_fxcache import gha, names, userfiles
 from ci_fxcache.errors import UsageError
-from ci_fxcache.store import redis_cache, s3_client
+from ci_fxcache.store.remote import redis_cache
+from ci_fxcache.store.remote.s3 import client as s3_client
 from ci_fxcache.verify import causes
 
 INPUTS_ENV = "FXCACHE_INPUTS"

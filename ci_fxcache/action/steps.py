@@ -33,9 +33,11 @@ from ci_fxcache.action.settings import (
 from ci_fxcache.env import interpreter
 from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
 from ci_fxcache.report import pr_comment
-from ci_fxcache.store import redis_cache, remote, s3_client, state_file, trust
 from ci_fxcache.store import save as store_save
+from ci_fxcache.store import state_file, tiered, trust
 from ci_fxcache.store.layout import Layout
+from ci_fxcache.store.remote import redis_cache
+from ci_fxcache.store.remote.s3 import client as s3_client
 
 # The main action's outputs: name -> id of the step that writes it (action.yml's `outputs:`
 # maps each to `steps.<id>.outputs.<name>`; tests/test_action_inputs.py checks it).
@@ -199,7 +201,8 @@ def setup() -> int:
         if not values["s3-url"]:
             notes.append("store s3 without an s3-url: local only")
         else:
-            remote_tier = True  # read-only runs read the bucket and never write it (store.remote)
+            # read-only runs read the bucket and never write it (store.remote.transfer)
+            remote_tier = True
     for note in notes:
         gha.say("notice", note)
     if store == "github" and read_only:
@@ -235,13 +238,14 @@ def setup() -> int:
     )
     if store == "github":
         # Actions cache entries are immutable: save under a unique key (scope, suffix, run,
-        # attempt), restore the newest entry of this scope by prefix (store/actions_cache.py).
+        # attempt), restore the newest entry of this scope by prefix
+        # (store/remote/github/cache_service.py).
         scope = scopekey.scope_key(fingerprint.collect(settings.python))
         suffix = values["key-suffix"]
         settings.gha_prefix = f"{scope}-{suffix + '-' if suffix else ''}"
         run_id = os.environ.get("GITHUB_RUN_ID", "0")
         attempt = os.environ.get("GITHUB_RUN_ATTEMPT", "1")
-        from ci_fxcache.store.actions_cache import entry_key
+        from ci_fxcache.store.remote.github.cache_service import entry_key
 
         settings.gha_key = entry_key(settings.gha_prefix, run_id, attempt)
         settings.gha_path = str(root / scope)
@@ -401,7 +405,7 @@ def _save_result(s: Settings, key: str | None) -> dict[str, Any]:
     except (OSError, TimeoutError) as exc:
         gha.warn(f"could not save cache scope {state['scope_key']}: {exc}; continuing")
         return {"saved": False, "reason": str(exc)}
-    return remote.publish_from_state(layout, state, result, key, s.store)
+    return tiered.publish_from_state(layout, state, result, key, s.store)
 
 
 def _scope_key(s: Settings) -> str | None:
@@ -451,9 +455,9 @@ def save(post: bool = False) -> int:
 def gha_upload(s: Settings) -> int:
     """Upload the committed scope as this run's GitHub cache entry when `save` decided so.
     A failed upload is a warning: the job's own result stands, the next run compiles cold."""
-    from ci_fxcache.store import actions_cache, github_tier
-    from ci_fxcache.store.layout import Layout
-    from ci_fxcache.store.remote import RemoteUnavailable
+    from ci_fxcache.store.remote.github import cache_service
+    from ci_fxcache.store.remote.github.tier import GitHubTier
+    from ci_fxcache.store.remote.tier import RemoteUnavailable
 
     if s.store != "github":
         return 0
@@ -463,11 +467,11 @@ def gha_upload(s: Settings) -> int:
     if not done.get("upload") or write_refusal(s) is not None:
         print("fxcache: nothing to upload to the GitHub cache")
         return 0
-    where, problem = actions_cache.runtime()
+    where, problem = cache_service.runtime()
     if where is None:
         gha.warn(f"store github: this run added to the cache, but nothing was uploaded: {problem}")
         return 0
-    tier = github_tier.GitHubTier(actions_cache.CacheService(where), s.gha_key, s.gha_prefix)
+    tier = GitHubTier(cache_service.CacheService(where), s.gha_key, s.gha_prefix)
     scope = Path(s.gha_path)
     try:
         sent = tier.publish(Layout(scope.parent), scope.name, None)
@@ -486,19 +490,20 @@ def gha_upload(s: Settings) -> int:
 def gha_restore() -> int:
     """Store github: download the newest entry of this scope (by key prefix) into the store
     root before `restore` checks it. Nothing found, or a failed download, is a cold start."""
-    from ci_fxcache.store import actions_cache, github_tier, remote
-    from ci_fxcache.store.layout import Layout
+    from ci_fxcache.store.remote.github import cache_service
+    from ci_fxcache.store.remote.github.tier import GitHubTier
+    from ci_fxcache.store.remote.transfer import fetch_scope
 
     s = load()
     if s.store != "github":
         return 0
-    where, problem = actions_cache.runtime()
+    where, problem = cache_service.runtime()
     if where is None:
         gha.warn(f"store github: nothing restored from the GitHub cache: {problem}")
         return 0
     target = Path(s.gha_path)
-    tier = github_tier.GitHubTier(actions_cache.CacheService(where), s.gha_key, s.gha_prefix)
-    got = remote.fetch_scope(
+    tier = GitHubTier(cache_service.CacheService(where), s.gha_key, s.gha_prefix)
+    got = fetch_scope(
         Layout(target.parent), target.name, tier, read_only=True, signing_key=None
     )  # read_only: touch sends nothing for this tier either way
     if got.get("local"):

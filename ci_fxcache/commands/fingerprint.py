@@ -6,10 +6,11 @@ import argparse
 import json
 from typing import Any
 
-from ci_fxcache import cli, text_table
+from ci_fxcache import cli
 from ci_fxcache.commands import options
 from ci_fxcache.env import fingerprint, probe, scopekey
 from ci_fxcache.errors import EXIT_CHECK_FAILED, EXIT_OK
+from ci_fxcache.report import text_table
 
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:

@@ -8,14 +8,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import text_table, userfiles
+from ci_fxcache import userfiles
 from ci_fxcache.commands import options
 from ci_fxcache.env import fingerprint
 from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
+from ci_fxcache.report import text_table
 from ci_fxcache.store import invalidate as local
-from ci_fxcache.store import redis_cache, seal
+from ci_fxcache.store import seal
 from ci_fxcache.store.layout import Layout, resolve_root
 from ci_fxcache.store.policies import Policy, parse_duration, parse_size, parse_torch_version
+from ci_fxcache.store.remote import redis_cache
 from ci_fxcache.store.scopes import check_env, human_bytes, lease_ttl
 
 
@@ -115,16 +117,19 @@ def run(
         except Exception as exc:  # redis errors: report, do not crash the scheduled job
             raise UsageError(f"Redis at {redis_cache.redact(url)}: {exc}") from exc
     if github:
-        from ci_fxcache.store.github_caches import run as github_run
+        from ci_fxcache.store.remote.github.invalidate import run as github_run
 
         result["rows"] += github_run(policy, dry_run)
     if s3:
-        from ci_fxcache.store import remote, s3_client, s3_invalidate, s3_tier
+        from ci_fxcache.store.remote.s3 import client as s3_client
+        from ci_fxcache.store.remote.s3 import invalidate as s3_invalidate
+        from ci_fxcache.store.remote.s3.tier import S3Tier
+        from ci_fxcache.store.remote.tier import RemoteUnavailable
 
-        tier = s3_tier.S3Tier(s3_client.resolve_url(s3_url))
+        tier = S3Tier(s3_client.resolve_url(s3_url))
         try:
             done = s3_invalidate.run(tier, policy, dry_run, parse_duration(gc_grace))
-        except remote.RemoteUnavailable as exc:
+        except RemoteUnavailable as exc:
             raise UsageError(f"S3 {tier.describe()}: {exc}") from exc
         result["rows"] += done["rows"]
         result["s3"] = {"url": tier.describe(), "gc": done["gc"], "dry_run": dry_run}

@@ -58,12 +58,12 @@ def python_option(parser: argparse.ArgumentParser) -> None:
 
 
 def redis_url_option(parser: argparse.ArgumentParser, help: str) -> None:
-    """`--redis-url` (env FXCACHE_REDIS_URL, read where it is used: store.redis_cache)."""
+    """`--redis-url` (env FXCACHE_REDIS_URL, read where it is used: store.remote.redis_cache)."""
     parser.add_argument("--redis-url", default=None, help=f"{help} (env FXCACHE_REDIS_URL)")
 
 
 def s3_url_option(parser: argparse.ArgumentParser) -> None:
-    """`--s3-url s3://BUCKET/PREFIX` (env FXCACHE_S3_URL, read in store.s3_client)."""
+    """`--s3-url s3://BUCKET/PREFIX` (env FXCACHE_S3_URL, read in store.remote.s3.client)."""
     parser.add_argument(
         "--s3-url",
         default=None,

@@ -139,10 +139,13 @@ def run(
     # Imported while the job's interpreter reports its versions: a restore is on every job's
     # critical path (docs/store.md, Performance).
     from ci_fxcache.env import scopekey
-    from ci_fxcache.store import redis_cache, remote, scopes, trust
     from ci_fxcache.store import restore as store_restore
+    from ci_fxcache.store import scopes, trust
     from ci_fxcache.store import state_file as states
     from ci_fxcache.store.layout import VERIFY_DIR_ENV, Layout, resolve_root
+    from ci_fxcache.store.remote import redis_cache
+    from ci_fxcache.store.remote.factory import tier_for
+    from ci_fxcache.store.remote.transfer import fetch_scope
 
     if state_file is not None:
         states.check_target(state_file)
@@ -150,7 +153,7 @@ def run(
     strategy = _overlay_strategy(overlay_strategy)
     key_for_signing = trust.signing_key()
     redis_url = redis_cache.resolve_url(redis_url) if store == "redis" else None
-    tier = remote.tier_for(store, s3_url)
+    tier = tier_for(store, s3_url)
     if redis_url is not None:
         redis_cache.check_signed_use(key_for_signing, redis_writers_run_code)
     fp = taking.result()
@@ -168,7 +171,7 @@ def run(
     remote_info = None
     try:
         if tier is not None:  # tier 2 first: a scope it has becomes a local one
-            remote_info = remote.fetch_scope(
+            remote_info = fetch_scope(
                 Layout(store_root), key, tier, read_only=reason is not None,
                 signing_key=key_for_signing,
             )  # fmt: skip

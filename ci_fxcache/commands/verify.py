@@ -16,8 +16,9 @@ from ci_fxcache.env import fingerprint, interpreter, scopekey
 from ci_fxcache.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 from ci_fxcache.report import labels
 from ci_fxcache.results import writer
-from ci_fxcache.store import redis_cache, state_file
+from ci_fxcache.store import state_file
 from ci_fxcache.store.layout import VERIFY_DIR_ENV
+from ci_fxcache.store.remote import redis_cache
 from ci_fxcache.verify import causes, matrix, runner
 from ci_fxcache.verify.forkserver import ForkServer
 

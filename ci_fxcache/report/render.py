@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import text_table, userfiles
+from ci_fxcache import userfiles
 from ci_fxcache.errors import UsageError
-from ci_fxcache.report import labels, recommendations
+from ci_fxcache.report import labels, recommendations, text_table
 from ci_fxcache.report.model import Report, Row
 
 _MIN_ROW_CHARS = 40  # no table row renders shorter than this

@@ -15,7 +15,8 @@ from typing import Any, NamedTuple
 
 from ci_fxcache import timestamps
 from ci_fxcache.env import cpus, gpus, torch_support
-from ci_fxcache.store import manifest, redis_cache
+from ci_fxcache.store import manifest
+from ci_fxcache.store.remote import redis_cache
 from ci_fxcache.verify import recheck, verdicts, workload_check
 from ci_fxcache.verify.forkserver import ForkServer
 from ci_fxcache.verify.matrix import Combo, Matrix

@@ -20,14 +20,14 @@ from typing import Any
 
 from ci_fxcache.env import scopekey
 from ci_fxcache.store.policies import Entry, Policy, select
-from ci_fxcache.store.remote import RemoteCorrupt, RemoteUnavailable
-from ci_fxcache.store.s3_client import S3Missing, S3Unavailable
-from ci_fxcache.store.s3_tier import S3Tier
+from ci_fxcache.store.remote.s3.client import S3Missing, S3Unavailable
+from ci_fxcache.store.remote.s3.objects import S3Objects
+from ci_fxcache.store.remote.tier import RemoteCorrupt, RemoteUnavailable
 
 DEFAULT_GRACE_S = 24 * 3600.0
 
 
-def _scopes(tier: S3Tier) -> dict[str, dict[str, float]]:
+def _scopes(tier: S3Objects) -> dict[str, dict[str, float]]:
     """Scope key -> {"head": LastModified, "last-used": LastModified} from one listing."""
     prefix = tier.where.key("scopes") + "/"
     found: dict[str, dict[str, float]] = {}
@@ -39,7 +39,7 @@ def _scopes(tier: S3Tier) -> dict[str, dict[str, float]]:
 
 
 def run(
-    tier: S3Tier,
+    tier: S3Objects,
     policy: Policy,
     dry_run: bool,
     grace_s: float = DEFAULT_GRACE_S,
@@ -54,7 +54,9 @@ def run(
         raise RemoteUnavailable(str(exc)) from None
 
 
-def _run(tier: S3Tier, policy: Policy, dry_run: bool, grace_s: float, now: float) -> dict[str, Any]:
+def _run(
+    tier: S3Objects, policy: Policy, dry_run: bool, grace_s: float, now: float
+) -> dict[str, Any]:
     entries: list[Entry] = []
     heads: dict[str, dict[str, Any]] = {}
     broken: list[str] = []

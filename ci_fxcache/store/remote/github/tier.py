@@ -1,5 +1,5 @@
-"""`store: github` as a backend of the remote tier (store.remote): a thin adapter over the
-Actions cache client (store.actions_cache), which keeps the protocol.
+"""`store: github` as a backend of the remote tier (store.remote.tier): a thin adapter over
+the Actions cache client (store.remote.github.cache_service), which keeps the protocol.
 
 An entry is one archive of the whole scope directory (manifest included) under an immutable
 key: fetch downloads the newest entry of the scope by key prefix, publish uploads the
@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache.store import actions_cache
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store.layout import MANIFEST, Layout
-from ci_fxcache.store.remote import Fetched, RemoteCorrupt, RemoteUnavailable
+from ci_fxcache.store.remote.github import cache_service
+from ci_fxcache.store.remote.tier import Fetched, RemoteCorrupt, RemoteUnavailable
 
 _BROKEN_ARCHIVE = "unusable cache archive"
 
@@ -26,7 +26,7 @@ class GitHubTier:
     name = "github"
 
     def __init__(
-        self, service: actions_cache.CacheService, save_key: str, restore_prefix: str
+        self, service: cache_service.CacheService, save_key: str, restore_prefix: str
     ) -> None:
         self._service = service
         self.save_key = save_key
@@ -43,10 +43,10 @@ class GitHubTier:
         """Download the newest entry of the scope into `target` (the local restore that
         follows checks every file against the archive's manifest)."""
         try:
-            matched = actions_cache.restore_directory(
+            matched = cache_service.restore_directory(
                 self._service, target, self.save_key, [self.restore_prefix]
             )
-        except actions_cache.CacheServiceError as exc:
+        except cache_service.CacheServiceError as exc:
             if _BROKEN_ARCHIVE in str(exc):
                 raise RemoteCorrupt(str(exc)) from None
             raise RemoteUnavailable(str(exc)) from None
@@ -63,8 +63,8 @@ class GitHubTier:
     def publish(self, layout: Layout, key: str, signing_key: str | None) -> dict[str, Any]:
         """Upload the committed scope as entry `save_key`."""
         try:
-            sent = actions_cache.save_directory(self._service, layout.scope(key), self.save_key)
-        except actions_cache.CacheServiceError as exc:
+            sent = cache_service.save_directory(self._service, layout.scope(key), self.save_key)
+        except cache_service.CacheServiceError as exc:
             raise RemoteUnavailable(str(exc)) from None
         return {"published": bool(sent.pop("uploaded")), **sent}
 

@@ -1,0 +1,137 @@
+"""The bucket as the S3 tier sees it: where each object lives, the client (made on first
+use), transfer counts, the reads of the index (head and segments), and what this runner
+keeps about the bucket (copies of immutable segments, packs found bad)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from ci_fxcache import atomic_write
+from ci_fxcache.store import manifest as mf
+from ci_fxcache.store.layout import LOCKS, Layout
+from ci_fxcache.store.remote.packs import sha256_hex
+from ci_fxcache.store.remote.s3.client import Bucket, Location, S3Missing, S3Unavailable
+from ci_fxcache.store.remote.s3.index import decode_segment, parse_head
+from ci_fxcache.store.remote.tier import REMOTE_DIR, RemoteCorrupt, RemoteUnavailable
+
+
+class S3Objects:
+    """The objects of one bucket prefix, and this runner's memory of them."""
+
+    def __init__(self, where: Location, bucket: Bucket | None = None) -> None:
+        self.where = where
+        self._bucket = bucket
+
+    # -- plumbing ----------------------------------------------------------------------------
+    @property
+    def bucket(self) -> Bucket:
+        """The client, made on first use (boto3 is imported only by S3 operations)."""
+        if self._bucket is None:
+            try:
+                self._bucket = Bucket(self.where)
+            except S3Unavailable as exc:
+                raise RemoteUnavailable(str(exc)) from None
+        return self._bucket
+
+    def describe(self) -> str:
+        """`s3://BUCKET/PREFIX`."""
+        return self.where.url()
+
+    def head_key(self, key: str) -> str:
+        """Object key of scope `key`'s head."""
+        return self.where.key("scopes", key, "head.json")
+
+    def last_used_key(self, key: str) -> str:
+        """Object key of scope `key`'s last-used marker."""
+        return self.where.key("scopes", key, "last-used")
+
+    def segment_key(self, digest: str) -> str:
+        """Object key of an index segment."""
+        return self.where.key("segments", digest)
+
+    def pack_key(self, digest: str) -> str:
+        """Object key of a pack."""
+        return self.where.key("packs", digest)
+
+    def stats(self) -> dict[str, Any]:
+        """Requests by kind and bytes moved so far by this tier's client."""
+        if self._bucket is None:
+            return {"requests": {}, "uploaded_bytes": 0, "downloaded_bytes": 0}
+        b = self._bucket
+        return {
+            "requests": dict(b.requests),
+            "uploaded_bytes": b.sent_bytes,
+            "downloaded_bytes": b.received_bytes,
+        }
+
+    # -- this runner's memory of the bucket --------------------------------------------------
+    def runner_dir(self, layout: Layout) -> Path:
+        """What this runner keeps about the bucket (immutable segments, bad packs)."""
+        ident = sha256_hex(self.describe().encode())[:16]
+        return layout.root / REMOTE_DIR / f"s3-{ident}"
+
+    def bad_packs(self, layout: Layout) -> set[str]:
+        """The packs this runner found missing or damaged."""
+        try:
+            data = json.loads((self.runner_dir(layout) / "bad-packs.json").read_text())
+        except (OSError, ValueError):
+            return set()
+        return {p for p in data if mf.is_digest(p)} if isinstance(data, list) else set()
+
+    def set_bad(self, layout: Layout, packs: set[str]) -> None:
+        """Record the packs found missing or damaged: never used from the bucket again until
+        this runner uploads that pack itself (a pack's name is its content's sha256)."""
+        where = self.runner_dir(layout)
+        where.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(sorted(packs)) + "\n"
+        atomic_write.write_text(where / "bad-packs.json", text, layout.root / LOCKS)
+
+    # -- reading the index -------------------------------------------------------------------
+    def read_head(self, key: str) -> tuple[dict[str, Any] | None, str | None]:
+        """(head, ETag) of scope `key`, (None, None) when it has none; RemoteCorrupt when the
+        head is not one a save wrote."""
+        try:
+            got = self.bucket.get(self.head_key(key))
+        except S3Missing:
+            return None, None
+        except S3Unavailable as exc:
+            raise RemoteUnavailable(str(exc)) from None
+        assert got is not None
+        body, etag = got
+        return parse_head(body, key), etag
+
+    def segment(self, layout: Layout, digest: str, packs: set[str]) -> dict[str, Any]:
+        """The files of segment `digest` (checked against its name), from this runner's copy
+        or the bucket."""
+        copy = self.runner_dir(layout) / "segments" / digest
+        try:
+            raw = copy.read_bytes()
+        except OSError:
+            raw = b""
+        if sha256_hex(raw) != digest:
+            try:
+                got = self.bucket.get(self.segment_key(digest))
+            except S3Missing:
+                raise RemoteCorrupt(f"index segment {digest[:12]} is missing") from None
+            except S3Unavailable as exc:
+                raise RemoteUnavailable(str(exc)) from None
+            assert got is not None
+            raw = got[0]
+            if sha256_hex(raw) != digest:
+                raise RemoteCorrupt(f"index segment {digest[:12]} does not match its sha256")
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            tmp = copy.with_name(f".{digest}.{os.getpid()}.{threading.get_ident()}")
+            tmp.write_bytes(raw)
+            os.replace(tmp, copy)
+        return decode_segment(raw, digest, packs)
+
+    def index(self, layout: Layout, head: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """Every file of the head's segments (a later segment's entry wins)."""
+        merged: dict[str, dict[str, Any]] = {}
+        for seg in head["segments"]:
+            merged.update(self.segment(layout, seg["sha256"], set(seg["packs"])))
+        return merged

@@ -1,0 +1,36 @@
+"""`store: s3` as a backend of the remote tier (store.remote.tier.RemoteTier): the bucket's
+objects (objects.py) with restore (fetch.py), save (publish.py) and the last-used marker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ci_fxcache.store.layout import Layout
+from ci_fxcache.store.remote.s3 import fetch, publish
+from ci_fxcache.store.remote.s3.client import S3Conflict, S3Missing, S3Unavailable
+from ci_fxcache.store.remote.s3.objects import S3Objects
+from ci_fxcache.store.remote.tier import Fetched, RemoteUnavailable
+
+
+class S3Tier(S3Objects):
+    """The S3 backend of the remote tier (store.remote.tier.RemoteTier)."""
+
+    name = "s3"
+
+    def fetch(
+        self, layout: Layout, key: str, target: Path, signing_key: str | None
+    ) -> Fetched | None:
+        """Download scope `key` into `target` (store.remote.tier.RemoteTier.fetch)."""
+        return fetch.fetch(self, layout, key, target, signing_key)
+
+    def publish(self, layout: Layout, key: str, signing_key: str | None) -> dict[str, Any]:
+        """Upload what the bucket lacks of committed scope `key` (store.remote.tier.RemoteTier)."""
+        return publish.publish(self, layout, key, signing_key)
+
+    def touch(self, key: str) -> None:
+        """PUT the scope's empty last-used marker (one small request)."""
+        try:
+            self.bucket.put(self.last_used_key(key), b"")
+        except (S3Unavailable, S3Missing, S3Conflict) as exc:
+            raise RemoteUnavailable(str(exc)) from None

@@ -1,0 +1,66 @@
+"""The interface of a remote-tier backend, its errors, and where fetches happen locally."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from ci_fxcache.store.layout import Layout
+
+# Fetches in progress (fresh directories renamed into a scope when complete) and what
+# backends keep about the remote tier on this runner (immutable index objects, bad objects).
+REMOTE_DIR = ".remote"
+
+
+class RemoteUnavailable(Exception):
+    """The remote tier cannot be used now (unreachable, credentials, missing bucket,
+    throttled): one warning, then local-only operation."""
+
+
+class RemoteCorrupt(Exception):
+    """The remote copy of a scope is broken (an object missing, a hash that does not match,
+    an unsigned or wrongly signed manifest under a signing key)."""
+
+    def __init__(self, reason: str, problems: list[str] | None = None) -> None:
+        super().__init__(reason)
+        self.problems = problems or []
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """What a fetch wrote: files, bytes, and transfer counts (requests by kind, bytes in)."""
+
+    files: int
+    total_bytes: int
+    detail: dict[str, Any]
+
+
+class RemoteTier(Protocol):
+    """A backend of tier 2."""
+
+    name: str
+
+    def describe(self) -> str:
+        """Where it is, for messages (never a credential)."""
+        ...
+
+    def fetch(
+        self, layout: Layout, key: str, target: Path, signing_key: str | None
+    ) -> Fetched | None:
+        """Create `target` (which does not exist) holding scope `key`'s files and a local
+        manifest; None when the remote has no such scope. Every file written is checked
+        against the remote index first."""
+        ...
+
+    def publish(self, layout: Layout, key: str, signing_key: str | None) -> dict[str, Any]:
+        """Upload what the remote copy of committed local scope `key` lacks."""
+        ...
+
+    def touch(self, key: str) -> None:
+        """Mark scope `key` as used now, cheaply (invalidation's --max-age)."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """Transfer counts so far (requests by kind, bytes each way), where the backend has them."""
+        ...

@@ -1,0 +1,54 @@
+"""The local store and the remote tier composed: save locally, then publish.
+
+The one module that imports both the local save (store.save) and the remote tier
+(store.remote); neither imports the other's save path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ci_fxcache import gha
+from ci_fxcache.store import save as store_save
+from ci_fxcache.store import state_file
+from ci_fxcache.store.layout import Layout
+from ci_fxcache.store.remote.factory import tier_for
+from ci_fxcache.store.remote.transfer import publish_scope
+
+
+def save_and_publish(path: Path, root: Path | None, signing_key: str | None) -> dict[str, Any]:
+    """`save_from_state`, then, for a restore that used a remote tier and may write, the
+    publication of what the remote copy lacks (also after a save that added nothing: a save
+    killed during its upload is completed by the next one)."""
+    result = store_save.save_from_state(path, root, signing_key)
+    state = state_file.read_state(path)
+    layout = Layout(root if root is not None else Path(state["root"]))
+    return publish_from_state(layout, state, result, signing_key)
+
+
+def publish_from_state(
+    layout: Layout,
+    state: dict[str, Any],
+    result: dict[str, Any],
+    signing_key: str | None,
+    store: str | None = None,
+) -> dict[str, Any]:
+    """After the local save `result` of restore's `state`: publish what the remote tier the
+    restore used lacks, when it used one and may write. `store`, when given (the action's
+    setup decided it), must be the store the state names; a state that names another is
+    not followed."""
+    remote = state.get("remote")
+    if not isinstance(remote, dict) or state.get("read_only") or not result.get("saved"):
+        return result
+    if store is not None and remote.get("store") != store:
+        gha.warn(f"the restore state names store {remote.get('store')!r}, setup chose {store!r}")
+        return result
+    try:
+        tier = tier_for(str(remote.get("store")), str(remote.get("url") or "") or None)
+    except Exception as exc:  # a state file edited by hand: not a reason to fail the job
+        gha.warn(f"remote tier of the restore unusable ({exc}); kept locally")
+        return result
+    if tier is not None:
+        result["remote"] = publish_scope(layout, state["scope_key"], tier, signing_key)
+    return result
