@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "ci_fxcache"
 # Cross-cutting helpers: the package's version, errors, Actions I/O, naming rules, user files,
 # GitHub's REST API, atomic writes, the timestamp format, the secret variables.
 HELPERS = ("__init__", "errors", "gha", "names", "userfiles", "github_api", "atomic_write",
-           "timestamps", "text_table", "secret_env")  # fmt: skip
+           "timestamps", "text_table")  # fmt: skip
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("helpers", HELPERS),
     ("env", ("env",)),  # fingerprint, GPUs, CPU, interpreter, probe, scope key, torch support
