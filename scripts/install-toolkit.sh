@@ -44,9 +44,9 @@ if [ -n "${FXCACHE_TOOLKIT:-}" ]; then
   [ "${FXCACHE_TOOLKIT#/}" != "$FXCACHE_TOOLKIT" ] ||
     fail "toolkit $FXCACHE_TOOLKIT: give the absolute path of an installed fxcache"
   found="$("$FXCACHE_TOOLKIT" --version 2>/dev/null)" ||
-    fail "FXCACHE_TOOLKIT=$FXCACHE_TOOLKIT does not run: unset it to install the toolkit"
+    fail "toolkit $FXCACHE_TOOLKIT does not run: leave the toolkit input empty to install one"
   [ "$found" = "fxcache $wanted" ] ||
-    fail "FXCACHE_TOOLKIT=$FXCACHE_TOOLKIT is $found, this action needs fxcache $wanted"
+    fail "toolkit $FXCACHE_TOOLKIT is $found, this action needs fxcache $wanted"
   echo "fxcache: using the installed toolkit $FXCACHE_TOOLKIT"
   publish "$FXCACHE_TOOLKIT" "$delimiter"
   exit 0
@@ -117,7 +117,7 @@ install() { # VENV
   "$base" -I -S -m venv "$1"
   "$1/bin/python" -I -m pip install --quiet --disable-pip-version-check --require-hashes \
     --only-binary=:all: "${pip_args[@]}" ||
-    fail "could not install the toolkit's locked dependencies (see pip's message above); on an air-gapped runner point pip at a mirror (PIP_INDEX_URL) or preinstall the toolkit (FXCACHE_TOOLKIT)"
+    fail "could not install the toolkit's locked dependencies (see pip's message above); on an air-gapped runner point pip at a mirror (PIP_INDEX_URL) or preinstall the toolkit (the toolkit input)"
   site="$("$1/bin/python" -I -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
   (cd "$root" && find ci_fxcache -name __pycache__ -prune -o -type f ! -name '*.pyc' -print0 |
     xargs -0 cp --parents -t "$site")

@@ -406,6 +406,9 @@ def post_comment() -> int:
     _set_env(names.TOKEN_ENV, values["github-token"])
     argv = ["comment", str(s.results), "--report-id", s.report_id]
     argv += ["--token-env", names.TOKEN_ENV]
+    number = values["run-event"].number  # the runner's record, not the event file
+    if number is not None:
+        argv += ["--pr", str(number)]
     return cli.main(argv)
 
 
