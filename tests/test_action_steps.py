@@ -597,3 +597,25 @@ def test_store_s3_writes_only_from_the_default_branch(
     assert s.proc.returncode == 0, s.lines
     settings = s.settings()
     assert settings["remote"] is True and settings["upload"] is writes
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["GITHUB_API_URL", "GITHUB_EVENT_PATH", "RUNNER_TEMP", "ACTIONS_RUNTIME_TOKEN", "PATH",
+     "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME", "NODE_OPTIONS", "BASH_ENV",
+     "AWS_SECRET_ACCESS_KEY", "FXCACHE_SIGNING_KEY", "FXCACHE_INPUTS"],
+)  # fmt: skip
+def test_no_step_can_hand_on_what_steers_the_runner_or_an_interpreter(name: str) -> None:
+    """Issue 32: the toolkit is the one home of which names pass between its steps; a name
+    that steers the runner, node, Python, the loader or carries a secret never can."""
+    from ci_fxcache import names
+
+    with pytest.raises(ValueError, match="can never be handed"):
+        names.check_passable(name)
+
+
+def test_every_declared_hand_on_is_allowed() -> None:
+    from ci_fxcache.action import steps
+
+    handed = {n for run in steps.RUNS for s in steps.describe(run)["steps"] for n in s["passes"]}
+    assert handed == {"FXCACHE_ACTION_SETTINGS"}

@@ -141,3 +141,10 @@ def test_the_walk_sees_imports() -> None:
     assert ("ci_fxcache.worker.phase", "ci_fxcache.worker.tensors") in edges
     assert ("ci_fxcache.cli", "argparse") in edges
     assert any(n.startswith("ci_fxcache.worker.") and i == "torch" for n, i in edges)
+
+
+def test_the_package_root_holds_entry_points_and_shared_helpers_only() -> None:
+    """Issue 31 §7: 12 modules at most at the root (the rest lives in the stage packages)."""
+    root = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert set(root) <= {*HELPERS, "cli", "__main__", "guard"}, root
+    assert len(root) <= 12, root

@@ -122,7 +122,11 @@ test("a toolkit named by the job's environment is never run: only the toolkit in
   fs.writeFileSync(planted, `#!/bin/sh\ntouch ${box.dir}/planted-ran\necho "fxcache 0.1.0"\n`,
                    { mode: 0o755 });
   box.env.FXCACHE_TOOLKIT = planted;
-  box.env.PATH = box.dir;  // no python3 either: the install stops at once, having run nothing
+  // A PATH with bash but no python3: the install stops at once, having run nothing.
+  const bin = path.join(box.dir, "bin");
+  fs.mkdirSync(bin);
+  fs.symlinkSync("/bin/bash", path.join(bin, "bash"));
+  box.env.PATH = bin;
   assert.equal(js.main(box.env, box.io), 2);
   assert.equal(fs.existsSync(path.join(box.dir, "planted-ran")), false);
   assert.match(box.log.join(""), /Install the fxcache toolkit/);
