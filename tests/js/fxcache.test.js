@@ -187,6 +187,20 @@ test("post gets no loader variable of the job, only the library path main had", 
   assert.equal(env.LD_LIBRARY_PATH, "/main/lib");
 });
 
+test("the save sub-action gets no preloaded library of the job", () => {
+  const box = sandbox();
+  box.env.LD_PRELOAD = "/tmp/evil.so";
+  box.env.LD_AUDIT = "/tmp/evil-audit.so";
+  box.env.LD_LIBRARY_PATH = "/opt/python/lib";  // its interpreter may need it to start
+  assert.equal(js.subAction("save", box.env, box.io), 0);
+  const env = box.stepEnv("save");
+  assert.ok(env, "save did not run");
+  assert.equal(env.LD_PRELOAD, undefined);
+  assert.equal(env.LD_AUDIT, undefined);
+  assert.equal(env.LD_LIBRARY_PATH, "/opt/python/lib");
+  assert.equal(env.ACTIONS_RUNTIME_TOKEN, "runtime-token");
+});
+
 test("masks are escaped as the runner reads them back", () => {
   const out = [];
   js.maskLines("100%25 key\rwith a CR", (s) => out.push(s));
