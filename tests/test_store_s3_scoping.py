@@ -65,15 +65,15 @@ def test_the_action_writes_the_bucket_only_from_the_default_branch(
         runner = tmp_path / name
         runner.mkdir()
         common = dict(event=event, event_name=event_name, GITHUB_REF=ref, **seaweed.env())
-        setup = run_step(runner, "setup", inputs, **common)  # type: ignore[arg-type]
+        setup = run_step(runner, "setup", inputs, **common)
         settings = setup.outputs["settings"]
         restored = run_step(runner, "restore", inputs, FXCACHE_ACTION_SETTINGS=settings,
-                            **common)  # type: ignore[arg-type]  # fmt: skip
+                            **common)  # fmt: skip
         assert restored.proc.returncode == 0, restored.lines
         state = json.loads((Path(settings).parent / "restore-state.json").read_text())
         write_files(Path(state["inductor_dir"]).parent, {f"inductor/{name}/entry": b"x" * 64})
         post = run_step(runner, "post-save", inputs, **setup.post_env(),
-                        **common)  # type: ignore[arg-type]  # fmt: skip
+                        **common)  # fmt: skip
         assert post.proc.returncode == 0 and '"saved": true' in post.proc.stdout, post.lines
         seen.append((restored.outputs["cache-hit"], _objects(seaweed, bucket)))
     (main_hit, after_main), (pr_hit, after_pr) = seen
