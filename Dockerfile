@@ -2,7 +2,8 @@
 # The toolkit lives in its own venv so it never touches the image's torch environment.
 FROM pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime
 
-# FXCACHE_TOOLKIT: the action uses this toolkit instead of installing one.
+# The toolkit's path: pass it to the action as `toolkit: /opt/fxcache/bin/fxcache` to use it
+# instead of installing one (the action reads only its input, never FXCACHE_TOOLKIT).
 ENV FXCACHE_PYTHON=/opt/conda/bin/python \
     FXCACHE_TOOLKIT=/opt/fxcache/bin/fxcache \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \

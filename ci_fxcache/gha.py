@@ -59,8 +59,8 @@ def mask(value: str) -> None:
     if not in_actions():
         return
     for line in value.splitlines():  # one command per line: a newline would end it early
-        if line.strip():
-            print(f"::add-mask::{line}", file=sys.stderr, flush=True)
+        if line.strip():  # escaped as the runner reads it back: a '%25' in it stays '%25'
+            print(f"::add-mask::{_escape_data(line)}", file=sys.stderr, flush=True)
 
 
 def _is_log(stream: TextIO) -> bool:

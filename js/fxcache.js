@@ -1,9 +1,10 @@
 // The one JavaScript module of the fxcache actions (node's own modules only). It holds no
 // decision: it installs the toolkit with scripts/install-toolkit.sh, asks the toolkit which
 // steps to run (`fxcache action describe <run>`: each step's log group title, the secret
-// inputs it may see, whether it gets the Actions cache service's variables), and runs each
-// step as its own process with exactly that environment. Inputs reach the toolkit as one
-// JSON object (FXCACHE_INPUTS); every secret input is masked line by line first.
+// inputs it may see, the private variables it gets, the job variables it never gets and the
+// names it hands on to the later steps), and runs each step as its own process with exactly
+// that environment. Inputs reach the toolkit as one JSON object (FXCACHE_INPUTS); every
+// secret input is masked line by line first. Programs it starts are named by absolute path.
 "use strict";
 const crypto = require("crypto");
 const fs = require("fs");
@@ -12,7 +13,11 @@ const path = require("path");
 const { spawnSync } = require("child_process");
 
 const ACTION_ROOT = path.resolve(__dirname, "..");
-const TOOLKIT_STATE = "fxcache_toolkit";
+const TOOLKIT_STATE = "fxcache_toolkit";  // written by setup (settings.TOOLKIT_STATE)
+// The job's value of a variable when main started, for the post step (runner-held state).
+const KEPT_STATE = "fxcache_kept_";
+// Never looked up on PATH: a program planted first on it must not run the install.
+const BASH = "/bin/bash";
 
 // The runner's INPUT_<NAME> variable of an input (actions/toolkit's getInput rule).
 function inputVariable(name) {
@@ -54,24 +59,37 @@ function parseFileCommand(text) {
   return values;
 }
 
+// A workflow command's data as the runner reads it back ('%', CR and LF escaped).
+function escapeData(text) {
+  return text.replace(/%/g, "%25").replace(/\r/g, "%0D").replace(/\n/g, "%0A");
+}
+
 // ::add-mask:: for every non-empty line of a secret (one command per line: a line break in
-// the value would end the command and print the rest in clear).
+// the value would end the command and print the rest in clear), escaped as the runner
+// expects, so that it masks the line exactly (a '%25' in a key stays '%25').
 function maskLines(value, write) {
   for (const line of String(value).split(/\r?\n/)) {
-    if (line.trim()) write(`::add-mask::${line}\n`);
+    if (line.trim()) write(`::add-mask::${escapeData(line)}\n`);
   }
 }
 
-// The environment of a step: the job's, without any INPUT_* / STATE_* variable or any name
-// the toolkit lists as private, plus the variables the toolkit lists for that step.
+// The environment of a step: the job's, without any INPUT_* / STATE_* variable, any name the
+// toolkit lists as private or any variable it withholds from this run, plus the variables
+// the toolkit lists for that step.
 function childEnv(env, plan, step, extra) {
   const out = {};
   const hidden = new Set(plan.private_env);
+  const withheld = plan.withheld_prefixes || [];
   for (const [k, v] of Object.entries(env)) {
     if (k.startsWith("INPUT_") || k.startsWith("STATE_") || hidden.has(k)) continue;
+    if (withheld.some((prefix) => k.startsWith(prefix))) continue;
     out[k] = v;
   }
   for (const k of step.env) if (k in env) out[k] = env[k];
+  for (const k of plan.from_main || []) {
+    const kept = env[`STATE_${KEPT_STATE}${k}`];
+    if (kept) out[k] = kept;
+  }
   return Object.assign(out, extra || {});
 }
 
@@ -87,6 +105,10 @@ function stepInputs(env, describe, step) {
 }
 
 function run(command, args, env, io) {
+  if (!path.isAbsolute(command)) {
+    io.write(`::error::fxcache: not running ${command}: only programs named by absolute path\n`);
+    return 1;
+  }
   const result = spawnSync(command, args, { stdio: ["ignore", "inherit", "inherit"], env });
   if (result.error) {
     io.write(`::error::fxcache: could not run ${command}: ${result.error.message}\n`);
@@ -96,12 +118,14 @@ function run(command, args, env, io) {
 }
 
 // The environment of the install and of `describe`, which run before the toolkit can say
-// what a step may see: no input, no state and no runner token or file command of any kind.
+// what a step may see: no input, no state, no runner token, store credential or file
+// command of any kind, and no toolkit but the one the action's own input names.
 function bareEnv(env, extra) {
   const out = {};
   for (const [k, v] of Object.entries(env)) {
-    if (/^(INPUT_|STATE_|ACTIONS_)/.test(k)) continue;
-    if (["GITHUB_STATE", "GITHUB_ENV", "GITHUB_PATH", "GITHUB_OUTPUT"].includes(k)) continue;
+    if (/^(INPUT_|STATE_|ACTIONS_|AWS_)/.test(k)) continue;
+    if (["GITHUB_STATE", "GITHUB_ENV", "GITHUB_PATH", "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY",
+         "FXCACHE_TOOLKIT"].includes(k)) continue;
     out[k] = v;
   }
   return Object.assign(out, extra || {});
@@ -116,14 +140,16 @@ function installToolkit(env, io, store) {
     FXCACHE_ACTION_ROOT: ACTION_ROOT,
     FXCACHE_BASE_PYTHON: input(env, "python"),
     FXCACHE_STORE: store,
+    FXCACHE_TOOLKIT: input(env, "toolkit"),
+    FXCACHE_RUN_EVENT: input(env, "run-event"),
     GITHUB_OUTPUT: output,
   });
   io.write("::group::Install the fxcache toolkit\n");
-  const rc = run("bash", [path.join(ACTION_ROOT, "scripts", "install-toolkit.sh")], childenv, io);
+  const rc = run(BASH, [path.join(ACTION_ROOT, "scripts", "install-toolkit.sh")], childenv, io);
   io.write("::endgroup::\n");
   const fxcache = readFileCommand(output).fxcache;
   fs.rmSync(scratch, { recursive: true, force: true });
-  return rc === 0 && fxcache ? fxcache : null;
+  return rc === 0 && fxcache && path.isAbsolute(fxcache) ? fxcache : null;
 }
 
 // `fxcache action describe <run>`: the steps to run and what each may see.
@@ -151,37 +177,41 @@ function size(file) {
 }
 
 // Run the steps of `runName` in order, each in its own log group; stop at the first that
-// fails and return its exit status. What a step exports through $GITHUB_ENV reaches the
-// later steps of the same run, as it would between the steps of a composite action (the
-// runner itself applies it only after this whole step).
-function runSteps(fxcache, runName, env, io, extra) {
+// fails and return its exit status. Of what a step (or any process it started) appends to
+// $GITHUB_ENV, only the names the toolkit lists for that step (`passes`) reach the later
+// steps of the same run; the runner applies the file to the job's later steps by its own
+// rules after this whole step.
+function runSteps(fxcache, runName, env, io) {
   const plan = describe(fxcache, runName, env, io);
   if (plan === null) return 1;
   for (const name of plan.secret_inputs) maskLines(input(env, name), (s) => io.write(s));
+  for (const name of plan.keep_for_post || []) {
+    appendFileCommand(env.GITHUB_STATE, `${KEPT_STATE}${name}`, env[name] || "");
+  }
   const current = Object.assign({}, env);
   for (const step of plan.steps) {
-    const childenv = childEnv(current, plan, step, Object.assign({}, extra || {}, {
+    const childenv = childEnv(current, plan, step, {
       FXCACHE_INPUTS: stepInputs(env, plan, step),
-    }));
+    });
     const before = size(env.GITHUB_ENV);
     io.write(`::group::${step.title}\n`);
     const rc = run(fxcache, ["action", step.step], childenv, io);
     io.write("::endgroup::\n");
     if (rc !== 0) return rc;
-    const exported = appended(env.GITHUB_ENV, before);
-    Object.assign(current, parseFileCommand(exported));
+    const exported = parseFileCommand(appended(env.GITHUB_ENV, before));
+    for (const name of step.passes) if (name in exported) current[name] = exported[name];
   }
   return 0;
 }
 
 const stdout = { write: (s) => process.stdout.write(s) };
 
-// The root action's main: install, then the main steps; the toolkit's path is kept for the
-// post step (runner-held state), which runs that toolkit and no other.
+// The root action's main: install, then the main steps. Setup keeps the toolkit's path for
+// the post step (runner-held state), which runs that toolkit and no other; a run refused
+// before setup leaves the post step nothing to do.
 function main(env = process.env, io = stdout) {
   const fxcache = installToolkit(env, io, input(env, "store"));
   if (fxcache === null) return 2;
-  appendFileCommand(env.GITHUB_STATE, TOOLKIT_STATE, fxcache);
   return runSteps(fxcache, "main", env, io);
 }
 
@@ -216,6 +246,6 @@ function subAction(runName, env = process.env, io = stdout) {
 }
 
 module.exports = {
-  ACTION_ROOT, appendFileCommand, bareEnv, childEnv, extraStore, inputVariable, main, maskLines, post,
-  readFileCommand, runSteps, stepInputs, subAction,
+  ACTION_ROOT, appendFileCommand, bareEnv, childEnv, escapeData, extraStore, inputVariable, main,
+  maskLines, post, readFileCommand, runSteps, stepInputs, subAction,
 };

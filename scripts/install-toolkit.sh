@@ -7,17 +7,27 @@
 # from the action's directory (no build step, nothing else fetched). The venv lives in the
 # runner's tool cache under an id that hashes the toolkit's sources, the lock files, the extras
 # and the base interpreter; it is reused only when a hash of all its files matches the one
-# recorded when it was installed. Every Python here runs isolated (-I, the toolkit's own
-# `fxcache` too): nothing in the job's working directory, PYTHONPATH or user site runs inside
-# the toolkit. Untrusted events (forks, pull_request_target, ...) never
-# reuse one: they install into a private venv under $RUNNER_TEMP.
+# recorded when it was installed: a check against corruption (an install cut short, a disk
+# error), not against the job's user, who can rewrite the venv and its record alike. Every
+# Python here runs isolated (-I, the toolkit's own `fxcache` too): nothing in the job's
+# working directory, PYTHONPATH or user site runs inside the toolkit; the base interpreter
+# also runs without its site (-S), so no .pth file or sitecustomize of the job's interpreter
+# runs here. Tools are taken from /usr/bin and /bin only, never from the job's PATH (which
+# any step can prepend to); only the base interpreter is looked up there. Untrusted events
+# (forks, pull_request_target, ...) never reuse a venv: they install into a private one
+# under $RUNNER_TEMP.
 #
 # env: FXCACHE_ACTION_ROOT  the action's root directory
 #      FXCACHE_BASE_PYTHON  interpreter to build the venv from (else $FXCACHE_PYTHON, python3)
 #      FXCACHE_STORE        redis / s3: install the redis / s3 extra too
-#      FXCACHE_TOOLKIT      path of an installed fxcache to use instead (same version)
+#      FXCACHE_TOOLKIT      absolute path of an installed fxcache to use instead (same
+#                           version): the action's `toolkit` input, never the job's variable
+#      FXCACHE_RUN_EVENT    the runner's record of the event (the action's run-event input)
 # out: step output `fxcache` (path of the fxcache executable) when $GITHUB_OUTPUT is set
 set -euo pipefail
+job_path="${PATH:-}"
+PATH=/usr/bin:/bin
+export PATH
 
 root="${FXCACHE_ACTION_ROOT:?FXCACHE_ACTION_ROOT is not set}"
 fail() { echo "::error::fxcache: $*"; exit 2; }
@@ -31,19 +41,23 @@ delimiter="$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 wanted="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$root/ci_fxcache/__init__.py")"
 
 if [ -n "${FXCACHE_TOOLKIT:-}" ]; then
+  [ "${FXCACHE_TOOLKIT#/}" != "$FXCACHE_TOOLKIT" ] ||
+    fail "toolkit $FXCACHE_TOOLKIT: give the absolute path of an installed fxcache"
   found="$("$FXCACHE_TOOLKIT" --version 2>/dev/null)" ||
-    fail "FXCACHE_TOOLKIT=$FXCACHE_TOOLKIT does not run: unset it to install the toolkit"
+    fail "toolkit $FXCACHE_TOOLKIT does not run: leave the toolkit input empty to install one"
   [ "$found" = "fxcache $wanted" ] ||
-    fail "FXCACHE_TOOLKIT=$FXCACHE_TOOLKIT is $found, this action needs fxcache $wanted"
+    fail "toolkit $FXCACHE_TOOLKIT is $found, this action needs fxcache $wanted"
   echo "fxcache: using the installed toolkit $FXCACHE_TOOLKIT"
   publish "$FXCACHE_TOOLKIT" "$delimiter"
   exit 0
 fi
 
-fit() { "$1" -I -c 'import sys, venv; sys.exit(sys.version_info < (3, 10))' >/dev/null 2>&1; }
+fit() { "$1" -I -S -c 'import sys, venv; sys.exit(sys.version_info < (3, 10))' >/dev/null 2>&1; }
 base=""
 for candidate in "${FXCACHE_BASE_PYTHON:-}" "${FXCACHE_PYTHON:-}" python3; do
-  if [ -n "$candidate" ] && fit "$candidate"; then base="$candidate"; break; fi
+  [ -n "$candidate" ] || continue
+  found="$(PATH="$job_path" command -v -- "$candidate" || true)"
+  if [ -n "$found" ] && fit "$found"; then base="$found"; break; fi
 done
 [ -n "$base" ] || fail "no Python >= 3.10 with the venv module found: set the action's python input"
 
@@ -54,9 +68,15 @@ pip_args=()
 for file in "${requirements[@]}"; do pip_args+=(-r "$file"); done
 
 # Trust is the toolkit's decision (ci_fxcache/store/trust.py, standard library only).
-untrusted="$("$base" -I -c 'import sys; sys.path.insert(0, sys.argv[1]); from ci_fxcache.store.trust import untrusted_reason; print(untrusted_reason() or "")' "$root")"
+untrusted="$("$base" -I -S - "$root" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+from ci_fxcache.store import trust
+print(trust.install_reason() or "")
+PY
+)"
 
-id="$("$base" -I - "$root" "${requirements[@]}" <<'PY'
+id="$("$base" -I -S - "$root" "${requirements[@]}" <<'PY'
 import hashlib, os, sys
 root = sys.argv[1]
 h = hashlib.sha256(("%s|%s" % (os.path.realpath(sys.executable), sys.version)).encode())
@@ -74,7 +94,7 @@ PY
 
 # A hash of every file of the venv (names, link targets, contents).
 digest() {
-  "$base" -I - "$1" <<'PY'
+  "$base" -I -S - "$1" <<'PY'
 import hashlib, os, sys
 venv = sys.argv[1]
 h = hashlib.sha256()
@@ -94,10 +114,10 @@ PY
 
 install() { # VENV
   rm -rf "$1"
-  "$base" -m venv "$1"
+  "$base" -I -S -m venv "$1"
   "$1/bin/python" -I -m pip install --quiet --disable-pip-version-check --require-hashes \
     --only-binary=:all: "${pip_args[@]}" ||
-    fail "could not install the toolkit's locked dependencies (see pip's message above); on an air-gapped runner point pip at a mirror (PIP_INDEX_URL) or preinstall the toolkit (FXCACHE_TOOLKIT)"
+    fail "could not install the toolkit's locked dependencies (see pip's message above); on an air-gapped runner point pip at a mirror (PIP_INDEX_URL) or preinstall the toolkit (the toolkit input)"
   site="$("$1/bin/python" -I -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
   (cd "$root" && find ci_fxcache -name __pycache__ -prune -o -type f ! -name '*.pyc' -print0 |
     xargs -0 cp --parents -t "$site")
@@ -130,10 +150,10 @@ intact() { [ -f "$record" ] && [ -x "$venv/bin/fxcache" ] && [ "$(digest "$venv"
 exec 9>"$store/.install-$id.lock"
 if command -v flock >/dev/null; then flock 9; fi
 if intact; then
-  echo "fxcache: reusing toolkit $venv (integrity checked)"
+  echo "fxcache: reusing toolkit $venv (unchanged since its install)"
 else
   if [ -e "$venv" ]; then
-    echo "::warning::fxcache: toolkit $venv does not match its recorded hash; reinstalling it"
+    echo "::warning::fxcache: toolkit $venv changed since its install (corrupted?); reinstalling it"
   fi
   echo "fxcache: installing toolkit into $venv (base interpreter: $base)"
   rm -f "$record"

@@ -391,12 +391,12 @@ def test_action_end_to_end(
     assert combo3["max_abs_err"]["hot_vs_cold"] == 0.0, combo3
     assert tampered.json("save.json") == {"saved": "true"}
 
-    # 4. A pull request from a fork: it restores and verifies, but read-only (its compiles go
-    #    to an overlay, save writes nothing) and it leaves the comment to the workflow_run
-    #    follow-up (its token could not write).
+    # 4. A pull request from a fork (GitHub gives its run no secrets): it restores and
+    #    verifies, but read-only (its compiles go to an overlay, save writes nothing) and it
+    #    leaves the comment to the workflow_run follow-up (its token could not write).
     manifest = (scope / "manifest.json").read_bytes()
     writes = len(fake.calls("POST", r".*/comments")) + len(fake.calls("PATCH"))
-    fork = harness.run("fork", fork=True)
+    fork = harness.run("fork", fork=True, signing_key="")
     assert fork.succeeded, fork.log()
     out4 = fork.json("outputs.json")
     assert out4["CACHE_HIT"] == "true", out4
@@ -612,12 +612,18 @@ def test_store_redis_shares_compiles_between_runners(
     row = re.search(r"^\| [^|]*remote[^|]* \| [^|]+ \| (\d+)/(\d+) \|", report, flags=re.M)
     assert row and int(row.group(1)) >= 1 and row.group(2) == "0", "the report shows no Redis hit"
 
+    # A fork's run given the Redis URL (issue 32): the action refuses to start, before any
+    # code of the pull request runs beside it; a fork's run without it keeps Redis off.
     keys = _pt2_keys(redis_url)
     fork = harness.run("redis-fork", fork=True, store="redis", cache_root=tmp_path / "runner-c",
-                       redis_url=redis_url, mechanisms="remote")  # fmt: skip
+                       redis_url=redis_url, mechanisms="remote", signing_key="")  # fmt: skip
+    assert not fork.succeeded and len(fork.errors) == 1, fork.log()
+    assert "did not review" in fork.errors[0] and "redis-url" in fork.errors[0], fork.errors
+    fork = harness.run("redis-fork-no-url", fork=True, store="redis",
+                       cache_root=tmp_path / "runner-c", mechanisms="remote",
+                       signing_key="")  # fmt: skip
     assert fork.succeeded, fork.log()
     assert "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE" not in (fork.out / "job-env.txt").read_text()
-    assert any("nothing reaches the shared cache" in n for n in fork.notices), fork.notices
     assert _pt2_keys(redis_url) == keys, "a fork's run wrote the shared Redis cache"
     assert fake.violations == []
 

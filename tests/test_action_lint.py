@@ -123,7 +123,7 @@ def test_zizmor_flags_an_input_expanded_inside_run(tmp_path: Path) -> None:
     _copy_repo_config(tmp_path)
     text = (ROOT / "toolkit/action.yml").read_text()
     injected = text.replace(
-        """run: '"$FXCACHE_ACTION_ROOT/scripts/install-toolkit.sh"'""",
+        """run: '/bin/bash "$FXCACHE_ACTION_ROOT/scripts/install-toolkit.sh"'""",
         """run: echo ${{ inputs.python }}""",
         1,
     )

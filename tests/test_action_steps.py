@@ -16,6 +16,7 @@ import yaml
 
 from tests.conftest import ROOT, TORCH_PYTHON
 from tests.fake_cache_service import FakeCacheService
+from tests.runner_sim import run_event
 
 REPO_ID = 1296269
 DEFAULT_INPUTS = {
@@ -63,6 +64,14 @@ def pull_request_event(
     }
 
 
+def save_inputs(event: dict[str, Any] | None = None, event_name: str = "pull_request",
+                signing_key: str = "") -> str:  # fmt: skip
+    """The save sub-action's FXCACHE_INPUTS, as its JavaScript builds them."""
+    payload = pull_request_event() if event is None else event
+    return json.dumps({"python": "", "signing-key": signing_key, "toolkit": "",
+                       "run-event": run_event(event_name, payload)})  # fmt: skip
+
+
 class Step:
     """One `fxcache action STEP` run: exit code, log lines, outputs and exported variables."""
 
@@ -99,9 +108,11 @@ def run_step(
     for path in (out, genv, state):
         path.write_text("")
     event_path = tmp_path / "event.json"
-    event_path.write_text(json.dumps(pull_request_event() if event is None else event))
+    payload = pull_request_event() if event is None else event
+    event_path.write_text(json.dumps(payload))
     values = {**DEFAULT_INPUTS, "python": TORCH_PYTHON, "cache-root": str(tmp_path / "store")}
     values["github-token"] = "ghs_token"
+    values["run-event"] = run_event(event_name, payload)  # what the runner fills in
     values.update(inputs or {})
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "FXCACHE_"))}
     env.update(
@@ -149,6 +160,9 @@ def test_same_repository_pull_request(tmp_path: Path) -> None:
     assert (settings["store"], settings["remote"], settings["upload"]) == ("local", False, False)
     assert settings["timeout_s"] == 600
     assert (work / "pr-number").read_text() == "7\n"
+    # Runner-held, for the post step: the toolkit setup ran in, and its settings' digest.
+    assert s.state["fxcache_toolkit"] == str(Path(sys.executable).with_name("fxcache"))
+    assert set(s.state) == {"fxcache_toolkit", "fxcache_settings", "fxcache_settings_sha256"}
 
 
 def test_pull_request_inside_a_repository_that_is_a_fork(tmp_path: Path) -> None:
@@ -322,7 +336,7 @@ def test_bad_inputs_fail_with_one_error_line(
 
 
 def test_inputs_that_disagree_with_the_action_file_are_a_clear_error(tmp_path: Path) -> None:
-    values = dict(DEFAULT_INPUTS, colour="blue")
+    values = dict(DEFAULT_INPUTS, colour="blue", **{"run-event": run_event("push", {})})
     s = run_step(tmp_path, "setup", FXCACHE_INPUTS=json.dumps(values))
     assert s.proc.returncode == 2 and len(s.errors) == 1
     assert "undeclared: ['colour']" in s.errors[0]
@@ -380,8 +394,7 @@ def test_conclude_fails_with_the_deferred_verify_status(tmp_path: Path) -> None:
 def test_save_without_the_action_is_a_clear_error_and_the_post_step_a_no_op(
     tmp_path: Path,
 ) -> None:
-    save_inputs = json.dumps({"python": "", "signing-key": ""})
-    s = run_step(tmp_path, "save", FXCACHE_INPUTS=save_inputs)
+    s = run_step(tmp_path, "save", FXCACHE_INPUTS=save_inputs())
     assert s.proc.returncode == 2 and len(s.errors) == 1
     assert "run the fxcache action" in s.errors[0]
     post = run_step(tmp_path, "post-save")
@@ -527,8 +540,7 @@ def test_store_github_save_sub_action_decides_then_its_javascript_step_uploads(
         settings, _ = _github_job(tmp_path, fake)
         added = Path(json.loads(settings.read_text())["gha_path"]) / "inductor" / "new.bin"
         added.write_bytes(b"new")
-        save_inputs = json.dumps({"python": "", "signing-key": ""})
-        saved = run_step(tmp_path, "save", FXCACHE_INPUTS=save_inputs,
+        saved = run_step(tmp_path, "save", FXCACHE_INPUTS=save_inputs(),
                          FXCACHE_ACTION_SETTINGS=str(settings), **fake.env())  # fmt: skip
         assert saved.outputs["saved"] == "true", saved.lines
         assert saved.proc.returncode == 0 and len(fake.committed()) == 1, saved.lines
@@ -557,3 +569,53 @@ def test_store_github_a_corrupt_entry_is_a_warning_and_a_cold_start(tmp_path: Pa
         assert not Path(json.loads(Path(settings_b).read_text())["gha_path"]).exists()
         restored = run_step(runner, "restore", inputs, FXCACHE_ACTION_SETTINGS=settings_b)
         assert restored.proc.returncode == 0 and restored.outputs["cache-hit"] == "false"
+
+
+@pytest.mark.parametrize(
+    ("save", "event_name", "ref", "fork", "writes"),
+    [
+        ("auto", "push", "refs/heads/main", False, True),
+        ("auto", "schedule", "refs/heads/main", False, True),
+        ("auto", "push", "refs/heads/feature", False, False),
+        ("auto", "pull_request", "refs/pull/7/merge", False, False),
+        ("always", "pull_request", "refs/pull/7/merge", False, True),
+        ("always", "pull_request", "refs/pull/7/merge", True, False),
+        ("never", "push", "refs/heads/main", False, False),
+    ],
+)
+def test_store_s3_writes_only_from_the_default_branch(
+    tmp_path: Path, save: str, event_name: str, ref: str, fork: bool, writes: bool
+) -> None:
+    """Issue 32: with `save: auto` only push and schedule runs on the default branch write the
+    bucket; the others restore with --remote-read-only (and their save commits locally)."""
+    if event_name == "pull_request":
+        event = pull_request_event(head_id=REPO_ID + 1 if fork else REPO_ID)
+    else:
+        event = {"repository": {"id": REPO_ID, "default_branch": "main"}}
+    inputs = {"store": "s3", "s3-url": "s3://acme-ci-caches/fxcache", "save": save}
+    s = run_step(tmp_path, "setup", inputs, event, event_name, GITHUB_REF=ref)
+    assert s.proc.returncode == 0, s.lines
+    settings = s.settings()
+    assert settings["remote"] is True and settings["upload"] is writes
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["GITHUB_API_URL", "GITHUB_EVENT_PATH", "RUNNER_TEMP", "ACTIONS_RUNTIME_TOKEN", "PATH",
+     "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME", "NODE_OPTIONS", "BASH_ENV",
+     "AWS_SECRET_ACCESS_KEY", "FXCACHE_SIGNING_KEY", "FXCACHE_INPUTS"],
+)  # fmt: skip
+def test_no_step_can_hand_on_what_steers_the_runner_or_an_interpreter(name: str) -> None:
+    """Issue 32: the toolkit is the one home of which names pass between its steps; a name
+    that steers the runner, node, Python, the loader or carries a secret never can."""
+    from ci_fxcache import names
+
+    with pytest.raises(ValueError, match="can never be handed"):
+        names.check_passable(name)
+
+
+def test_every_declared_hand_on_is_allowed() -> None:
+    from ci_fxcache.action import steps
+
+    handed = {n for run in steps.RUNS for s in steps.describe(run)["steps"] for n in s["passes"]}
+    assert handed == {"FXCACHE_ACTION_SETTINGS"}

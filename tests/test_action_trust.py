@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import ROOT, TORCH_PYTHON, _clean_env
 from tests.fake_cache_service import FakeCacheService
 from tests.store_helpers import write_files
-from tests.test_action_steps import REPO_ID, Step, pull_request_event, run_step
+from tests.test_action_steps import REPO_ID, Step, pull_request_event, run_step, save_inputs
 
 FORK = pull_request_event(head_name="someone/demo", head_id=REPO_ID + 1, head_fork=True)
 KEY = "team-signing-key"
@@ -96,7 +96,7 @@ def test_the_save_sub_action_rechecks_the_event(tmp_path: Path) -> None:
     settings.write_text(json.dumps({**data, "read_only": False, "untrusted": None}))
     write_files(scope, PLANTED)
     saved = run_step(job, "save", event=pull_request_event(), event_name="pull_request_target",
-                     FXCACHE_INPUTS=json.dumps({"python": "", "signing-key": KEY}),
+                     FXCACHE_INPUTS=save_inputs(pull_request_event(), "pull_request_target", KEY),
                      FXCACHE_ACTION_SETTINGS=str(settings))  # fmt: skip
     assert saved.proc.returncode == 0, saved.lines
     assert saved.outputs["saved"] == "false" and "pull_request_target event" in saved.proc.stdout
@@ -178,6 +178,19 @@ def test_every_line_of_a_multi_line_secret_is_masked(tmp_path: Path) -> None:
     expected = [f"::add-mask::{line}" for line in key.splitlines()]
     assert [m for m in masks if m in expected] == expected, s.lines
     assert not any(line == "c2VjcmV0IGxpbmU=" for line in s.lines), "a line printed in clear"
+
+
+def test_a_mask_is_escaped_as_the_runner_reads_it(tmp_path: Path) -> None:
+    """Issue 32: the runner unescapes `%25`, `%0D` and `%0A` in a command's data, so a key
+    holding `%25` or a lone CR is masked exactly only when escaped."""
+    from tests.runner_sim import unescape
+
+    key = "k%25ey with 100% and\ra CR\nsecond line"
+    s = run_step(tmp_path, "setup", {"signing-key": key})
+    masks = {unescape(line[len("::add-mask::") :]) for line in s.lines
+             if line.startswith("::add-mask::")}  # fmt: skip
+    assert {"k%25ey with 100% and", "a CR", "second line"} <= masks or {
+        "k%25ey with 100% and\ra CR", "second line"} <= masks, s.lines  # fmt: skip
 
 
 PLANT = 'open({marker!r}, "a").write("ran\\n")\nraise ImportError("planted")\n'
@@ -273,10 +286,193 @@ def test_job_stats_count_entries_by_kind() -> None:
 
 
 def test_spare_and_snippet_get_no_secret(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ci_fxcache.store import trust
+    from ci_fxcache import names
 
-    monkeypatch.setenv(trust.SIGNING_ENV, KEY)
+    monkeypatch.setenv(names.SIGNING_ENV, KEY)
     monkeypatch.setenv("FXCACHE_INPUTS", "{}")
-    env = trust.without_secrets()
-    assert trust.SIGNING_ENV not in env and "FXCACHE_INPUTS" not in env
+    env = names.without_secrets()
+    assert names.SIGNING_ENV not in env and "FXCACHE_INPUTS" not in env
     assert env.get("PATH") == os.environ.get("PATH")
+
+
+# -- issue 32: no secret to a program we did not pick -----------------------------------------
+
+PTH = (
+    "import json, os; open(os.environ['PTH_DUMP'], 'a').write(json.dumps(dict(os.environ)) + "
+    "'\\n') if os.environ.get('PTH_DUMP') else None\n{site}\n"
+)
+FAKE_NVIDIA_SMI = "#!/bin/sh\nenv -0 > {dump}\nexit 1\n"
+
+
+def _user_python(tmp_path: Path) -> str:
+    """The user's interpreter: a venv whose site-packages holds a .pth that appends its
+    environment to $PTH_DUMP whenever the interpreter starts (site runs it, even under -I),
+    and reaches torch through this venv's site-packages."""
+    import sysconfig
+
+    venv = tmp_path / "user-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next(venv.glob("lib/python*/site-packages"))
+    (site / "zz_envdump.pth").write_text(PTH.format(site=sysconfig.get_paths()["purelib"]))
+    return str(venv / "bin" / "python")
+
+
+def test_the_users_interpreter_and_gpu_tools_get_no_secret(tmp_path: Path) -> None:
+    """restore runs the user's interpreter (the fingerprint snippet) and nvidia-smi (found on
+    PATH) with the signing key and the store credentials in its own environment, verify runs
+    the worker: none of them gets a secret, a runner token or a file command."""
+    python = _user_python(tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(FAKE_NVIDIA_SMI.format(dump=tmp_path / "nvidia-smi-env"))
+    smi.chmod(0o755)
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "envdump.py").write_text(WORKLOAD)
+    dumps = tmp_path / "pth-dumps.jsonl"
+    secrets = {
+        "AWS_ACCESS_KEY_ID": "AKIAUSERPYTHON",
+        "AWS_SECRET_ACCESS_KEY": "aws-secret-for-the-store",
+        "AWS_SESSION_TOKEN": "aws-session-token",
+        "ACTIONS_RUNTIME_TOKEN": "actions-runtime-token",
+        "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "oidc-request-token",
+        "GITHUB_TOKEN": "ghs_job_token_in_env",
+    }
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "PTH_DUMP": str(dumps),
+           "PYTHONPATH": str(pkg), "ENV_DUMP": str(tmp_path / "w.json"), **secrets}  # fmt: skip
+    inputs = {"python": python, "signing-key": KEY, "workloads": "envdump:factory",
+              "device": "cpu", "dtypes": "float32", "dynamic": "false",
+              "mechanisms": "fxgraph", "training": "false"}  # fmt: skip
+    setup = run_step(tmp_path, "setup", inputs, **env)
+    assert setup.proc.returncode == 0, setup.lines
+    settings = setup.outputs["settings"]
+    for step in ("restore", "verify"):
+        run_step(tmp_path, step, inputs, FXCACHE_ACTION_SETTINGS=settings, **env)
+    seen = [json.loads(line) for line in dumps.read_text().splitlines()]
+    assert len(seen) >= 2, "the user's interpreter did not run for the snippet and the worker"
+    smi_env = (tmp_path / "nvidia-smi-env").read_bytes().decode().split("\0")
+    seen.append(dict(pair.split("=", 1) for pair in smi_env if "=" in pair))
+    for environ in seen:
+        for name, value in secrets.items():
+            assert name not in environ and value not in environ.values(), name
+        assert KEY not in json.dumps(environ)
+        leaked = {"FXCACHE_INPUTS", "FXCACHE_SIGNING_KEY", "GITHUB_ENV", "GITHUB_OUTPUT",
+                  "GITHUB_PATH", "GITHUB_STATE"} & set(environ)  # fmt: skip
+        assert leaked == set(), leaked
+
+
+# -- issue 32: signing means what it says (the GitHub tier) -----------------------------------
+
+
+def _entry_manifest(fake: FakeCacheService, key: str) -> dict[str, Any]:
+    import io
+    import tarfile
+
+    (entry,) = [e for e in fake.committed() if e.key == key]
+    with tarfile.open(fileobj=io.BytesIO(fake.blob_bytes(entry)), mode="r:gz") as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("manifest.json"))
+        data = tar.extractfile(member)
+        assert data is not None
+        return dict(json.loads(data.read()))
+
+
+def test_a_keyless_writers_github_entry_is_never_signed_by_a_keyed_save(tmp_path: Path) -> None:
+    """A job without the key uploads an entry holding its files; a keyed job on a fresh
+    runner refuses it (cold), and its own entry is signed and names none of those files."""
+    from ci_fxcache.store import manifest as mf
+
+    planted = {"inductor/fxgraph/ab/planted/entry": b"pickled by a keyless writer " * 20}
+    mine = {"inductor/fxgraph/cd/mine/entry": b"compiled by the keyed job " * 20}
+    with FakeCacheService() as fake:
+        inputs = {"store": "github", "save": "always"}
+        keyless_dir = tmp_path / "keyless"
+        setup, state = _job(keyless_dir, **inputs, **{"signing-key": "",
+                            "cache-root": str(keyless_dir / "store")})  # fmt: skip
+        write_files(Path(state["inductor_dir"]).parent, planted)
+        post = run_step(keyless_dir, "post-save", {**inputs, "signing-key": ""},
+                        **setup.post_env(), **fake.env())  # fmt: skip
+        assert post.proc.returncode == 0 and len(fake.committed()) == 1, post.lines
+
+        keyed_dir = tmp_path / "keyed"
+        keyed_dir.mkdir()
+        setup = run_step(keyed_dir, "setup", {**inputs, "signing-key": KEY},
+                         GITHUB_RUN_ID="4243")  # a later run: its own entry key  # fmt: skip
+        settings = setup.outputs["settings"]
+        got = run_step(keyed_dir, "gha-restore", inputs, FXCACHE_ACTION_SETTINGS=settings,
+                       **fake.env())  # fmt: skip
+        assert "restored GitHub cache entry" in got.proc.stdout, got.lines
+        restored = run_step(keyed_dir, "restore", {**inputs, "signing-key": KEY},
+                            FXCACHE_ACTION_SETTINGS=settings)  # fmt: skip
+        assert restored.outputs["cache-hit"] == "false", restored.lines
+        assert any("not signed" in line for line in restored.lines), restored.lines
+        state = json.loads((Path(settings).parent / "restore-state.json").read_text())
+        write_files(Path(state["inductor_dir"]).parent, mine)
+        post = run_step(keyed_dir, "post-save", {**inputs, "signing-key": KEY},
+                        **setup.post_env(), **fake.env())  # fmt: skip
+        assert post.proc.returncode == 0, post.lines
+        assert len(fake.committed()) == 2, post.lines
+        manifest = _entry_manifest(fake, json.loads(Path(settings).read_text())["gha_key"])
+        assert mf.signature_problem(manifest, KEY) is None
+        assert set(manifest["files"]) == set(mine)
+        assert fake.violations == []
+
+
+def test_a_keyed_job_never_uploads_a_manifest_rewritten_after_its_save(tmp_path: Path) -> None:
+    """The save sub-action commits with the key but cannot upload (its step had no cache
+    service); before the end-of-job save uploads, a process without the key replaces the
+    manifest with an unsigned one naming a planted file: the upload is refused, one warning."""
+    with FakeCacheService() as fake:
+        inputs = {"store": "github", "save": "always", "cache-root": str(tmp_path / "store")}
+        setup, state = _job(tmp_path, **inputs)
+        settings = setup.outputs["settings"]
+        write_files(Path(state["inductor_dir"]).parent, PLANTED)
+        saved = run_step(tmp_path, "save", FXCACHE_INPUTS=save_inputs(signing_key=KEY),
+                         FXCACHE_ACTION_SETTINGS=settings)  # no cache service here  # fmt: skip
+        assert saved.outputs["saved"] == "true" and fake.committed() == [], saved.lines
+        scope = Path(state["scope_dir"])
+        manifest = json.loads((scope / "manifest.json").read_text())
+        evil = b"import os  # planted after the keyed save"
+        (scope / "inductor/evil.py").write_bytes(evil)
+        import hashlib
+
+        st = (scope / "inductor/evil.py").stat()
+        manifest["files"]["inductor/evil.py"] = {
+            "size": len(evil), "mtime_ns": st.st_mtime_ns,
+            "sha256": hashlib.sha256(evil).hexdigest()}  # fmt: skip
+        manifest["total_bytes"] += len(evil)
+        del manifest["signature"]
+        (scope / "manifest.json").chmod(0o644)
+        (scope / "manifest.json").write_text(json.dumps(manifest))
+        post = _post(tmp_path, setup, **fake.env())
+        assert post.proc.returncode == 0, post.lines
+        assert fake.committed() == [], "an unsigned manifest went up under the keyed job's key"
+        warnings = [line for line in post.lines if line.startswith("::warning::")]
+        assert any("not uploading" in w and "not signed" in w for w in warnings), post.lines
+
+
+def test_the_save_sub_action_ignores_a_planted_event_file(tmp_path: Path) -> None:
+    """A fork's pull request (the runner's record says so) rewrites $GITHUB_EVENT_PATH to
+    look like the repository's own and setup's settings to say `read_only: false`: the save
+    sub-action decides from the runner's record and commits nothing."""
+    from tests.runner_sim import run_event
+
+    scope, manifest = _trusted_scope(tmp_path)
+    job = tmp_path / "fork"
+    record = run_event("pull_request", FORK)
+    setup, _ = _job(job, event=FORK, **{"cache-root": str(tmp_path / "store"), "signing-key": ""})
+    settings = Path(setup.outputs["settings"])
+    data = json.loads(settings.read_text())
+    settings.write_text(json.dumps({**data, "read_only": False, "untrusted": None}))
+    state_path = settings.parent / "restore-state.json"
+    state = json.loads(state_path.read_text())
+    state_path.write_text(json.dumps({**state, "read_only": False, "overlay_dir": None,
+                                      "lease": None}))  # fmt: skip
+    write_files(scope, PLANTED)
+    inputs = json.dumps({"python": "", "signing-key": "", "toolkit": "", "run-event": record})
+    saved = run_step(job, "save", event=pull_request_event(),  # the planted file: same repo
+                     FXCACHE_INPUTS=inputs, FXCACHE_ACTION_SETTINGS=str(settings))  # fmt: skip
+    assert saved.proc.returncode == 0, saved.lines
+    assert saved.outputs["saved"] == "false", saved.lines
+    assert "pull request from fork someone/demo" in saved.proc.stdout
+    assert (scope / "manifest.json").read_bytes() == manifest

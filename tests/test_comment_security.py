@@ -130,3 +130,34 @@ def test_an_artifact_must_carry_results_json_not_markdown(
                        "--from-artifact", folder.name, env=_env(fake_github, tmp_path))  # fmt: skip
     assert proc.returncode == 2 and "never posted" in proc.stderr
     assert fake_github.requests == []
+
+
+@pytest.mark.parametrize(
+    ("server", "repository", "linked"),
+    [
+        ("https://github.com", "octo-org/fxcache-demo", True),  # this run's own
+        ("https://github.com", "acme-ml/train-stack", False),  # another repository
+        ("https://phish.example", "octo-org/fxcache-demo", False),  # another host
+    ],
+)
+def test_the_comment_links_only_to_the_posting_runs_own_repository(
+    fake_github: FakeGitHub, run_fxcache: RunFxcache, tmp_path: Path, server: str,
+    repository: str, linked: bool,
+) -> None:  # fmt: skip
+    """Issue 32: a document's `ci` (a fork's artifact, say) picks the commit and run links'
+    host and repository; the bot links them only when they are the posting run's own, and
+    shows the plain commit and run otherwise."""
+    fake_github.add_pull(PR)
+    doc = json.loads(RESULTS.read_text())
+    doc["ci"].update(server_url=server, repository=repository)
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(doc))
+    env = {**_env(fake_github, tmp_path), "GITHUB_SERVER_URL": "https://github.com"}
+    proc = run_fxcache("comment", str(path), env=env)
+    assert proc.returncode == 0, proc.stderr
+    (comment,) = fake_github.comments[PR]
+    first = comment["body"].splitlines()[1]
+    own = f"https://github.com/octo-org/fxcache-demo/commit/{doc['ci']['sha']}"
+    assert (f"[abc1234]({own})" in first) is linked, first
+    assert "phish.example" not in comment["body"] and "acme-ml/train-stack/" not in first
+    assert "abc1234" in first and "123" in first

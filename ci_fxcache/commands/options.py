@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TypeVar
 
 from ci_fxcache import names, userfiles
-from ci_fxcache.env import interpreter
 from ci_fxcache.errors import UsageError
 
 T = TypeVar("T")
@@ -52,7 +51,7 @@ def python_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--python",
         metavar="PATH",
-        default=os.environ.get(interpreter.PYTHON_ENV) or "python3",
+        default=os.environ.get(names.PYTHON_ENV) or "python3",
         help="interpreter whose torch is served (env FXCACHE_PYTHON; default: python3 on PATH)",
     )
 

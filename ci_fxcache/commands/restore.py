@@ -68,6 +68,12 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     options.redis_url_option(parser, "Redis URL")
     options.s3_url_option(parser)
     parser.add_argument(
+        "--remote-read-only",
+        action="store_true",
+        help="read the remote tier (--store s3), never write it: no last-used marker, and "
+        "'fxcache save' commits locally only (for runs that must not write what others read)",
+    )
+    parser.add_argument(
         "--redis-writers-run-code",
         action="store_true",
         help="with FXCACHE_SIGNING_KEY, still use store redis: torch unpickles its entries, "
@@ -133,6 +139,7 @@ def run(
     redis_url: str | None,
     s3_url: str | None,
     redis_writers_run_code: bool,
+    remote_read_only: bool,
 ) -> int:
     """Restore, write the state file, export the environment."""
     taking = Pending(python, salt)
@@ -172,9 +179,10 @@ def run(
     try:
         if tier is not None:  # tier 2 first: a scope it has becomes a local one
             remote_info = fetch_scope(
-                Layout(store_root), key, tier, read_only=reason is not None,
+                Layout(store_root), key, tier, read_only=reason is not None or remote_read_only,
                 signing_key=key_for_signing,
             )  # fmt: skip
+            remote_info["read_only"] = remote_read_only
         state = store_restore.restore(Layout(store_root), key, fp, restore_options)
     except PermissionError as exc:
         # Not tampering: another user's files in a shared store. Nothing is quarantined.

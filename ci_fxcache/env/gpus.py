@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import gha
+from ci_fxcache import gha, names
 from ci_fxcache.env import snippets, visible
 
 TOOL_TIMEOUT_S = 15.0
@@ -73,6 +73,8 @@ def model(gpu: Gpu) -> str:
 
 
 def _run(argv: list[str], env: Mapping[str, str]) -> str | None:
+    """A GPU tool's output (nvidia-smi, rocminfo, the driver query), or None (said in one
+    line). It runs without any secret: whichever nvidia-smi PATH names is not ours."""
     try:
         proc = subprocess.run(
             argv,
@@ -80,7 +82,7 @@ def _run(argv: list[str], env: Mapping[str, str]) -> str | None:
             text=True,
             timeout=TOOL_TIMEOUT_S,
             check=False,
-            env=env,
+            env=names.without_secrets(env),
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:

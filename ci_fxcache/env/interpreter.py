@@ -9,11 +9,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import secret_env
+from ci_fxcache import names
 from ci_fxcache.env import snippets
 from ci_fxcache.errors import UsageError
-
-PYTHON_ENV = "FXCACHE_PYTHON"  # the interpreter every command serves by default
 
 
 def resolve(python: str) -> str:
@@ -62,7 +60,7 @@ class Snippet:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
-                env=secret_env.without_secrets(),
+                env=names.without_secrets(),
             )
         except OSError as exc:
             raise UsageError(f"--python {python}: cannot run it ({exc.strerror})") from exc

@@ -18,6 +18,8 @@ from ci_fxcache.errors import CheckFailed, UsageError
 
 if TYPE_CHECKING:
     from ci_fxcache.github_api import GitHubClient
+    from ci_fxcache.report.model import Report
+    from ci_fxcache.results.reader import Results
 
 FORK_WORKFLOW = "workflows/fxcache-comment-fork.yml"
 # GraphQL's `viewer` answers for every kind of token; GET /user does not for installation
@@ -118,8 +120,24 @@ def upsert(
     return "created", int(created["id"])
 
 
-def _render(results_path: str, template: str | None, max_chars: int) -> tuple[str, str]:
-    """(markdown, report id) from a results document, or from a rendered .md file."""
+def own_links_only(report: Report, results: Results, server: str, repository: str) -> None:
+    """Keep the headline's commit and run links only when the document's `ci` names this
+    run's own server and repository: a document from elsewhere (a fork's artifact) shows
+    them as plain text, so the repository's bot never links to a host the document chose."""
+    from ci_fxcache.report import model
+
+    ci = model.ci_run(results)
+    if (ci["server_url"], ci["repository"]) == (server.rstrip("/"), repository):
+        return
+    if report.headline is not None:
+        report.headline.commit_url = report.headline.run_url = ""
+
+
+def _render(
+    results_path: str, template: str | None, max_chars: int, own: tuple[str, str]
+) -> tuple[str, str]:
+    """(markdown, report id) from a results document, or from a rendered .md file; links
+    only to this run's own server and repository (`own`)."""
     if results_path.endswith(".md"):
         try:
             text = Path(results_path).read_text(encoding="utf-8")
@@ -134,7 +152,8 @@ def _render(results_path: str, template: str | None, max_chars: int) -> tuple[st
     from ci_fxcache import report as report_pkg
     from ci_fxcache.report import render
 
-    _, report = report_pkg.build(results_path)
+    results, report = report_pkg.build(results_path)
+    own_links_only(report, results, *own)
     return render.markdown(report, template, max_chars), report.report_id
 
 
@@ -198,7 +217,9 @@ def run(
     number = pr or pull_number_from_event(os.environ.get("GITHUB_EVENT_PATH"))
     expected = artifact_report_id(results, from_artifact) if from_artifact else None
     limit = render.COMMENT_LIMIT - 200  # room for the marker line
-    body, doc_report_id = _render(results, template, limit)
+    repository = repo or os.environ.get("GITHUB_REPOSITORY", "")
+    own = (os.environ.get("GITHUB_SERVER_URL") or "https://github.com", repository)
+    body, doc_report_id = _render(results, template, limit, own)
     if expected is not None and doc_report_id != expected:
         raise UsageError(
             f"{results} carries report id {doc_report_id!r}, but its artifact "
@@ -209,7 +230,6 @@ def run(
         event = os.environ.get("GITHUB_EVENT_NAME") or "no GitHub event"
         print(f"fxcache: not a pull request ({event}): no comment posted")
         return 0
-    repository = repo or os.environ.get("GITHUB_REPOSITORY", "")
     if not token:
         raise UsageError(
             f"no token in ${token_env}: pass 'env: {token_env}: ${{{{ github.token }}}}' "
@@ -223,7 +243,7 @@ def run(
         except GitHubError as exc:
             if exc.status != 422:
                 raise
-            short, _ = _render(results, template, SHORT_LIMIT)
+            short, _ = _render(results, template, SHORT_LIMIT, own)
             gha.warn(f"GitHub refused the comment ({exc.api_message}); posting the short form")
             action, cid = upsert(client, number, short, report_id, author)
     except GitHubError as exc:

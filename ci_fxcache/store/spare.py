@@ -17,8 +17,9 @@ import uuid
 from contextlib import suppress
 from pathlib import Path
 
+from ci_fxcache import names
 from ci_fxcache.store import manifest as mf
-from ci_fxcache.store import modes, overlay, scopes, trust
+from ci_fxcache.store import modes, overlay, scopes
 from ci_fxcache.store.layout import CACHE_DIRS, Layout
 
 
@@ -86,7 +87,7 @@ def build_in_background(layout: Layout, key: str) -> None:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
             close_fds=True,
-            env=trust.without_secrets(),
+            env=names.without_secrets(),
         )
 
 

@@ -41,6 +41,8 @@ def publish_from_state(
     remote = state.get("remote")
     if not isinstance(remote, dict) or state.get("read_only") or not result.get("saved"):
         return result
+    if remote.get("read_only"):  # restore --remote-read-only: this run reads the tier only
+        return result
     if store is not None and remote.get("store") != store:
         gha.warn(f"the restore state names store {remote.get('store')!r}, setup chose {store!r}")
         return result

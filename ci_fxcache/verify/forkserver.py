@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from ci_fxcache import names
 from ci_fxcache.errors import UsageError
 
 WORKER_NAME = "_fxcache_worker"
@@ -50,8 +51,9 @@ def log_tail(path: Path, lines: int = 15) -> str:
 
 
 def worker_env(base: dict[str, str] | None = None) -> tuple[dict[str, str], str]:
-    """Environment for the worker, and the private dir that makes it importable."""
-    env = dict(os.environ if base is None else base)
+    """Environment for the worker (the job's, without any secret or runner file command: it
+    imports the user's workloads), and the private dir that makes it importable."""
+    env = names.without_secrets(os.environ if base is None else base)
     private = tempfile.mkdtemp(prefix="fxcache-worker-")
     os.symlink(WORKER_DIR, os.path.join(private, WORKER_NAME))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (private, env.get("PYTHONPATH", "")) if p)

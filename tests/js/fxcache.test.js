@@ -32,7 +32,7 @@ exit "\${FAIL_AT_STEP_RC:-0}"
     GITHUB_STATE: state,
     GITHUB_ENV: path.join(dir, "github-env"),
     GITHUB_OUTPUT: path.join(dir, "github-output"),
-    FXCACHE_TOOLKIT: fake,
+    INPUT_TOOLKIT: fake,
     ACTIONS_RUNTIME_TOKEN: "runtime-token",
     ACTIONS_RESULTS_URL: "http://results.invalid/",
     ACTIONS_ID_TOKEN_REQUEST_TOKEN: "oidc-token",
@@ -70,7 +70,7 @@ test("main runs the steps in order, each in its own group, with only its secrets
   const text = box.log.join("");
   const groups = [...text.matchAll(/::group::(.*)\n/g)].map((m) => m[1]);
   assert.deepEqual(groups, [
-    "Install the fxcache toolkit", "Check the inputs and decide trust",
+    "Install the fxcache toolkit", "Check what this run was given", "Check the inputs and decide trust",
     "Restore from the GitHub cache", "Restore the cache", "Verify hot loads", "Report",
     "Comment on the pull request", "Fail on the verdicts (fail-on)",
   ]);
@@ -80,7 +80,8 @@ test("main runs the steps in order, each in its own group, with only its secrets
   const secrets = ["ghs_secret_token", "line of the key", "hunter2", "runtime-token", "oidc-token",
                    "aws-secret-key"];
   const seen = {};
-  for (const step of ["setup", "gha-restore", "restore", "verify", "report", "comment", "conclude"]) {
+  for (const step of ["admit", "setup", "gha-restore", "restore", "verify", "report", "comment",
+                      "conclude"]) {
     const env = box.stepEnv(step);
     assert.ok(env, `${step} did not run`);
     assert.equal(Object.keys(env).filter((k) => k.startsWith("INPUT_")).length, 0, step);
@@ -91,6 +92,7 @@ test("main runs the steps in order, each in its own group, with only its secrets
     assert.equal("GITHUB_STATE" in env, step === "setup", step);
   }
   assert.deepEqual(seen, {
+    admit: ["ghs_secret_token", "line of the key", "hunter2", "oidc-token", "aws-secret-key"],
     setup: ["hunter2"],
     "gha-restore": ["runtime-token"],
     restore: ["line of the key", "hunter2", "aws-secret-key"],
@@ -99,16 +101,47 @@ test("main runs the steps in order, each in its own group, with only its secrets
     comment: ["ghs_secret_token"],
     conclude: [],
   });
-  // The post step will run this toolkit, kept in the runner-held state.
-  assert.match(fs.readFileSync(box.env.GITHUB_STATE, "utf8"), /^fxcache_toolkit<<(.+)\n.*\/fxcache\n\1\n$/);
+  // The post step gets the loader path main had (none here) in the runner-held state (the
+  // real setup keeps the toolkit's path there too: test_action_steps.py).
+  const state = js.readFileCommand(box.env.GITHUB_STATE);
+  assert.deepEqual(state, { fxcache_kept_LD_LIBRARY_PATH: "" });
 });
 
 test("main stops at the first failing step and fails with its status", () => {
   const box = sandbox();
   box.env.FAIL_AT_STEP_RC = "3";
   assert.equal(js.main(box.env, box.io), 3);
-  assert.ok(box.stepEnv("setup"));
-  assert.equal(box.stepEnv("restore"), null);
+  assert.ok(box.stepEnv("admit"));
+  assert.equal(box.stepEnv("setup"), null);
+});
+
+test("a toolkit named by the job's environment is never run: only the toolkit input", () => {
+  const box = sandbox();
+  delete box.env.INPUT_TOOLKIT;
+  const planted = path.join(box.dir, "planted-fxcache");
+  fs.writeFileSync(planted, `#!/bin/sh\ntouch ${box.dir}/planted-ran\necho "fxcache 0.1.0"\n`,
+                   { mode: 0o755 });
+  box.env.FXCACHE_TOOLKIT = planted;
+  // A PATH with bash but no python3: the install stops at once, having run nothing.
+  const bin = path.join(box.dir, "bin");
+  fs.mkdirSync(bin);
+  fs.symlinkSync("/bin/bash", path.join(bin, "bash"));
+  box.env.PATH = bin;
+  assert.equal(js.main(box.env, box.io), 2);
+  assert.equal(fs.existsSync(path.join(box.dir, "planted-ran")), false);
+  assert.match(box.log.join(""), /Install the fxcache toolkit/);
+});
+
+test("a fake bash first on PATH never runs the install", () => {
+  const box = sandbox();
+  const bin = path.join(box.dir, "bin");
+  fs.mkdirSync(bin);
+  fs.writeFileSync(path.join(bin, "bash"), `#!/bin/sh\ntouch ${box.dir}/fake-bash-ran\nexit 1\n`,
+                   { mode: 0o755 });
+  box.env.PATH = `${bin}:${box.env.PATH}`;
+  assert.equal(js.main(box.env, box.io), 0);
+  assert.equal(fs.existsSync(path.join(box.dir, "fake-bash-ran")), false);
+  assert.ok(box.stepEnv("conclude"), "the steps ran with the real toolkit");
 });
 
 test("post runs only the toolkit main installed, never one a file names", () => {
@@ -134,6 +167,46 @@ test("post runs only the toolkit main installed, never one a file names", () => 
   assert.equal(env.STATE_fxcache_toolkit, undefined);
 });
 
+test("post gets no loader variable of the job, only the library path main had", () => {
+  const box = sandbox();
+  box.env.LD_LIBRARY_PATH = "/main/lib";
+  assert.equal(js.main(box.env, box.io), 0);
+  const state = js.readFileCommand(box.env.GITHUB_STATE);
+  const post = sandbox();
+  for (const [k, v] of Object.entries(state)) post.env[`STATE_${k}`] = v;
+  post.env.STATE_fxcache_toolkit = post.fake;
+  post.env.STATE_fxcache_settings = "/x/settings.json";
+  post.env.LD_PRELOAD = "/tmp/evil.so";  // appended to $GITHUB_ENV by a later step
+  post.env.LD_AUDIT = "/tmp/evil-audit.so";
+  post.env.LD_LIBRARY_PATH = "/tmp/evil-libs";
+  assert.equal(js.post(post.env, post.io), 0);
+  const env = post.stepEnv("post-save");
+  assert.ok(env, "post-save did not run");
+  assert.equal(env.LD_PRELOAD, undefined);
+  assert.equal(env.LD_AUDIT, undefined);
+  assert.equal(env.LD_LIBRARY_PATH, "/main/lib");
+});
+
+test("the save sub-action gets no preloaded library of the job", () => {
+  const box = sandbox();
+  box.env.LD_PRELOAD = "/tmp/evil.so";
+  box.env.LD_AUDIT = "/tmp/evil-audit.so";
+  box.env.LD_LIBRARY_PATH = "/opt/python/lib";  // its interpreter may need it to start
+  assert.equal(js.subAction("save", box.env, box.io), 0);
+  const env = box.stepEnv("save");
+  assert.ok(env, "save did not run");
+  assert.equal(env.LD_PRELOAD, undefined);
+  assert.equal(env.LD_AUDIT, undefined);
+  assert.equal(env.LD_LIBRARY_PATH, "/opt/python/lib");
+  assert.equal(env.ACTIONS_RUNTIME_TOKEN, "runtime-token");
+});
+
+test("masks are escaped as the runner reads them back", () => {
+  const out = [];
+  js.maskLines("100%25 key\rwith a CR", (s) => out.push(s));
+  assert.deepEqual(out, ["::add-mask::100%2525 key%0Dwith a CR\n"]);
+});
+
 test("readFileCommand reads both forms, a later value wins", () => {
   const box = sandbox();
   const file = path.join(box.dir, "out");
@@ -143,16 +216,25 @@ test("readFileCommand reads both forms, a later value wins", () => {
   assert.deepEqual(js.readFileCommand(file), { a: "3", b: "two\nlines" });
 });
 
-test("what a step exports through GITHUB_ENV reaches the later steps of the run", () => {
+test("only the names a step declares reach the later steps: never GITHUB_*, LD_*, PATH", () => {
   const box = sandbox();
   fs.writeFileSync(box.env.GITHUB_ENV, "EARLIER=kept\n");
-  // The stand-in's setup exports a variable, as the real one exports FXCACHE_ACTION_SETTINGS.
-  fs.appendFileSync(box.fake, "");
+  // The stand-in's setup exports the settings (declared) and something else (not declared);
+  // its verify, as a workload would, appends the runner's own names.
   const real = fs.readFileSync(box.fake, "utf8");
-  fs.writeFileSync(box.fake, real.replace("env -0 >",
-    'if [ "$2" = setup ]; then printf "FROM_SETUP<<EOF\\nset up\\nEOF\\n" >>"$GITHUB_ENV"; fi\nenv -0 >'));
+  fs.writeFileSync(box.fake, real.replace("env -0 >", [
+    'if [ "$2" = setup ]; then printf "FXCACHE_ACTION_SETTINGS<<EOF\\n/s.json\\nEOF\\nFROM_SETUP=x\\n" >>"$GITHUB_ENV"; fi',
+    'if [ "$2" = verify ]; then printf "GITHUB_API_URL=http://attacker\\nLD_PRELOAD=/e.so\\nPATH=/evil\\nFXCACHE_ACTION_SETTINGS=/evil.json\\n" >>"$GITHUB_ENV"; fi',
+    "env -0 >"].join("\n")));
   assert.equal(js.main(box.env, box.io), 0);
-  assert.equal(box.stepEnv("setup").FROM_SETUP, undefined);
-  assert.equal(box.stepEnv("restore").FROM_SETUP, "set up");
-  assert.equal(box.stepEnv("restore").EARLIER, undefined);
+  assert.equal(box.stepEnv("setup").FXCACHE_ACTION_SETTINGS, undefined);
+  const restore = box.stepEnv("restore");
+  assert.equal(restore.FXCACHE_ACTION_SETTINGS, "/s.json");
+  assert.equal(restore.FROM_SETUP, undefined);
+  assert.equal(restore.EARLIER, undefined);
+  const comment = box.stepEnv("comment");
+  assert.equal(comment.FXCACHE_ACTION_SETTINGS, "/s.json");
+  assert.equal(comment.GITHUB_API_URL, undefined);
+  assert.equal(comment.LD_PRELOAD, undefined);
+  assert.equal(comment.PATH, box.env.PATH);
 });
