@@ -1,0 +1,102 @@
+"""What the repository tracks: nothing machine-local (a venv, a symlink to a developer's paths)
+reaches a clone."""
+
+from __future__ import annotations
+
+import posixpath
+import shutil
+import subprocess
+
+import pytest
+
+from tests.conftest import ROOT
+
+SYMLINK_MODE = "120000"
+VENV_MARKERS = ("pyvenv.cfg", "site-packages")
+
+
+def _git(*args: str) -> str:
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: nothing is tracked here")
+    return subprocess.run(
+        ["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def outside_links(entries: list[tuple[str, str, str]], target_of: dict[str, str]) -> list[str]:
+    """Tracked symlinks (`git ls-files -s` entries: mode, object, path) whose target is absolute
+    or climbs out of the repository."""
+    found = []
+    for mode, obj, path in entries:
+        if mode != SYMLINK_MODE:
+            continue
+        target = target_of[obj]
+        joined = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+        if posixpath.isabs(target) or joined == ".." or joined.startswith("../"):
+            found.append(f"{path} -> {target}")
+    return found
+
+
+def venv_paths(paths: list[str]) -> list[str]:
+    """Tracked paths that belong to a virtual environment."""
+    return [
+        p
+        for p in paths
+        if any(part.startswith(".venv") or part == "venv" for part in p.split("/"))
+        or posixpath.basename(p) in VENV_MARKERS
+        or "/site-packages/" in f"/{p}"
+    ]
+
+
+def _tracked() -> list[tuple[str, str, str]]:
+    entries = []
+    for line in _git("ls-files", "-s", "-z").split("\0"):
+        if line:
+            meta, path = line.split("\t", 1)
+            mode, obj, _stage = meta.split()
+            entries.append((mode, obj, path))
+    return entries
+
+
+def test_no_tracked_symlink_points_outside_the_repository() -> None:
+    entries = _tracked()
+    links = {obj for mode, obj, _ in entries if mode == SYMLINK_MODE}
+    targets = {obj: _git("cat-file", "blob", obj) for obj in links}
+    assert outside_links(entries, targets) == []
+
+
+def test_no_virtual_environment_is_tracked() -> None:
+    assert venv_paths([path for _, _, path in _tracked()]) == []
+
+
+def test_the_checks_catch_what_they_are_for() -> None:
+    # the defect this guards against: a committed `.venv-main -> /work/main/.venv`
+    entries = [
+        (SYMLINK_MODE, "a", ".venv-main"),
+        (SYMLINK_MODE, "b", "docs/up"),
+        (SYMLINK_MODE, "c", "docs/inside"),
+        ("100644", "d", "README.md"),
+    ]
+    targets = {"a": "/work/main/.venv", "b": "../../elsewhere", "c": "../README.md"}
+    assert outside_links(entries, targets) == [
+        ".venv-main -> /work/main/.venv",
+        "docs/up -> ../../elsewhere",
+    ]
+    assert venv_paths([".venv-main", "env/lib/python3.11/site-packages/x.py", "venv/pyvenv.cfg",
+                       "docs/venv.md", "README.md"]) == [
+        ".venv-main",
+        "env/lib/python3.11/site-packages/x.py",
+        "venv/pyvenv.cfg",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", [".venv", ".venv-main", ".venv-torch2.14", "venv"])
+def test_gitignore_keeps_venvs_and_links_to_them_out(name: str) -> None:
+    # `--no-index`: judged by the patterns alone; a symlink is a file to git, so a pattern
+    # with a trailing slash (`.venv/`) would not catch `.venv-main -> /elsewhere/.venv`
+    proc = subprocess.run(
+        ["git", "-C", str(ROOT), "check-ignore", "--no-index", "-q", name], check=False
+    )
+    if proc.returncode == 128:
+        pytest.skip("not a git checkout")
+    assert proc.returncode == 0, f"{name} is not ignored by .gitignore"
