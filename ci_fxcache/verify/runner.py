@@ -30,7 +30,7 @@ class Settings:
     cache_dir: Path  # each combination's caches and reference, under <combo id>/
     run_dir: Path  # this run's scratch: phase logs, raw results, empty hot caches
     phase: str = "both"
-    min_speedup: float = 2.0
+    min_speedup: float | None = None  # a time floor only where the user sets one
     compare: str = "bitwise"
     fail_on: str = "unsafe"
     timeout: float = 600.0

@@ -407,7 +407,25 @@ def timed_compile(run: PhaseRun, result: dict[str, Any]) -> tuple[Any, list[torc
     run.mark("first call done")
     result["compile_s"] = round(time.perf_counter() - started, 4)
     result["load_s"] = round(load_s, 4)
+    tracing = _tracing_s()
+    if tracing is not None:
+        result["tracing_s"] = tracing
     return compiled, outs
+
+
+def _tracing_s() -> float | None:
+    """Seconds this process's Dynamo spent outside the backend (tracing, bytecode, guards): the
+    part of a compile no cache skips. None where this torch does not account for it
+    (`torch._dynamo.utils.calculate_time_spent`: `entire_frame_compile` holds `backend_compile`)."""
+    try:
+        from torch._dynamo.utils import calculate_time_spent
+
+        spent = calculate_time_spent()
+    except (ImportError, AttributeError):
+        return None
+    if not spent.get("entire_frame_compile"):
+        return None
+    return round(max(0.0, spent["entire_frame_compile"] - spent.get("backend_compile", 0.0)), 4)
 
 
 def second_shape(run: PhaseRun, compiled: Any, result: dict[str, Any]) -> list[torch.Tensor] | None:
