@@ -40,12 +40,13 @@ if [ -n "${FXCACHE_TOOLKIT:-}" ]; then
   exit 0
 fi
 
-fit() { "$1" -I -c 'import sys, venv; sys.exit(sys.version_info < (3, 10))' >/dev/null 2>&1; }
+# The toolkit needs Python 3.11 (pyproject.toml's requires-python; tests/test_repo_files.py).
+fit() { "$1" -I -c 'import sys, venv; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1; }
 base=""
 for candidate in "${FXCACHE_BASE_PYTHON:-}" "${FXCACHE_PYTHON:-}" python3; do
   if [ -n "$candidate" ] && fit "$candidate"; then base="$candidate"; break; fi
 done
-[ -n "$base" ] || fail "no Python >= 3.10 with the venv module found: set the action's python input"
+[ -n "$base" ] || fail "no Python >= 3.11 with the venv module found: set the action's python input"
 
 requirements=("$root/toolkit/requirements.txt")
 if [ "${FXCACHE_STORE:-}" = redis ]; then requirements+=("$root/toolkit/requirements-redis.txt"); fi

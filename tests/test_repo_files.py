@@ -100,3 +100,20 @@ def test_gitignore_keeps_venvs_and_links_to_them_out(name: str) -> None:
     if proc.returncode == 128:
         pytest.skip("not a git checkout")
     assert proc.returncode == 0, f"{name} is not ignored by .gitignore"
+
+
+def test_every_statement_of_the_python_version_agrees() -> None:
+    """The toolkit needs 3.11 (datetime.UTC, hashlib.file_digest): pyproject, the linters, the
+    action's installer and the README say the same."""
+    import re
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["requires-python"] == ">=3.11"
+    assert project["tool"]["ruff"]["target-version"] == "py311"
+    assert project["tool"]["mypy"]["python_version"] == "3.11"
+    installer = (ROOT / "scripts" / "install-toolkit.sh").read_text()
+    assert "sys.version_info < (3, 11)" in installer and "Python >= 3.11" in installer
+    readme = (ROOT / "README.md").read_text()
+    stated = set(re.findall(r"Python (\d\.\d+)\+?", readme))
+    assert stated == {"3.11"}, stated
