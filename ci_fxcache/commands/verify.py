@@ -108,8 +108,10 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "--separate-cold",
         action="store_true",
         default=os.environ.get("FXCACHE_SEPARATE_COLD") == "1",
-        help="one cold phase per combination; by default fxgraph and mega share one "
-        "(docs/verify.md; env FXCACHE_SEPARATE_COLD=1)",
+        help="every phase does all its own work: one cold phase per combination, and no C++ "
+        "kernel build copied from another phase of the run; by default fxgraph and mega share "
+        "one cold phase and a kernel is compiled once per run (docs/verify.md; env "
+        "FXCACHE_SEPARATE_COLD=1)",
     )
     parser.add_argument(
         "--cache-state",
@@ -182,7 +184,9 @@ def _progress(total: int) -> Any:
 
 def _secs(phase: dict[str, Any] | None) -> str:
     value = (phase or {}).get("compile_s")
-    return "-" if value is None else f"{value:.1f}s"
+    if value is None or (phase or {}).get("kernels_from_memo"):
+        return "-"  # none, or not the phase's own (kernels copied from the run's build memo)
+    return f"{value:.1f}s"
 
 
 def line(combo: dict[str, Any]) -> str:

@@ -101,11 +101,19 @@ class Row:
 
     @property
     def cold_s(self) -> str:
-        return labels.fmt_seconds(self.phase("cold").get("compile_s"))
+        return self._seconds("cold")
 
     @property
     def hot_s(self) -> str:
-        return labels.fmt_seconds(self.phase("hot").get("compile_s"))
+        return self._seconds("hot")
+
+    def _seconds(self, name: str) -> str:
+        """The phase's compile time; none where kernels were copied from the run's build memo
+        (worker/phase.py BuildMemo): that time is not the phase's own."""
+        phase = self.phase(name)
+        if phase.get("kernels_from_memo"):
+            return labels.fmt_seconds(None)
+        return labels.fmt_seconds(phase.get("compile_s"))
 
     @property
     def shows_speedup(self) -> bool:

@@ -37,6 +37,7 @@ def evidence(outcome: Outcome, timeout: float) -> dict[str, Any]:
         "pid",
         "recompiles",
         "kernels_built",
+        "kernels_from_memo",
         "load_s",
         "artifacts_loaded",
         "kernel_builds",
@@ -142,7 +143,11 @@ class Evidence:
 
     @property
     def speed(self) -> str:
-        return f"{self.speedup}x" if self.speedup is not None else "speedup unknown"
+        if self.speedup is not None:
+            return f"{self.speedup}x"
+        if shared_builds(self.cold, self.hot):
+            return "speedup not measured: this run built those kernels once for all its phases"
+        return "speedup unknown"
 
     @property
     def floor(self) -> float | None:
@@ -390,6 +395,12 @@ def _hit(ev: Evidence) -> Finding:
     )
 
 
+def shared_builds(cold: dict[str, Any], hot: dict[str, Any]) -> int:
+    """Kernel builds either phase copied from the run's build memo: their compile times are
+    not the phases' own, so no speedup is computed from them."""
+    return int(cold.get("kernels_from_memo") or 0) + int(hot.get("kernels_from_memo") or 0)
+
+
 def shown_speedup(ratio: float, floor: float | None) -> float:
     """`ratio` rounded to 2 decimals, never across `floor` (1.996 below a 2.0 floor is 1.99)."""
     value = round(ratio, 2)
@@ -412,7 +423,7 @@ def judge(
     ev = Evidence(combo, cold, hot, cold_result, hot_result, settings)
     if ev.hot_ran:
         ev.hits, ev.misses, ev.counters_shown = hits_and_misses(combo["mechanism"], hot["counters"])
-        if cold.get("compile_s") and hot.get("compile_s"):
+        if cold.get("compile_s") and hot.get("compile_s") and not shared_builds(cold, hot):
             ev.ratio = cold["compile_s"] / max(hot["compile_s"], 1e-6)
             ev.speedup = shown_speedup(ev.ratio, ev.floor)
         ev.why = explain(cold_result, hot_result)

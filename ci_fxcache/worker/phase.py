@@ -13,6 +13,7 @@ import contextlib
 import copy
 import os
 import re
+import shutil
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -98,17 +99,26 @@ def _counters() -> dict[str, int]:
 class KernelBuilds:
     """C++ compiler runs (CppBuilder.build) in this process, timed from `start()`: a hot load
     that still runs the compiler rebuilt kernels, whatever the cache counters say. Files
-    appearing in the cache dir prove nothing: artifact loads write compiled kernels there too."""
+    appearing in the cache dir prove nothing: artifact loads write compiled kernels there too.
+
+    With a memo directory (one per verify run, `BuildMemo`), a build whose command and source
+    bytes another phase of the run already compiled copies that library instead of running
+    the compiler again: it is still counted (the verdict stands), and `served` says how many
+    were copied (their compile time is then not this phase's own)."""
 
     entries: ClassVar[list[str]] = []
     t0: ClassVar[float] = 0.0
     counting: ClassVar[bool] = False
+    memo: ClassVar[BuildMemo | None] = None
+    served: ClassVar[int] = 0
 
     @classmethod
-    def start(cls) -> bool:
+    def start(cls, memo_dir: str | None = None) -> bool:
         """Start counting; False when this torch has no C++ builder hook to count with."""
         cls.counting = counting = cls.install()
         cls.entries = []
+        cls.served = 0
+        cls.memo = BuildMemo(Path(memo_dir)) if memo_dir else None
         cls.t0 = time.perf_counter()
         return counting
 
@@ -124,16 +134,71 @@ class KernelBuilds:
             return True
 
         def build(self: Any) -> None:
-            target = os.path.basename(str(self.get_target_file_path()))
+            target = str(self.get_target_file_path())
             started = time.perf_counter()
-            original(self)
-            if target.endswith((".so", ".pyd", ".dll", ".dylib")):  # not header preprocessing
+            library = target.endswith((".so", ".pyd", ".dll", ".dylib"))  # not preprocessing
+            served = library and cls.memo is not None and cls.memo.serve(self, target)
+            if not served:
+                original(self)
+                if library and cls.memo is not None:
+                    cls.memo.keep(self, target)
+            if library:
                 took = time.perf_counter() - started
-                cls.entries.append(f"{target} at {started - cls.t0:.1f}s took {took:.1f}s")
+                how = " (copied from this run's build memo)" if served else ""
+                cls.served += bool(served)
+                name = os.path.basename(target)
+                cls.entries.append(f"{name} at {started - cls.t0:.1f}s took {took:.1f}s{how}")
 
         build._fxcache_counted = True  # type: ignore[attr-defined]
         cpp_builder.CppBuilder.build = build
         return True
+
+
+class BuildMemo:
+    """Libraries the C++ compiler built in this verify run, by a hash of the command line (the
+    phase's own cache directory written as one placeholder) and of every input file it names.
+    The same command on the same bytes gives the same library: a phase that needs one another
+    phase built copies it. Written atomically; an unreadable entry is built again."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def key(self, builder: Any, target: str) -> str | None:
+        import hashlib
+
+        base = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
+        if not base or not target.startswith(base):
+            return None  # a build outside this phase's cache dir: leave it alone
+        command = str(builder.get_command_line())
+        digest = hashlib.sha256(command.replace(base, "<cache>").encode())
+        for word in command.split():
+            if word.startswith(base) and word != target and os.path.isfile(word):
+                digest.update(word.replace(base, "<cache>").encode() + b"\0")
+                digest.update(Path(word).read_bytes())
+        return digest.hexdigest()
+
+    def serve(self, builder: Any, target: str) -> bool:
+        """Copy the library another phase built for this command, if there is one."""
+        key = self.key(builder, target)
+        found = self.root / f"{key}.so"
+        if key is None or not found.is_file():
+            return False
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        part = f"{target}.{os.getpid()}.part"
+        shutil.copyfile(found, part)
+        os.chmod(part, 0o755)
+        os.replace(part, target)
+        return True
+
+    def keep(self, builder: Any, target: str) -> None:
+        """Record the library just built (the first phase to finish a build keeps it)."""
+        key = self.key(builder, target)
+        if key is None or not os.path.isfile(target):
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        part = self.root / f"{key}.{os.getpid()}.part"
+        shutil.copyfile(target, part)
+        os.replace(part, self.root / f"{key}.so")
 
 
 # Every call of the model is seeded: the first input shape with FIRST_SEED, the second with
@@ -319,6 +384,8 @@ def _phase(spec: dict[str, Any], result: dict[str, Any]) -> None:
     if KernelBuilds.counting:
         result["kernels_built"] = len(KernelBuilds.entries)
         result["kernel_builds"] = KernelBuilds.entries[:20]
+        if KernelBuilds.served:
+            result["kernels_from_memo"] = KernelBuilds.served
     if run.cold:
         self_check(run, compiled, outs, outs2, result)
         record(run, outs, outs2, result)
@@ -376,7 +443,7 @@ def prepare(spec: dict[str, Any], result: dict[str, Any]) -> PhaseRun:
     if dynamic == "mark":
         run.marked = _marked(work.inputs, second)
     run.sync()
-    if not KernelBuilds.start():
+    if not KernelBuilds.start(spec.get("build_memo")):
         note(
             result,
             "kernel builds not counted: this torch has no "
