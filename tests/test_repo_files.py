@@ -6,11 +6,13 @@ from __future__ import annotations
 import posixpath
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT
 
+README = ROOT / "README.md"
 SYMLINK_MODE = "120000"
 VENV_MARKERS = ("pyvenv.cfg", "site-packages")
 
@@ -114,6 +116,20 @@ def test_every_statement_of_the_python_version_agrees() -> None:
     assert project["tool"]["mypy"]["python_version"] == "3.11"
     installer = (ROOT / "scripts" / "install-toolkit.sh").read_text()
     assert "sys.version_info < (3, 11)" in installer and "Python >= 3.11" in installer
-    readme = (ROOT / "README.md").read_text()
+    readme = README.read_text()
     stated = set(re.findall(r"Python (\d\.\d+)\+?", readme))
     assert stated == {"3.11"}, stated
+
+
+def test_the_readme_matrix_file_example_is_a_valid_matrix_file(tmp_path: Path) -> None:
+    import re
+
+    from ci_fxcache.verify import matrix
+
+    blocks = re.findall(r"```yaml\n(# \.github/fxcache\.yml\n.*?)```", README.read_text(), re.S)
+    assert len(blocks) == 1, "README lost its matrix-file example"
+    path = tmp_path / "fxcache.yml"
+    path.write_text(blocks[0])
+    plan = matrix.build(dict.fromkeys(matrix.FLAGS), str(path))
+    assert plan.workloads == ["myproject.compile_check:factory"]
+    assert plan.dtypes == ["float32", "bfloat16"]
