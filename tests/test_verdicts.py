@@ -273,6 +273,16 @@ def test_a_hit_whose_hot_compile_is_mostly_dynamo_tracing_says_so() -> None:
     judged = judge(hot=hot, min_speedup=None)
     assert (judged["verdict"], judged["cause"]) == ("safe", "hit")
     assert "3.1 s of its 4.0 s hot compile is Dynamo tracing and guards" in judged["reason"]
+    # caching_precompile's frame compile loads Dynamo's package: not tracing
+    precompiled = verdicts.judge(
+        {**COMBO, "mechanism": "precompile"},
+        _phase(),
+        _phase(compile_s=4.0, counters={"dynamo_cache_hit": 1}, tracing_s=3.1),
+        {},
+        {"vs_cold": SAME},
+        {**SETTINGS, "min_speedup": None},
+    )
+    assert precompiled["cause"] == "hit" and "tracing" not in precompiled["reason"]
     # where tracing is the smaller part, nothing is said about it
     quiet = judge(hot=_phase(compile_s=4.0, counters=HIT, tracing_s=1.0), min_speedup=None)
     assert "tracing" not in quiet["reason"]

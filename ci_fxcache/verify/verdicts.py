@@ -379,7 +379,10 @@ def _hit(ev: Evidence) -> Finding:
     Safe at any speedup: what the hot process did decides; the speedup is information."""
     built = " nothing rebuilt," if "kernels_built" in ev.hot else ""
     slower = ev.speedup is not None and ev.speedup < 1
-    faster = f"{ev.speed} {'the speed of cold' if slower else 'faster'}{tracing_share(ev.hot)}"
+    # caching_precompile loads Dynamo's own output (bytecode, guards): its frame compile is
+    # that load, not tracing
+    traced = tracing_share(ev.hot) if ev.combo.get("mechanism") != "precompile" else ""
+    faster = f"{ev.speed} {'the speed of cold' if slower else 'faster'}{traced}"
     if ev.why.get("uncacheable"):
         parts = "; ".join(key_explain.uncacheable_text(p) for p in ev.why["uncacheable"])
         return (
