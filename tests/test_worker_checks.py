@@ -195,6 +195,12 @@ def test_the_build_memo_serves_only_the_same_command_on_the_same_bytes(
     src3, so3 = _phase_cache(tmp_path / "debug", "int f() { return 1; }")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "debug"))
     assert not memo.serve(Debug(src3, so3), str(so3))
+    # a memo entry that cannot be copied (a directory where the library was): built instead
+    broken_src, broken_so = _phase_cache(tmp_path / "broken", "int f() { return 3; }")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "broken"))
+    key = memo.key(_Builder(broken_src, broken_so), str(broken_so))
+    (tmp_path / "memo" / f"{key}.so").mkdir()
+    assert not memo.serve(_Builder(broken_src, broken_so), str(broken_so))
     # a build outside the phase's cache dir is left alone
     assert (
         memo.key(_Builder(src3, tmp_path / "elsewhere.so"), str(tmp_path / "elsewhere.so")) is None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import os
 import re
 import shutil
@@ -164,11 +165,10 @@ class BuildMemo:
         self.root = root
 
     def key(self, builder: Any, target: str) -> str | None:
-        import hashlib
-
+        """The memo key of a build, or None for one outside this phase's cache directory."""
         base = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
         if not base or not target.startswith(base):
-            return None  # a build outside this phase's cache dir: leave it alone
+            return None
         command = str(builder.get_command_line())
         digest = hashlib.sha256(command.replace(base, "<cache>").encode())
         for word in command.split():
@@ -178,27 +178,32 @@ class BuildMemo:
         return digest.hexdigest()
 
     def serve(self, builder: Any, target: str) -> bool:
-        """Copy the library another phase built for this command, if there is one."""
-        key = self.key(builder, target)
-        found = self.root / f"{key}.so"
-        if key is None or not found.is_file():
+        """Copy the library another phase built for this command, if there is one (False, and
+        the phase builds it, whenever that fails)."""
+        try:
+            key = self.key(builder, target)
+            if key is None or not (self.root / f"{key}.so").is_file():
+                return False
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+            part = f"{target}.{os.getpid()}.part"
+            shutil.copyfile(self.root / f"{key}.so", part)
+            os.chmod(part, 0o755)
+            os.replace(part, target)
+        except OSError:
             return False
-        Path(target).parent.mkdir(parents=True, exist_ok=True)
-        part = f"{target}.{os.getpid()}.part"
-        shutil.copyfile(found, part)
-        os.chmod(part, 0o755)
-        os.replace(part, target)
         return True
 
     def keep(self, builder: Any, target: str) -> None:
-        """Record the library just built (the first phase to finish a build keeps it)."""
-        key = self.key(builder, target)
-        if key is None or not os.path.isfile(target):
-            return
-        self.root.mkdir(parents=True, exist_ok=True)
-        part = self.root / f"{key}.{os.getpid()}.part"
-        shutil.copyfile(target, part)
-        os.replace(part, self.root / f"{key}.so")
+        """Record the library just built (the last phase to finish a build replaces it with
+        the same bytes); a failure only means later phases build it themselves."""
+        with contextlib.suppress(OSError):
+            key = self.key(builder, target)
+            if key is None or not os.path.isfile(target):
+                return
+            self.root.mkdir(parents=True, exist_ok=True)
+            part = self.root / f"{key}.{os.getpid()}.part"
+            shutil.copyfile(target, part)
+            os.replace(part, self.root / f"{key}.so")
 
 
 # Every call of the model is seeded: the first input shape with FIRST_SEED, the second with
