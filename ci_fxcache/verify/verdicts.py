@@ -383,6 +383,8 @@ def _hit(ev: Evidence) -> Finding:
     # that load, not tracing
     traced = tracing_share(ev.hot) if ev.combo.get("mechanism") != "precompile" else ""
     faster = f"{ev.speed} {'the speed of cold' if slower else 'faster'}{traced}"
+    if ev.speedup is None:
+        faster = ev.speed
     if ev.why.get("uncacheable"):
         parts = "; ".join(key_explain.uncacheable_text(p) for p in ev.why["uncacheable"])
         return (

@@ -111,15 +111,17 @@ class KernelBuilds:
     t0: ClassVar[float] = 0.0
     counting: ClassVar[bool] = False
     memo: ClassVar[BuildMemo | None] = None
+    serves: ClassVar[bool] = True  # False: this phase only keeps what it builds
     served: ClassVar[int] = 0
 
     @classmethod
-    def start(cls, memo_dir: str | None = None) -> bool:
+    def start(cls, memo_dir: str | None = None, serves: bool = True) -> bool:
         """Start counting; False when this torch has no C++ builder hook to count with."""
         cls.counting = counting = cls.install()
         cls.entries = []
         cls.served = 0
         cls.memo = BuildMemo(Path(memo_dir)) if memo_dir else None
+        cls.serves = serves
         cls.t0 = time.perf_counter()
         return counting
 
@@ -138,11 +140,12 @@ class KernelBuilds:
             target = str(self.get_target_file_path())
             started = time.perf_counter()
             library = target.endswith((".so", ".pyd", ".dll", ".dylib"))  # not preprocessing
-            served = library and cls.memo is not None and cls.memo.serve(self, target)
+            memo = cls.memo
+            served = library and cls.serves and memo is not None and memo.serve(self, target)
             if not served:
                 original(self)
-                if library and cls.memo is not None:
-                    cls.memo.keep(self, target)
+                if library and memo is not None:
+                    memo.keep(self, target)
             if library:
                 took = time.perf_counter() - started
                 how = " (copied from this run's build memo)" if served else ""
@@ -448,7 +451,7 @@ def prepare(spec: dict[str, Any], result: dict[str, Any]) -> PhaseRun:
     if dynamic == "mark":
         run.marked = _marked(work.inputs, second)
     run.sync()
-    if not KernelBuilds.start(spec.get("build_memo")):
+    if not KernelBuilds.start(spec.get("build_memo"), bool(spec.get("build_memo_serves", True))):
         note(
             result,
             "kernel builds not counted: this torch has no "
