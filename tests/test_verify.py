@@ -234,8 +234,9 @@ def test_a_complete_hot_load_is_safe_on_an_idle_and_on_a_loaded_runner_alike(
     default, these hot loads came out no-gain / slow under this load)."""
     proc, doc, cache, _ = fxgraph_run_main
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    idle = {c["id"]: (c["verdict"], c["cause"]) for c in doc["combos"]}
-    assert set(idle.values()) == {("safe", "hit")}, idle
+    # float32 static and dynamic: the verdicts of the run that built the cache, no extra load
+    idle = {c["id"]: (c["verdict"], c["cause"]) for c in doc["combos"] if c["dtype"] == "float32"}
+    assert len(idle) == 2 and set(idle.values()) == {("safe", "hit")}, idle
     shutil.copytree(cache, tmp_path / "cache")
     out = tmp_path / "loaded.json"
     cores = os.cpu_count() or 1
@@ -243,7 +244,7 @@ def test_a_complete_hot_load_is_safe_on_an_idle_and_on_a_loaded_runner_alike(
         before = hogs.cpu_ticks()
         loaded_proc = verify(
             run_fxcache,
-            *("--dtypes", "float32,bfloat16", "--dynamic", "false,true"),
+            *("--dtypes", "float32", "--dynamic", "false,true"),
             *("--mechanisms", "fxgraph", "--training", "true", "--phase", "hot"),
             *("--cache-dir", str(tmp_path / "cache"), "--json", str(out)),
         )
