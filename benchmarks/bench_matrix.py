@@ -4,8 +4,9 @@ The naive baseline runs every phase of every combination in a fresh `python` tha
 torch, strictly one after another, with an eager reference in both phases (as a hand-written
 cold/hot script would). The product runs the same matrix with `fxcache verify`: a fork server
 that has imported torch (nothing compiled) forks one child per phase, combinations run in
-parallel, only the cold phase runs eager, and fxgraph and mega share one cold phase per
-workload / dtype / dynamic / training (docs/verify.md). Every hot phase runs in a fresh process
+parallel, only the cold phase runs eager, fxgraph and mega share one cold phase per
+workload / dtype / dynamic / training, and a C++ kernel is compiled once per run, later phases
+copying it from the run's build memo (docs/verify.md). Every hot phase runs in a fresh process
 in both.
 
 Then the job after: `fxcache verify` hot-only on the cache the product run built, once
@@ -13,7 +14,8 @@ re-checking every combination (`--recheck-all`) and once as every later job does
 no-gain verdicts whose inputs cannot have changed; docs/verify.md), side by side.
 
 Usage: python benchmarks/bench_matrix.py [--python PY] [--order naive-first|product-first]
-Prints the wall times and the ratios (target: product <= 0.35x naive).
+Prints the wall times and the ratios (targets: the first run <= 0.25x naive; the hot-only job
+after it about 0.094x naive, 10.8 s on a quiet 2-core machine).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 from ci_fxcache.verify import forkserver, matrix
 
 ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
-TARGET = 0.35
+TARGET = 0.25
 
 
 def run_verify(python: str, work: Path, *axes: str) -> tuple[float, dict[str, Any]]:
@@ -166,6 +168,7 @@ def main() -> None:
     print(f"  every combination re-checked (--recheck-all): {full:7.1f} s  {full_summary}")
     print(f"  default (no-gain carried where unchanged):    {policy:7.1f} s  {policy_summary}")
     print(f"  ratio default / full re-check: {policy / full:.2f}")
+    print(f"  ratio default hot-only / naive first run: {policy / base:.3f}")
     print(f"load average (1, 5, 15 min) at the end: {os.getloadavg()}")
 
 

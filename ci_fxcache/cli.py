@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import importlib
 import os
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from ci_fxcache import __version__, gha
 from ci_fxcache.errors import EXIT_USAGE, FxcacheError
@@ -45,6 +47,25 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         _report_error(f"{message} (see '{self.prog} --help')")
         sys.exit(EXIT_USAGE)
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """An unknown command names only the commands `--help` lists (hidden ones, such as
+        the action's `action`, stay hidden), and the closest of them."""
+        if not isinstance(action, argparse._SubParsersAction) or value in (action.choices or {}):
+            super()._check_value(action, value)
+            return
+        shown = visible_commands(action)
+        close = difflib.get_close_matches(str(value), shown, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise argparse.ArgumentError(
+            action,
+            f"invalid choice: {value!r} (choose from {', '.join(map(repr, shown))}){hint}",
+        )
+
+
+def visible_commands(action: argparse.Action) -> list[str]:
+    """The subcommands `--help` lists: those registered with a help text."""
+    return [a.dest for a in getattr(action, "_choices_actions", [])]
 
 
 def _report_error(message: str) -> None:

@@ -52,14 +52,15 @@ if [ -n "${FXCACHE_TOOLKIT:-}" ]; then
   exit 0
 fi
 
-fit() { "$1" -I -S -c 'import sys, venv; sys.exit(sys.version_info < (3, 10))' >/dev/null 2>&1; }
+# The toolkit needs Python 3.11 (pyproject.toml's requires-python; tests/test_repo_files.py).
+fit() { "$1" -I -S -c 'import sys, venv; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1; }
 base=""
 for candidate in "${FXCACHE_BASE_PYTHON:-}" "${FXCACHE_PYTHON:-}" python3; do
   [ -n "$candidate" ] || continue
   found="$(PATH="$job_path" command -v -- "$candidate" || true)"
   if [ -n "$found" ] && fit "$found"; then base="$found"; break; fi
 done
-[ -n "$base" ] || fail "no Python >= 3.10 with the venv module found: set the action's python input"
+[ -n "$base" ] || fail "no Python >= 3.11 with the venv module found: set the action's python input"
 
 requirements=("$root/toolkit/requirements.txt")
 if [ "${FXCACHE_STORE:-}" = redis ]; then requirements+=("$root/toolkit/requirements-redis.txt"); fi

@@ -304,6 +304,7 @@ def test_documented_matrix_defaults_are_verifys() -> None:
         assert f"Empty: verify's default, {expected}" in descriptions[name], name
         assert f"| `{name}` | `{expected}` |" in readme, name
     sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    speedup = sub.choices["verify"].get_default("min_speedup")
-    assert f"Empty: verify's default, {speedup}." in descriptions["min-speedup"]
-    assert f"| `min-speedup` | `{speedup}` |" in readme
+    # no time floor unless asked for: the verdict rests on what the hot process compiled
+    assert sub.choices["verify"].get_default("min_speedup") is None
+    assert "Empty: verify's default, none " in descriptions["min-speedup"]
+    assert "| `min-speedup` | empty | none:" in readme

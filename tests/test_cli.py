@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import TORCH_PYTHON, RunFxcache
+
+
+def cli_commands() -> tuple[str, ...]:
+    from ci_fxcache import cli
+
+    return cli.COMMANDS
 
 
 def test_help_lists_subcommands(run_fxcache: RunFxcache) -> None:
@@ -166,3 +173,62 @@ def test_restore_ends_without_interpreter_teardown_and_keeps_its_output_and_code
     failed = run_fxcache("restore", "--python", str(tmp_path / "nope" / "python"))
     assert failed.returncode == 2 and "no such file" in failed.stderr
     assert len(failed.stderr.strip().splitlines()) == 1
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    from ci_fxcache import cli
+
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {"fxcache": parser, **sub.choices}
+
+
+def _undocumented(parser: argparse.ArgumentParser) -> list[str]:
+    """Options of `parser` whose help is missing or, for one that takes a value, says no
+    default (nor that it is required). A flag is off unless given."""
+    found = []
+    for action in parser._actions:
+        if not action.option_strings or action.help == argparse.SUPPRESS:
+            continue
+        if isinstance(action, argparse._HelpAction | argparse._VersionAction):
+            continue
+        text = str(action.help or "")
+        if not text or (action.nargs != 0 and not ("default" in text or "required" in text)):
+            found.append("/".join(action.option_strings))
+    return found
+
+
+@pytest.mark.parametrize("command", ["fxcache", *cli_commands()])
+def test_every_option_of_every_command_shows_its_default(command: str) -> None:
+    parser = _subcommands()[command]
+    assert _undocumented(parser) == [], command
+    parser.format_help()  # every help text formats (no stray %)
+
+
+def test_the_default_check_catches_an_option_without_one() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--timeout", type=float, default=600.0, help="per phase (seconds)")
+    parser.add_argument("--compare", choices=("bitwise", "close"), default="bitwise")
+    parser.add_argument("--fine", default=1, help="a value (default: 1)")
+    parser.add_argument("--flag", action="store_true", help="a flag")
+    assert _undocumented(parser) == ["--timeout", "--compare"]
+
+
+def test_invalidate_help_names_every_tier(run_fxcache: RunFxcache) -> None:
+    summary = run_fxcache("--help").stdout
+    tiers = ("--github", "--redis", "--s3")
+    line = " ".join(summary.split()).split("invalidate", 1)[1].split(" report ")[0]
+    assert all(t in line for t in tiers), line
+    own = run_fxcache("invalidate", "--help").stdout
+    assert all(t in own for t in tiers)
+
+
+@pytest.mark.parametrize("typo", ["actoin", "verfy", "zzz"])
+def test_a_mistyped_command_never_suggests_a_hidden_one(run_fxcache: RunFxcache, typo: str) -> None:
+    proc = run_fxcache(typo)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert "'action'" not in line and "'verify'" in line and "'comment'" in line, line
+    assert ("did you mean 'verify'?" in line) == (typo == "verfy"), line
+    # the hidden command itself still runs
+    assert run_fxcache("action", "--help").returncode == 0

@@ -652,8 +652,8 @@ def test_renders_a_captured_verify_document(run_fxcache: RunFxcache, tmp_path: P
     md = proc.stdout
     assert "\n\n✅ **Cache:** nothing passed verification \\\n" in md
     assert (
-        "🟡 **Check:** fp32 static fxgraph (hit, but 1 kernel file rebuilt), fp32 static mega "
-        "(hit, but 13 kernel files rebuilt), bf16 static fxgraph (hit, but 1 kernel file"
+        "🟡 **Check:** fp32 static fxgraph, bf16 static fxgraph (hit, but 1 kernel file "
+        "rebuilt); fp32 static mega, bf16 static mega (hit, but 13 kernel files rebuilt)"
     ) in md
     assert "⏭️ 4 skipped" in md and "no CUDA device" in md
     assert recommendations.NOTHING_SAFE in md
@@ -938,3 +938,45 @@ def test_advice_marks_where_an_alternative_is_not_safe() -> None:
     assert advice.startswith(
         "use fp32 dynamic precompile (verified safe, 200.0x; not safe on sm90)"
     )
+
+
+def test_a_why_shared_by_many_combinations_is_said_once() -> None:
+    """The "Check:" line of a CPU's first run: eight mega / precompile rows rebuilt the same
+    kernels; the clause is said once, after the combinations it concerns."""
+    from ci_fxcache.report.model import Row, top_lines
+
+    def row(dtype: str, dynamic: str, mechanism: str, verdict: str, built: int = 12) -> Row:
+        combo = {
+            "dtype": dtype, "dynamic": dynamic, "mechanism": mechanism, "verdict": verdict,
+            "cause": "rebuilt" if verdict == "no-gain" else "hit",
+            "hot": {"kernels_built": built},
+        }  # fmt: skip
+        return Row(combo, "r", f"{dtype} {dynamic} {mechanism}")
+
+    rows = [row("fp32", d, "fxgraph", "safe", 0) for d in ("static", "dynamic")]
+    rows += [row(t, d, m, "no-gain") for m in ("mega", "precompile") for t in ("fp32", "bf16")
+             for d in ("static", "dynamic")]  # fmt: skip
+    rows.append(row("bf16", "static", "remote", "no-gain", built=3))
+    check = top_lines(rows)[-1]
+    assert check.heading == "Check"
+    text = check.text
+    assert text.count("hit, but 12 kernel files rebuilt") == 1, text
+    assert text.startswith("fp32 static mega, fp32 dynamic mega, bf16 static mega"), text
+    assert text.endswith("; bf16 static remote (hit, but 3 kernel files rebuilt)"), text
+
+
+def test_a_speedup_below_its_floor_never_reads_as_the_floor() -> None:
+    """1.98x below a 2.0 floor printed as "2.0x · slow" reads as a contradiction."""
+    from ci_fxcache.commands.verify import line
+    from ci_fxcache.report import labels
+    from ci_fxcache.report.model import why_text
+
+    assert labels.fmt_speedup_why(1.98, "no-gain", "slow") == "1.98x · slow"
+    assert labels.fmt_speedup_why(1.98, "safe", "hit") == "2.0x"  # no floor concerns it
+    combo = {
+        "workload": "sin_matmul", "device": "cpu", "dtype": "float32", "dynamic": "false",
+        "mechanism": "fxgraph", "training": True, "verdict": "no-gain", "cause": "slow",
+        "speedup": 1.98, "reason": "r", "cold": {"compile_s": 1.98}, "hot": {"compile_s": 1.0},
+    }  # fmt: skip
+    assert why_text(combo, "slow").endswith(": 1.98x")
+    assert " 1.98x " in line(combo) and "2.0x" not in line(combo)

@@ -6,11 +6,11 @@ import json
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
-import tomllib
 
 from ci_fxcache.env import torch_support
 from ci_fxcache.report import known_issues

@@ -89,7 +89,10 @@ def test_each_check_gives_its_verdict_and_cause(
 
 
 def test_reasons_name_the_numbers() -> None:
-    assert "1.67x < 2x" in judge(hot=_phase(compile_s=6.0, counters=HIT))["reason"]
+    assert (
+        "only 1.67x, below the --min-speedup floor of 2x"
+        in judge(hot=_phase(compile_s=6.0, counters=HIT))["reason"]
+    )
     assert "not a cache problem" in judge(cold=_phase(status="error", error="boom"))["reason"]
     assert "within tolerance" in judge(hot_result={"vs_cold": OFF}, compare="close")["reason"]
 
@@ -238,3 +241,48 @@ def test_a_cold_phase_unstable_against_itself_means_tolerance_not_unsafe() -> No
     # both self-stable: a hot/cold difference is unsafe
     judged = judge(hot_result={"vs_cold": OFF, "self_stable": True}, cold_result={})
     assert (judged["verdict"], judged["cause"]) == ("unsafe", "hot-mismatch")
+
+
+@pytest.mark.parametrize("hot_s", [1.0, 6.0, 9.5, 14.0])
+def test_a_complete_hit_is_safe_at_any_speedup_without_a_floor(hot_s: float) -> None:
+    # 10x on an idle runner, 1.7x on a loaded one or for a model whose Dynamo tracing dominates
+    judged = judge(hot=_phase(compile_s=hot_s, counters=HIT, kernels_built=0), min_speedup=None)
+    assert (judged["verdict"], judged["cause"]) == ("safe", "hit"), judged["reason"]
+    assert judged["speedup"] == round(10.0 / hot_s, 2)
+    assert f"{judged['speedup']}x" in judged["reason"] and "nothing rebuilt" in judged["reason"]
+    # what the hot process did still decides: a miss or a rebuild is no-gain at any speed
+    missed = _phase(compile_s=hot_s, counters={"fxgraph_cache_miss": 2})
+    assert judge(hot=missed, min_speedup=None)["cause"] == "miss"
+    rebuilt = _phase(compile_s=hot_s, counters=HIT, kernels_built=4)
+    assert judge(hot=rebuilt, min_speedup=None)["cause"] == "rebuilt"
+
+
+def test_a_floor_is_an_explicit_policy_and_never_rounded_across() -> None:
+    assert judge(hot=_phase(compile_s=6.0, counters=HIT))["cause"] == "slow"  # floor 2.0 set
+    # 1.996x is below a 2.0 floor: no-gain, and never recorded or shown as 2.0x
+    judged = judge(cold=_phase(compile_s=1.996), hot=_phase(compile_s=1.0, counters=HIT))
+    assert (judged["verdict"], judged["cause"]) == ("no-gain", "slow")
+    assert judged["speedup"] == 1.99
+    assert "only 1.99x, below the --min-speedup floor of 2x" in judged["reason"]
+    assert verdicts.shown_speedup(1.999, 2.0) == 1.99 and verdicts.shown_speedup(2.0, 2.0) == 2.0
+    assert verdicts.shown_speedup(1.996, None) == 2.0  # no floor: plain rounding
+
+
+def test_a_hit_whose_hot_compile_is_mostly_dynamo_tracing_says_so() -> None:
+    hot = _phase(compile_s=4.0, counters=HIT, tracing_s=3.1)
+    judged = judge(hot=hot, min_speedup=None)
+    assert (judged["verdict"], judged["cause"]) == ("safe", "hit")
+    assert "3.1 s of its 4.0 s hot compile is Dynamo tracing and guards" in judged["reason"]
+    # caching_precompile's frame compile loads Dynamo's package: not tracing
+    precompiled = verdicts.judge(
+        {**COMBO, "mechanism": "precompile"},
+        _phase(),
+        _phase(compile_s=4.0, counters={"dynamo_cache_hit": 1}, tracing_s=3.1),
+        {},
+        {"vs_cold": SAME},
+        {**SETTINGS, "min_speedup": None},
+    )
+    assert precompiled["cause"] == "hit" and "tracing" not in precompiled["reason"]
+    # where tracing is the smaller part, nothing is said about it
+    quiet = judge(hot=_phase(compile_s=4.0, counters=HIT, tracing_s=1.0), min_speedup=None)
+    assert "tracing" not in quiet["reason"]

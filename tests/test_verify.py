@@ -147,7 +147,7 @@ def test_fxgraph_float32_bfloat16_static_dynamic_are_safe(fxgraph_run: FxgraphRu
         assert combo["misses"] == 0 and combo["hits"] >= 2
         assert combo["cold"]["counters"].get("fxgraph_cache_miss", 0) >= 1
         assert combo["max_abs_err"]["hot_vs_cold"] == 0.0
-        assert combo["speedup"] >= 2.0
+        assert combo["speedup"] is not None  # information, not judged: it moves with the load
         if combo["dynamic"] == "true":
             assert hot["recompiles"] == 0
     # one progress line per combination, then the table
@@ -198,6 +198,67 @@ def test_emptied_cache_is_no_gain(
     shutil.rmtree(tmp_path / F32_STATIC / "inductor")
     proc, _ = verify_one(run_fxcache, tmp_path, "--fail-on", "no-gain")
     assert proc.returncode == 1, proc.stderr
+
+
+class CpuHogs:
+    """Busy-loop processes, `count` of them, while the block runs: a loaded runner, for real."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> CpuHogs:
+        code = "while True: pass"
+        self.procs = [subprocess.Popen([TORCH_PYTHON, "-c", code]) for _ in range(self.count)]
+        return self
+
+    def cpu_ticks(self) -> list[int]:
+        """User + system clock ticks each hog has used so far (from /proc)."""
+        ticks = []
+        for proc in self.procs:
+            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks.append(int(fields[11]) + int(fields[12]))  # utime, stime
+        return ticks
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_complete_hot_load_is_safe_on_an_idle_and_on_a_loaded_runner_alike(
+    fxgraph_run_main: FxgraphRun, run_fxcache: RunFxcache, tmp_path: Path
+) -> None:
+    """The verdict rests on what the hot process did (hits, nothing rebuilt, equal outputs),
+    not on its compile time, which a busy runner stretches (with the 2.0 floor verify had by
+    default, these hot loads came out no-gain / slow under this load)."""
+    proc, doc, cache, _ = fxgraph_run_main
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # float32 static and dynamic: the verdicts of the run that built the cache, no extra load
+    idle = {c["id"]: (c["verdict"], c["cause"]) for c in doc["combos"] if c["dtype"] == "float32"}
+    assert len(idle) == 2 and set(idle.values()) == {("safe", "hit")}, idle
+    shutil.copytree(cache, tmp_path / "cache")
+    out = tmp_path / "loaded.json"
+    cores = os.cpu_count() or 1
+    with CpuHogs(3 * cores) as hogs:  # three busy loops per core, beside verify's own phases
+        before = hogs.cpu_ticks()
+        loaded_proc = verify(
+            run_fxcache,
+            *("--dtypes", "float32", "--dynamic", "false,true"),
+            *("--mechanisms", "fxgraph", "--training", "true", "--phase", "hot"),
+            *("--cache-dir", str(tmp_path / "cache"), "--json", str(out)),
+        )
+        used = [b - a for a, b in zip(before, hogs.cpu_ticks(), strict=True)]
+        alive = [p.poll() is None for p in hogs.procs]
+    assert loaded_proc.returncode == 0, loaded_proc.stdout + loaded_proc.stderr
+    assert all(alive) and all(t > 0 for t in used), (alive, used)  # the load was real
+    loaded = load(out)
+    assert loaded["settings"]["phase"] == "hot" and loaded["settings"]["min_speedup"] is None
+    assert {c["id"]: (c["verdict"], c["cause"]) for c in loaded["combos"]} == idle, [
+        c["reason"] for c in loaded["combos"]
+    ]
+    for combo in loaded["combos"]:
+        assert combo["speedup"] is not None and f"{combo['speedup']}x" in combo["reason"]
 
 
 @pytest.fixture(scope="module")

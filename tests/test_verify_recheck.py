@@ -54,6 +54,9 @@ def test_a_recorded_no_gain_artifact_mechanism_is_carried_with_a_note(
         ("no-gain", "miss", "fxgraph", SETTINGS, TORCH),  # its hot phase wrote into the cache
         ("no-gain", "miss", "remote", SETTINGS, TORCH),  # Redis changes between jobs
         ("no-gain", "slow", "mega", {**SETTINGS, "min_speedup": 1.2}, TORCH),
+        # recorded under the 2.0 floor every run had before it became opt-in: judged again
+        ("no-gain", "slow", "mega", {**SETTINGS, "min_speedup": None}, TORCH),
+        ("no-gain", "rebuilt", "mega", {**SETTINGS, "min_speedup": None}, TORCH),
         ("no-gain", "rebuilt", "mega", {**SETTINGS, "compare": "close"}, TORCH),
         ("no-gain", "rebuilt", "mega", SETTINGS, "2.14.1+cu130"),
     ],
@@ -68,6 +71,13 @@ def test_everything_else_is_rechecked(
 ) -> None:
     _recorded(tmp_path, verdict, cause)
     assert recheck.carried(tmp_path, mechanism, settings, torch) is None
+
+
+def test_a_verdict_recorded_without_a_floor_is_carried_without_one(tmp_path: Path) -> None:
+    unfloored = {**SETTINGS, "min_speedup": None}
+    recheck.record(tmp_path, _judged("no-gain", "rebuilt"), unfloored, TORCH)
+    assert recheck.carried(tmp_path, "mega", unfloored, TORCH) is not None
+    assert recheck.carried(tmp_path, "mega", SETTINGS, TORCH) is None  # a floor set since
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""One cold phase shared by fxgraph and mega: the same verdicts as separate cold phases."""
+"""One cold phase shared by fxgraph and mega, and kernel builds shared by a run's phases: the
+same verdicts as separate cold phases that build everything themselves."""
 
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ def test_default_matrix_shares_fxgraph_and_mega_cold_phases_only() -> None:
     for group in groups:  # one workload / dtype / dynamic / training per group
         assert len({(c.dtype, c.dynamic, c.workload, c.training) for c in group}) == 1
     assert all(len(g) == 1 for g in runner.cold_groups(combos.combos(), share=False))
+    # the shared cold phases start first: precompile's cold phase then finds their kernels
+    ordered = runner.shared_first(groups)
+    assert [len(g) for g in ordered] == [2] * 4 + [1] * 4
+    assert [g[0].id for g in ordered[:4]] == [g[0].id for g in groups if len(g) > 1]
 
 
 def test_the_fxgraph_combination_runs_the_shared_cold_phase_whatever_the_order() -> None:
@@ -96,3 +101,13 @@ def test_shared_cold_phases_give_the_same_verdicts_as_separate_ones(
         assert fx_pids["cold"] == mega_pids["cold"], (fx_pids, mega_pids)
         assert len({fx_pids["cold"], fx_pids["hot"], mega_pids["hot"]}) == 3, (fx_pids, mega_pids)
         assert len(set(_pids(docs["separate"], cid).values())) == 2
+        # the mega hot load rebuilt the kernels its cold phase built: copied from the run's
+        # build memo, counted all the same (the verdict stands), its time not its own
+        hot = shared[cid]["hot"]
+        assert hot["kernels_from_memo"] == hot["kernels_built"] >= 1, hot
+        assert shared[cid]["speedup"] is None and "not measured" in shared[cid]["reason"]
+        alone = separate[cid]["hot"]
+        assert "kernels_from_memo" not in alone and alone["kernels_built"] == hot["kernels_built"]
+        assert separate[cid]["speedup"] is not None
+        # fxgraph's phases build for themselves: the speedup of the real gain stays measured
+        assert "kernels_from_memo" not in shared[fx]["cold"] and shared[fx]["speedup"] is not None

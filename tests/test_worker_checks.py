@@ -150,3 +150,58 @@ def test_a_gradient_that_is_zero_in_exact_arithmetic_is_not_judged_on_its_noise(
     wrong = compiled + 1e-3
     passes, measured = fp64_judgement([wrong], [eager], [truth], f32, low_precision=False)
     assert not passes and "RMSE vs fp64" in measured
+
+
+class _Builder:
+    """Stands in for Inductor's CppBuilder: a command line naming its source and target."""
+
+    def __init__(self, source: Path, target: Path) -> None:
+        self.source, self.target = source, target
+
+    def get_command_line(self) -> str:
+        return f"g++ {self.source} -O3 -shared -fPIC -o {self.target}"
+
+
+def _phase_cache(root: Path, code: str) -> tuple[Path, Path]:
+    (root / "ab").mkdir(parents=True)
+    source = root / "ab" / "cabc.cpp"
+    source.write_text(code)
+    return source, root / "ab" / "cabc.so"
+
+
+def test_the_build_memo_serves_only_the_same_command_on_the_same_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memo = phase.BuildMemo(tmp_path / "memo")
+    first_src, first_so = _phase_cache(tmp_path / "cold", "int f() { return 1; }")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cold"))
+    first_so.write_bytes(b"library built by the cold phase")
+    memo.keep(_Builder(first_src, first_so), str(first_so))
+    # another phase, its own cache dir, the same source: copied, not compiled
+    src, so = _phase_cache(tmp_path / "hot", "int f() { return 1; }")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "hot"))
+    assert memo.serve(_Builder(src, so), str(so))
+    assert so.read_bytes() == b"library built by the cold phase"
+    # tampered source (a cache that carries other code): built, never served
+    src2, so2 = _phase_cache(tmp_path / "tampered", "int f() { return 2; }")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "tampered"))
+    assert not memo.serve(_Builder(src2, so2), str(so2)) and not so2.exists()
+
+    # other flags: another library
+    class Debug(_Builder):
+        def get_command_line(self) -> str:
+            return super().get_command_line().replace("-O3", "-O0")
+
+    src3, so3 = _phase_cache(tmp_path / "debug", "int f() { return 1; }")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "debug"))
+    assert not memo.serve(Debug(src3, so3), str(so3))
+    # a memo entry that cannot be copied (a directory where the library was): built instead
+    broken_src, broken_so = _phase_cache(tmp_path / "broken", "int f() { return 3; }")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "broken"))
+    key = memo.key(_Builder(broken_src, broken_so), str(broken_so))
+    (tmp_path / "memo" / f"{key}.so").mkdir()
+    assert not memo.serve(_Builder(broken_src, broken_so), str(broken_so))
+    # a build outside the phase's cache dir is left alone
+    assert (
+        memo.key(_Builder(src3, tmp_path / "elsewhere.so"), str(tmp_path / "elsewhere.so")) is None
+    )

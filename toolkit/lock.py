@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+PYTHONS = ("3.11", "3.12", "3.13")  # requires-python >= 3.11
 PLATFORMS = ("manylinux2014_x86_64", "manylinux2014_aarch64")
 
 

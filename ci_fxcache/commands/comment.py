@@ -60,8 +60,12 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="RESULTS comes from the artifact NAME (fxcache-report-<id>) of another run (the "
         "fork follow-up): refused when the artifact is over 20 MiB or the document's report "
-        "id is not <id>",
+        "id is not <id> (default: none, RESULTS is a local file)",
     )
-    parser.add_argument("--template", metavar="T", help="jinja2 template for the markdown")
+    parser.add_argument(
+        "--template",
+        metavar="T",
+        help="jinja2 template for the markdown (default: the built-in one)",
+    )
     # The command is pr_comment.run itself (already imported with the action's steps).
     parser.set_defaults(func=pr_comment.run)

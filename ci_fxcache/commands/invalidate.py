@@ -26,25 +26,34 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser = sub.add_parser(
         "invalidate",
         parents=[parent],
-        help="remove stale caches by policy (local store, --github caches, --redis keys)",
+        help="remove stale caches by policy (local store, --github caches, --redis keys, "
+        "--s3 tier)",
         description="Policies combine: a cache goes when any policy selects it; --max-size then "
         "evicts the least recently used until the rest fits. --dry-run lists what would go.",
     )
     options.root_option(parser)
     options.python_option(parser)
-    parser.add_argument("--max-age", metavar="AGE", help="unused for longer than AGE (14d, 12h)")
-    parser.add_argument("--max-size", metavar="SIZE", help="evict LRU until the total fits (50G)")
-    parser.add_argument("--keep-latest", metavar="N", type=int, help="keep N per runner pool")
+    parser.add_argument(
+        "--max-age", metavar="AGE", help="unused for longer than AGE (14d, 12h; default: none)"
+    )
+    parser.add_argument(
+        "--max-size", metavar="SIZE", help="evict LRU until the total fits (50G; default: none)"
+    )
+    parser.add_argument(
+        "--keep-latest", metavar="N", type=int, help="keep N per runner pool (default: none)"
+    )
     parser.add_argument(
         "--older-torch-than",
         metavar="VERSION",
-        help="torch older than VERSION, or 'current' (the torch of --python)",
+        help="torch older than VERSION, or 'current' (the torch of --python; default: none)",
     )
     parser.add_argument("--dry-run", action="store_true", help="list what would go and why")
     parser.add_argument(
         "--json", dest="as_json", action="store_true", help="print the result as JSON"
     )
-    parser.add_argument("--github", action="store_true", help="GitHub Actions caches instead")
+    parser.add_argument(
+        "--github", action="store_true", help="GitHub Actions caches instead of the local store"
+    )
     parser.add_argument("--redis", action="store_true", help="Redis keys (needs --max-age)")
     options.redis_url_option(parser, "Redis URL")
     parser.add_argument(

@@ -23,19 +23,25 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     )
     options.python_option(parser)
     options.salt_option(parser)
-    parser.add_argument("--suffix", default="", help="free-form suffix appended to the key")
+    parser.add_argument(
+        "--suffix", default="", help="free-form suffix appended to the key (default: none)"
+    )
     parser.add_argument(
         "--json", dest="as_json", action="store_true", help="print the key, its parts and fields"
     )
     parser.add_argument(
-        "--parse", metavar="KEY", help="parse KEY instead of computing one (exit 2 if foreign)"
+        "--parse",
+        metavar="KEY",
+        help="parse KEY instead of computing one (exit 2 if foreign; default: compute this "
+        "environment's key)",
     )
     parser.add_argument(
         "--diff",
         nargs=2,
         metavar=("A", "B"),
         help="compare two environments, each a scope key, a fingerprint JSON or a results "
-        "JSON: which keyed fields differ (exit 1: separate caches) and which reported ones",
+        "JSON: which keyed fields differ (exit 1: separate caches) and which reported ones "
+        "(default: none)",
     )
     parser.set_defaults(func=run)
 

@@ -21,11 +21,14 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "(and version 1 of both).",
     )
     parser.add_argument("shards", nargs="+", metavar="SHARD", help="results JSON files")
-    parser.add_argument("-o", "--output", required=True, metavar="OUT", help="merged JSON file")
+    parser.add_argument(
+        "-o", "--output", required=True, metavar="OUT", help="merged JSON file (required)"
+    )
     options.report_id_option(
         parser,
         default=None,
-        help="report id of the merged document",
+        help="report id of the merged document (default: the shards' own; the first "
+        "shard's where they differ)",
     )
     parser.set_defaults(func=run)
 

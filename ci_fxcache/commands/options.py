@@ -58,7 +58,9 @@ def python_option(parser: argparse.ArgumentParser) -> None:
 
 def redis_url_option(parser: argparse.ArgumentParser, help: str) -> None:
     """`--redis-url` (env FXCACHE_REDIS_URL, read where it is used: store.remote.redis_cache)."""
-    parser.add_argument("--redis-url", default=None, help=f"{help} (env FXCACHE_REDIS_URL)")
+    parser.add_argument(
+        "--redis-url", default=None, help=f"{help} (env FXCACHE_REDIS_URL; default: none)"
+    )
 
 
 def s3_url_option(parser: argparse.ArgumentParser) -> None:
@@ -67,8 +69,8 @@ def s3_url_option(parser: argparse.ArgumentParser) -> None:
         "--s3-url",
         default=None,
         metavar="URL",
-        help="bucket and prefix of the S3 tier, s3://BUCKET/PREFIX (env FXCACHE_S3_URL); "
-        "endpoint, region and credentials come from the AWS variables",
+        help="bucket and prefix of the S3 tier, s3://BUCKET/PREFIX (env FXCACHE_S3_URL; "
+        "default: none); endpoint, region and credentials come from the AWS variables",
     )
 
 
@@ -77,8 +79,8 @@ def salt_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--salt",
         default=None,
-        help="user salt mixed into the scope key (env FXCACHE_KEY_SALT); change it to start "
-        "a fresh cache",
+        help="user salt mixed into the scope key (env FXCACHE_KEY_SALT; default: none); "
+        "change it to start a fresh cache",
     )
 
 
@@ -99,5 +101,7 @@ def state_file_option(parser: argparse.ArgumentParser) -> None:
         "--state-file",
         type=Path,
         default=None,
-        help="restore's state (JSON); save defaults to $FXCACHE_STATE_FILE, which restore exports",
+        help="restore's state (JSON); default: restore writes a new file (inside Actions "
+        "$RUNNER_TEMP/fxcache-restore-state.json) and exports it as FXCACHE_STATE_FILE, which "
+        "save reads",
     )

@@ -30,7 +30,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         metavar="SPEC",
         help="runner pools: comma or newline list of labels, '+' joining the labels of one "
         "pool (self-hosted+gpu-a100), or a JSON list of labels / label lists "
-        "(env FXCACHE_RUNNERS); without it only the verification matrix is checked",
+        "(env FXCACHE_RUNNERS; default: none: only the verification matrix is checked)",
     )
     options.report_id_option(
         parser,

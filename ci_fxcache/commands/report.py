@@ -38,9 +38,11 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         help="output format (default: text on a terminal, md otherwise)",
     )
     parser.add_argument(
-        "--template", metavar="T", help="a jinja2 template that replaces the built-in markdown one"
+        "--template",
+        metavar="T",
+        help="a jinja2 template that replaces the markdown one (default: the built-in one)",
     )
-    parser.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
     parser.add_argument(
         "--max-chars",
         type=int,

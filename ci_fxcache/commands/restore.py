@@ -64,7 +64,13 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "--json", dest="as_json", action="store_true", help="print the state object as JSON"
     )
     options.state_file_option(parser)
-    parser.add_argument("--store", choices=("local", "redis", "s3"), default="local")
+    parser.add_argument(
+        "--store",
+        choices=("local", "redis", "s3"),
+        default="local",
+        help="local (default): the store on this runner's disk; redis: also torch's Redis "
+        "remote cache; s3: a bucket behind the local store (--s3-url)",
+    )
     options.redis_url_option(parser, "Redis URL")
     options.s3_url_option(parser)
     parser.add_argument(

@@ -50,10 +50,26 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "`fxcache restore` exports; default: a temporary directory)",
     )
     parser.add_argument(
-        "--json", dest="json_path", metavar="PATH", help="write the results document (- = stdout)"
+        "--json",
+        dest="json_path",
+        metavar="PATH",
+        help="write the results document (- = stdout; default: none, the table only)",
     )
-    parser.add_argument("--min-speedup", type=options.finite_float, default=2.0, metavar="X")
-    parser.add_argument("--compare", choices=("bitwise", "close"), default="bitwise")
+    parser.add_argument(
+        "--min-speedup",
+        type=options.finite_float,
+        default=None,
+        metavar="X",
+        help="a policy: a complete hot load must also be X times faster than cold to count as "
+        "safe (default: none; the verdict rests on what the hot process compiled, and the "
+        "speedup, which moves with the runner's load, is reported)",
+    )
+    parser.add_argument(
+        "--compare",
+        choices=("bitwise", "close"),
+        default="bitwise",
+        help="hot vs cold outputs: bitwise (default) or within the dtype tolerance (close)",
+    )
     parser.add_argument(
         "--fail-on",
         choices=tuple(causes.FAIL_ON),
@@ -62,7 +78,11 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "no-gain); never",
     )
     parser.add_argument(
-        "--timeout", type=options.seconds, default=600.0, metavar="S", help="per phase (seconds)"
+        "--timeout",
+        type=options.seconds,
+        default=600.0,
+        metavar="S",
+        help="seconds per phase before it counts as a hang (default: 600)",
     )
     parser.add_argument(
         "--deterministic",
@@ -71,7 +91,12 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "mode, for bitwise checks of models with atomics; part of torch's cache key: the job "
         "that uses the cache must set them too (docs/verify.md)",
     )
-    parser.add_argument("--jobs", type=int, metavar="N", help="parallel combinations")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="phases at once (default: one per usable CPU; one per GPU for CUDA combinations)",
+    )
     parser.add_argument(
         "--recheck-all",
         action="store_true",
@@ -84,14 +109,17 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "--separate-cold",
         action="store_true",
         default=os.environ.get("FXCACHE_SEPARATE_COLD") == "1",
-        help="one cold phase per combination; by default fxgraph and mega share one "
-        "(docs/verify.md; env FXCACHE_SEPARATE_COLD=1)",
+        help="every phase does all its own work: one cold phase per combination, and no C++ "
+        "kernel build copied from another phase of the run; by default fxgraph and mega share "
+        "one cold phase and a kernel is compiled once per run (docs/verify.md; env "
+        "FXCACHE_SEPARATE_COLD=1)",
     )
     parser.add_argument(
         "--cache-state",
         metavar="F",
         default=os.environ.get(state_file.STATE_FILE_ENV) or None,
-        help="restore's state (JSON), embedded in the results (env FXCACHE_STATE_FILE)",
+        help="restore's state (JSON), embedded in the results (env FXCACHE_STATE_FILE, which "
+        "`fxcache restore` exports; default: none)",
     )
     options.redis_url_option(parser, "Redis for the remote mechanism")
     options.report_id_option(
@@ -114,6 +142,12 @@ def add_matrix_options(parser: argparse.ArgumentParser, title: str) -> None:
     axes.add_argument("--training", help="true, false")
     axes.add_argument("--workloads", help="built-in names or package.module:factory")
     axes.add_argument("--matrix-file", metavar="F", help="YAML matrix file (docs/matrix-file.md)")
+    for action in axes._group_actions:  # each axis's default, from the one place that has them
+        if action.dest in matrix.DEFAULTS and "default" not in str(action.help):
+            shown = ",".join(str(v).lower() for v in matrix.DEFAULTS[action.dest])
+            action.help = f"{action.help} (default: {shown}, or the matrix file's)"
+        elif action.dest == "matrix_file":
+            action.help = f"{action.help}; default: none"
 
 
 def matrix_flags(
@@ -151,7 +185,9 @@ def _progress(total: int) -> Any:
 
 def _secs(phase: dict[str, Any] | None) -> str:
     value = (phase or {}).get("compile_s")
-    return "-" if value is None else f"{value:.1f}s"
+    if value is None or (phase or {}).get("kernels_from_memo"):
+        return "-"  # none, or not the phase's own (kernels copied from the run's build memo)
+    return f"{value:.1f}s"
 
 
 def line(combo: dict[str, Any]) -> str:
@@ -164,7 +200,9 @@ def line(combo: dict[str, Any]) -> str:
         combo["mechanism"],
         combo["training"],
     ).label
-    speed = f"{combo['speedup']:.1f}x" if combo.get("speedup") is not None else "-"
+    speed = "-"
+    if combo.get("speedup") is not None:
+        speed = labels.fmt_speedup(combo["speedup"], str(combo.get("cause")))
     judged_at = labels.carried_from(combo)
     carried = f"[{labels.NOT_RECHECKED}, judged {judged_at}] " if judged_at else ""
     return (
@@ -194,7 +232,7 @@ def run(
     phase: str,
     cache_dir: str | None,
     json_path: str | None,
-    min_speedup: float,
+    min_speedup: float | None,
     compare: str,
     fail_on: str,
     timeout: float,
@@ -212,7 +250,7 @@ def run(
     plan = matrix.build(flags, matrix_file)
     if phase == "hot" and not cache_dir:
         raise UsageError("--phase hot needs --cache-dir (where the cold phase recorded references)")
-    if (jobs is not None and jobs < 1) or min_speedup < 0:
+    if (jobs is not None and jobs < 1) or (min_speedup is not None and min_speedup < 0):
         raise UsageError("--jobs must be positive, --min-speedup not negative")
     if json_path and json_path != "-":
         userfiles.output_file(json_path, "--json", make_parents=True)

@@ -121,8 +121,12 @@ def fmt_seconds(value: Any) -> str:
     return "–" if value is None else f"{float(value):.2f}"
 
 
-def fmt_speedup(value: Any) -> str:
-    return "–" if value is None else f"{float(value):.1f}x"
+def fmt_speedup(value: Any, cause: str = "") -> str:
+    """`9.1x`. A `slow` one, below its --min-speedup floor, keeps the two decimals verify
+    recorded (rounded never across the floor): 1.98x must not read 2.0x beside a 2.0 floor."""
+    if value is None:
+        return "–"
+    return f"{float(value):.2f}x" if cause == "slow" else f"{float(value):.1f}x"
 
 
 # How a no-gain cell says why next to its speedup (`2.4x · miss`): the verdict stays no-gain.
@@ -131,7 +135,7 @@ NO_GAIN_WORDS = {"miss": "miss", "rebuilt": "rebuilt", "slow": "slow", "partial-
 
 def fmt_speedup_why(value: Any, verdict: str, cause: str, kernels_built: int = 0) -> str:
     """The speedup cell: `9.0x`; for no-gain rows also why (`2.4x · miss`, `1.0x · 6 rebuilt`)."""
-    shown = fmt_speedup(value)
+    shown = fmt_speedup(value, cause)
     if verdict != "no-gain":
         return shown
     word = NO_GAIN_WORDS.get(cause, cause)

@@ -50,7 +50,7 @@ def why_text(combo: dict[str, Any], cause: str) -> str:
     if cause == "rebuilt" and built:
         return f"hit, but {built} kernel file{'s' if built != 1 else ''} rebuilt"
     if cause == "slow" and combo.get("speedup") is not None:
-        return f"{words}: {labels.fmt_speedup(combo['speedup'])}"
+        return f"{words}: {labels.fmt_speedup(combo['speedup'], cause)}"
     differs = (combo.get("explain") or {}).get("differs") or []
     if cause in ("miss", "rebuilt") and differs:
         names = ", ".join(str(d.get("component")) for d in differs if isinstance(d, dict))
@@ -101,11 +101,19 @@ class Row:
 
     @property
     def cold_s(self) -> str:
-        return labels.fmt_seconds(self.phase("cold").get("compile_s"))
+        return self._seconds("cold")
 
     @property
     def hot_s(self) -> str:
-        return labels.fmt_seconds(self.phase("hot").get("compile_s"))
+        return self._seconds("hot")
+
+    def _seconds(self, name: str) -> str:
+        """The phase's compile time; none where kernels were copied from the run's build memo
+        (worker/phase.py BuildMemo): that time is not the phase's own."""
+        phase = self.phase(name)
+        if phase.get("kernels_from_memo"):
+            return labels.fmt_seconds(None)
+        return labels.fmt_seconds(phase.get("compile_s"))
 
     @property
     def shows_speedup(self) -> bool:
@@ -163,6 +171,12 @@ class TopLine:
     heading: str
     entries: list[str]
     lead: str = ""  # '56/60 safe; all but:' before the entries (or instead of them)
+    sep: str = ", "  # between entries; "; " where an entry is itself a list (`grouped`)
+
+    @property
+    def text(self) -> str:
+        """The lead and the entries as plain text (the renderers escape it)."""
+        return " ".join([self.lead, self.sep.join(self.entries)]).strip()
 
 
 @dataclass
@@ -226,10 +240,7 @@ class Section:
     @property
     def top_line(self) -> str:
         """The top lines as one plain string (JSON summary, last-resort markdown)."""
-        return " ".join(
-            f"{t.heading}: {' '.join([t.lead, ', '.join(t.entries)]).strip().rstrip(':')}."
-            for t in self.top
-        )
+        return " ".join(f"{t.heading}: {t.text.rstrip(':')}." for t in self.top)
 
 
 @dataclass
@@ -472,14 +483,23 @@ def cache_line(heading: str, safe: list[str], ran: int, nothing: str) -> TopLine
     return TopLine("✅", heading, _short(safe), f"{len(safe)}/{ran} safe:")
 
 
+def grouped(rows: list[Row]) -> list[str]:
+    """'a, b (why)' per distinct why, in the order of the rows: a reason shared by eight
+    combinations is said once."""
+    labels_by_why: dict[str, list[str]] = {}
+    for r in rows:
+        labels_by_why.setdefault(r.why, []).append(r.label)
+    return [f"{', '.join(names)} ({why})" for why, names in labels_by_why.items()]
+
+
 def top_lines(rows: list[Row]) -> list[TopLine]:
     """At most three lines: what to cache, what not to cache and why, what to check and why."""
     safe = [r.label for r in rows if r.verdict == "safe"]
     out = [cache_line("Cache", safe, len(rows), "nothing passed verification")]
     for emoji, heading, verdicts in TOP_LINES[1:]:
-        entries = [f"{r.label} ({r.why})" for r in rows if r.verdict in verdicts]
+        entries = grouped([r for r in rows if r.verdict in verdicts])
         if entries:
-            out.append(TopLine(emoji, heading, _short(entries)))
+            out.append(TopLine(emoji, heading, _short(entries), sep="; "))
     return out
 
 

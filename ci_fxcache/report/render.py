@@ -296,10 +296,7 @@ def markdown(
     lines = []
     if report.fleet:
         lines += [f"- {md_text(s.name)}: {_counts(s.counts)}" for s in report.sections]
-    lines += [
-        f"- {md_text(t.heading)}: {md_text(' '.join([t.lead, ', '.join(t.entries)]).strip())}"
-        for t in report.top
-    ]
+    lines += [f"- {md_text(t.heading)}: {md_text(t.text)}" for t in report.top]
     body = "\n".join(lines) + "\n"
     text = head + note + body
     if len(text) <= max_chars:
@@ -400,8 +397,12 @@ def _text_table(rows: list[Row], colour: bool) -> list[str]:
     return out
 
 
+ISSUE_FLAG = "[issue]"
+ISSUE_LEGEND = f"{ISSUE_FLAG} a known upstream issue concerns this combination (listed below)"
+
+
 def _issue_flag(row: Row) -> str:
-    return " [issue]" if row.issues else ""
+    return f" {ISSUE_FLAG}" if row.issues else ""
 
 
 def _matrix_lines(report: Report) -> list[str]:
@@ -457,7 +458,7 @@ def text(report: Report, colour: bool = False) -> str:
             counts = " · ".join(f"{n} {v}" for v, n in s.counts.items() if n)
             out.extend(_wrapped(f"  {plain(s.name)} {plain(s.gpu)}: {counts}", "    "))
         for t in report.top:
-            out.extend(_wrapped(f"{t.heading}: {' '.join([t.lead, ', '.join(t.entries)]).strip()}"))
+            out.extend(_wrapped(f"{t.heading}: {t.text}"))
         out.extend(_matrix_lines(report))
         for line_ in report.key_diffs:
             out.extend(_wrapped(f"keys differ: {line_}"))
@@ -470,10 +471,11 @@ def text(report: Report, colour: bool = False) -> str:
         out.extend(_wrapped((f"== {section.name}: " if report.fleet else "") + heading))
         if not report.fleet:
             for t in section.top:
-                entries = ", ".join(t.entries)
-                out.extend(_wrapped(f"{t.heading}: {' '.join([t.lead, entries]).strip()}"))
+                out.extend(_wrapped(f"{t.heading}: {t.text}"))
         out.append("")
         out.extend(_text_table(rows, colour))
+        if any(r.issues for r in rows):
+            out.append(ISSUE_LEGEND)
         advice = [
             a for a in section.advice if not (report.fleet and a == recommendations.DISABLE_LINE)
         ]

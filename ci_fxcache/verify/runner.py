@@ -31,7 +31,7 @@ class Settings:
     cache_dir: Path  # each combination's caches and reference, under <combo id>/
     run_dir: Path  # this run's scratch: phase logs, raw results, empty hot caches
     phase: str = "both"
-    min_speedup: float = 2.0
+    min_speedup: float | None = None  # a time floor only where the user sets one
     compare: str = "bitwise"
     fail_on: str = "unsafe"
     timeout: float = 600.0
@@ -146,6 +146,11 @@ def skip_reason(combo: Combo, info: dict[str, Any], redis: str | None) -> Skip |
 
 
 REFERENCE = "reference.json"
+# C++ libraries built in this run, shared by its phases (worker/phase.py BuildMemo): a phase
+# whose build another phase already ran copies the library (fxgraph's phases only keep theirs).
+# Like the shared cold phase, it changes no phase's evidence but its timing; --separate-cold
+# turns both off.
+BUILD_MEMO = "builds"
 ARTIFACT_MECHANISMS = ("mega", "precompile")
 # Mechanisms whose cold phases do the same compile work: both compile with the FX graph and
 # AOTAutograd caches on (caching_precompile off) into an empty directory; mega then only calls
@@ -188,6 +193,13 @@ def cold_groups(combos: list[Combo], share: bool) -> list[list[Combo]]:
     for group in shared.values():
         group.sort(key=lambda c: SHARED_COLD.index(c.mechanism))
     return groups
+
+
+def shared_first(groups: list[list[Combo]]) -> list[list[Combo]]:
+    """The shared cold phases first (in matrix order), then the others: a phase that starts
+    after a shared one finds the kernels it would build in the run's build memo (precompile's
+    cold phase compiles the same kernels as fxgraph's)."""
+    return sorted(groups, key=lambda group: len(group) == 1)
 
 
 class Cancelled(Exception):
@@ -335,6 +347,12 @@ class Runner:
             "cache_tag": tag,
             "artifacts": artifacts,
             "deterministic": self.settings.deterministic,
+            "build_memo": str(self.settings.run_dir / BUILD_MEMO)
+            if self.settings.share_cold
+            else None,
+            # fxgraph's phases (the shared cold phase among them) build everything themselves:
+            # their times are the speedups users read
+            "build_memo_serves": combo.mechanism != "fxgraph",
         }
 
     def run_combo(self, combo: Combo, hot_only: bool) -> dict[str, Any]:
@@ -588,9 +606,8 @@ def run(
     for c in combos:
         if c.id in skips:
             results[c.id] = runner._result(c, verdicts.not_judged(*skips[c.id]))
-    groups = [[c] for c in runnable if c.id in hot] + cold_groups(
-        [c for c in runnable if c.id not in hot], settings.share_cold
-    )
+    cold = shared_first(cold_groups([c for c in runnable if c.id not in hot], settings.share_cold))
+    groups = [[c] for c in runnable if c.id in hot] + cold
     for stage in stages(groups):
         combos_in_stage = [c for g in stage for c in g]
         jobs = settings.jobs or default_jobs(combos_in_stage, server.info)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import os
 import re
+import shutil
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -98,17 +100,28 @@ def _counters() -> dict[str, int]:
 class KernelBuilds:
     """C++ compiler runs (CppBuilder.build) in this process, timed from `start()`: a hot load
     that still runs the compiler rebuilt kernels, whatever the cache counters say. Files
-    appearing in the cache dir prove nothing: artifact loads write compiled kernels there too."""
+    appearing in the cache dir prove nothing: artifact loads write compiled kernels there too.
+
+    With a memo directory (one per verify run, `BuildMemo`), a build whose command and source
+    bytes another phase of the run already compiled copies that library instead of running
+    the compiler again: it is still counted (the verdict stands), and `served` says how many
+    were copied (their compile time is then not this phase's own)."""
 
     entries: ClassVar[list[str]] = []
     t0: ClassVar[float] = 0.0
     counting: ClassVar[bool] = False
+    memo: ClassVar[BuildMemo | None] = None
+    serves: ClassVar[bool] = True  # False: this phase only keeps what it builds
+    served: ClassVar[int] = 0
 
     @classmethod
-    def start(cls) -> bool:
+    def start(cls, memo_dir: str | None = None, serves: bool = True) -> bool:
         """Start counting; False when this torch has no C++ builder hook to count with."""
         cls.counting = counting = cls.install()
         cls.entries = []
+        cls.served = 0
+        cls.memo = BuildMemo(Path(memo_dir)) if memo_dir else None
+        cls.serves = serves
         cls.t0 = time.perf_counter()
         return counting
 
@@ -124,16 +137,76 @@ class KernelBuilds:
             return True
 
         def build(self: Any) -> None:
-            target = os.path.basename(str(self.get_target_file_path()))
+            target = str(self.get_target_file_path())
             started = time.perf_counter()
-            original(self)
-            if target.endswith((".so", ".pyd", ".dll", ".dylib")):  # not header preprocessing
+            library = target.endswith((".so", ".pyd", ".dll", ".dylib"))  # not preprocessing
+            memo = cls.memo
+            served = library and cls.serves and memo is not None and memo.serve(self, target)
+            if not served:
+                original(self)
+                if library and memo is not None:
+                    memo.keep(self, target)
+            if library:
                 took = time.perf_counter() - started
-                cls.entries.append(f"{target} at {started - cls.t0:.1f}s took {took:.1f}s")
+                how = " (copied from this run's build memo)" if served else ""
+                cls.served += bool(served)
+                name = os.path.basename(target)
+                cls.entries.append(f"{name} at {started - cls.t0:.1f}s took {took:.1f}s{how}")
 
         build._fxcache_counted = True  # type: ignore[attr-defined]
         cpp_builder.CppBuilder.build = build
         return True
+
+
+class BuildMemo:
+    """Libraries the C++ compiler built in this verify run, by a hash of the command line (the
+    phase's own cache directory written as one placeholder) and of every input file it names.
+    The same command on the same bytes gives the same library: a phase that needs one another
+    phase built copies it. Written atomically; an unreadable entry is built again."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def key(self, builder: Any, target: str) -> str | None:
+        """The memo key of a build, or None for one outside this phase's cache directory."""
+        base = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
+        if not base or not target.startswith(base):
+            return None
+        command = str(builder.get_command_line())
+        digest = hashlib.sha256(command.replace(base, "<cache>").encode())
+        for word in command.split():
+            if word.startswith(base) and word != target and os.path.isfile(word):
+                digest.update(word.replace(base, "<cache>").encode() + b"\0")
+                digest.update(Path(word).read_bytes())
+        return digest.hexdigest()
+
+    def serve(self, builder: Any, target: str) -> bool:
+        """Copy the library another phase built for this command, if there is one (False, and
+        the phase builds it, whenever that fails)."""
+        try:
+            key = self.key(builder, target)
+            if key is None or not (self.root / f"{key}.so").is_file():
+                return False
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+            part = f"{target}.{os.getpid()}.part"
+            shutil.copyfile(self.root / f"{key}.so", part)
+            os.chmod(part, 0o755)
+            os.replace(part, target)
+        except OSError:
+            return False
+        return True
+
+    def keep(self, builder: Any, target: str) -> None:
+        """Record the library just built (the last phase to finish a build replaces it with
+        the same bytes); a failure only means later phases build it themselves."""
+        with contextlib.suppress(OSError):
+            key = self.key(builder, target)
+            if key is None or not os.path.isfile(target):
+                return
+            self.root.mkdir(parents=True, exist_ok=True)
+            part = self.root / f"{key}.{os.getpid()}.part"
+            shutil.copyfile(target, part)
+            os.replace(part, self.root / f"{key}.so")
 
 
 # Every call of the model is seeded: the first input shape with FIRST_SEED, the second with
@@ -319,6 +392,8 @@ def _phase(spec: dict[str, Any], result: dict[str, Any]) -> None:
     if KernelBuilds.counting:
         result["kernels_built"] = len(KernelBuilds.entries)
         result["kernel_builds"] = KernelBuilds.entries[:20]
+        if KernelBuilds.served:
+            result["kernels_from_memo"] = KernelBuilds.served
     if run.cold:
         self_check(run, compiled, outs, outs2, result)
         record(run, outs, outs2, result)
@@ -376,7 +451,7 @@ def prepare(spec: dict[str, Any], result: dict[str, Any]) -> PhaseRun:
     if dynamic == "mark":
         run.marked = _marked(work.inputs, second)
     run.sync()
-    if not KernelBuilds.start():
+    if not KernelBuilds.start(spec.get("build_memo"), bool(spec.get("build_memo_serves", True))):
         note(
             result,
             "kernel builds not counted: this torch has no "
@@ -407,7 +482,25 @@ def timed_compile(run: PhaseRun, result: dict[str, Any]) -> tuple[Any, list[torc
     run.mark("first call done")
     result["compile_s"] = round(time.perf_counter() - started, 4)
     result["load_s"] = round(load_s, 4)
+    tracing = _tracing_s()
+    if tracing is not None:
+        result["tracing_s"] = tracing
     return compiled, outs
+
+
+def _tracing_s() -> float | None:
+    """Seconds this process's Dynamo spent outside the backend (tracing, bytecode, guards): the
+    part of a compile no cache skips. None where this torch does not account for it
+    (`torch._dynamo.utils.calculate_time_spent`: `entire_frame_compile` holds `backend_compile`)."""
+    try:
+        from torch._dynamo.utils import calculate_time_spent
+
+        spent = calculate_time_spent()
+    except (ImportError, AttributeError):
+        return None
+    if not spent.get("entire_frame_compile"):
+        return None
+    return round(max(0.0, spent["entire_frame_compile"] - spent.get("backend_compile", 0.0)), 4)
 
 
 def second_shape(run: PhaseRun, compiled: Any, result: dict[str, Any]) -> list[torch.Tensor] | None:
