@@ -536,9 +536,12 @@ def invalidate() -> int:
     with contextlib.redirect_stdout(buffer):
         rc = cli.main(argv)
     print(buffer.getvalue(), end="")
-    if rc == 0:
+    if rc in (0, 1) and buffer.getvalue().strip():  # 1: done, with removals that failed
         out.write_text(buffer.getvalue(), encoding="utf-8")
         gha.set_output("report-json", str(out))
+        from ci_fxcache.report import invalidation
+
+        gha.append_summary(invalidation.markdown(json.loads(buffer.getvalue())))
     return rc
 
 

@@ -28,6 +28,7 @@ def fetch(
     if signing_key:
         check_signature(head, signing_key)
     entries = objects.index(layout, head)
+    objects.refuse_remembered(layout, entries)  # a broken copy is downloaded once per runner
     target.mkdir()
     scope_dir = str(target)
     # Every directory first, spread over processes by parent (overlay's measured way):

@@ -19,34 +19,75 @@ HEAD_SCHEMA = "fxcache-s3-head/1"
 SEGMENT_SCHEMA = "fxcache-s3-segment/1"
 
 
+# Exactly the fields a save writes (a signature only with a signing key); each is checked for
+# the type a save gives it where the head is read, so nothing later (a save's composition, the
+# collector, the inventory) meets a value of another type.
+HEAD_FIELDS = frozenset(
+    {
+        "schema", "scope_key", "fingerprint", "torch_paths", "created_at", "updated_at",
+        "verification", "segments", "files", "total_bytes",
+    }
+)  # fmt: skip
+SEGMENT_REF_FIELDS = frozenset({"sha256", "files", "packs"})
+
+
+def _is_strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _segment_ref_problem(seg: object) -> str | None:
+    if not (isinstance(seg, dict) and set(seg) == SEGMENT_REF_FIELDS):
+        return "head lists a malformed segment"
+    if not (mf.is_digest(seg["sha256"]) and mf.is_count(seg["files"])):
+        return "head lists a malformed segment"
+    packs = seg["packs"]
+    if not (isinstance(packs, list) and all(mf.is_digest(p) for p in packs)):
+        return "head lists a malformed segment"
+    return None
+
+
 def head_problem(head: object, key: str) -> str | None:
-    """Why a parsed head is not one a save of scope `key` wrote, or None."""
+    """Why a parsed head is not one a save of scope `key` wrote, or None: every field of
+    HEAD_FIELDS present with the type a save gives it, and no other."""
     if not isinstance(head, dict) or head.get("schema") != HEAD_SCHEMA:
         return "not an fxcache S3 head"
     if head.get("scope_key") != key:
         return "head belongs to another scope"
-    segments = head.get("segments")
+    unknown = sorted(set(head) - HEAD_FIELDS - {"signature"})
+    missing = sorted(HEAD_FIELDS - set(head))
+    if unknown or missing:
+        which = "unknown" if unknown else "missing"
+        names = ", ".join([repr(k[:40]) for k in unknown[:5]] + missing)
+        return f"head is malformed: {which} field(s) {names}"
+    segments = head["segments"]
     if not isinstance(segments, list):
         return "head has no segment list"
     for seg in segments:
-        if not (
-            isinstance(seg, dict)
-            and mf.is_digest(seg.get("sha256"))
-            and isinstance(seg.get("packs"), list)
-            and all(mf.is_digest(p) for p in seg["packs"])
-        ):
-            return "head lists a malformed segment"
-    if head.get("fingerprint") is not None and not isinstance(head.get("fingerprint"), dict):
+        problem = _segment_ref_problem(seg)
+        if problem:
+            return problem
+    if not isinstance(head["fingerprint"], dict):
         return "head fingerprint is malformed"
-    paths = head.get("torch_paths", [])
-    if not (isinstance(paths, list) and all(isinstance(p, str) for p in paths)):
+    if not _is_strings(head["torch_paths"]):
         return "head torch_paths is malformed"
-    if not all(isinstance(head.get(k, ""), str) for k in ("created_at", "updated_at")):
+    if not all(isinstance(head[k], str) for k in ("created_at", "updated_at")):
         return "head times are malformed"
-    verification = head.get("verification") or {"references": []}
-    refs = verification.get("references") if isinstance(verification, dict) else None
-    if not (isinstance(refs, list) and all(isinstance(r, str) for r in refs)):
+    verification = head["verification"]
+    if not (
+        isinstance(verification, dict)
+        and set(verification) == {"references"}
+        and _is_strings(verification["references"])
+    ):
         return "head verification is malformed"
+    if not (mf.is_count(head["files"]) and mf.is_count(head["total_bytes"])):
+        return "head file count or total_bytes is malformed"
+    signature = head.get("signature")
+    if "signature" in head and not (
+        isinstance(signature, dict)
+        and set(signature) == {"alg", "value"}
+        and all(isinstance(signature[k], str) for k in ("alg", "value"))
+    ):
+        return "head signature is malformed"
     return None
 
 
@@ -89,6 +130,12 @@ def encode_head(head: dict[str, Any]) -> bytes:
     return (json.dumps(head, indent=1, sort_keys=True) + "\n").encode()
 
 
+def signature_problem(head: dict[str, Any], signing_key: str) -> str | None:
+    """Why `head` is not signed with `signing_key`, or None."""
+    reason = mf.signature_problem(head, signing_key)
+    return reason.replace("manifest", "remote head", 1) if reason else None
+
+
 def check_signature(head: dict[str, Any], signing_key: str) -> None:
     """RemoteCorrupt unless `head` is signed with `signing_key`."""
     reason = mf.signature_problem(head, signing_key)
@@ -101,24 +148,25 @@ def new_head(
     head: dict[str, Any] | None,
     segments: list[dict[str, Any]],
     local: dict[str, Any],
+    index: dict[str, dict[str, Any]],
     signing_key: str | None,
 ) -> dict[str, Any]:
-    """The head that lists `segments` after a save of committed local manifest `local` over
-    the current `head` (None: the scope has none), signed when there is a key."""
+    """The head that lists `segments` (whose merged files are `index`) after a save of
+    committed local manifest `local` over the current `head` (None: the scope has none, or
+    it was replaced), signed when there is a key. `files` and `total_bytes` are the merged
+    index's own: what a restore of this head writes."""
     now = scopes.utc_now()
     composed: dict[str, Any] = {
         "schema": HEAD_SCHEMA,
         "scope_key": key,
-        "fingerprint": local.get("fingerprint"),
-        "torch_paths": sorted(
-            set(local.get("torch_paths") or []) | set((head or {}).get("torch_paths") or [])
-        ),
+        "fingerprint": local["fingerprint"],
+        "torch_paths": sorted(set(local["torch_paths"]) | set((head or {}).get("torch_paths", []))),
         "created_at": (head or {}).get("created_at") or now,
         "updated_at": now,
-        "verification": local.get("verification") or {"references": []},
+        "verification": local["verification"],
         "segments": segments,
-        "files": sum(int(s.get("files") or 0) for s in segments),
-        "total_bytes": local.get("total_bytes", 0),
+        "files": len(index),
+        "total_bytes": sum(e["size"] for e in index.values()),
     }
     if signing_key:
         mf.sign(composed, signing_key)

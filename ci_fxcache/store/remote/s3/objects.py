@@ -1,12 +1,14 @@
 """The bucket as the S3 tier sees it: where each object lives, the client (made on first
 use), transfer counts, the reads of the index (head and segments), and what this runner
-keeps about the bucket (copies of immutable segments, packs found bad)."""
+keeps about the bucket (copies of immutable segments, packs found bad, packs it uploaded for
+a head it has not published yet)."""
 
 from __future__ import annotations
 
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +24,18 @@ from ci_fxcache.store.remote.s3.client import (
     check_config,
 )
 from ci_fxcache.store.remote.s3.deadline import Deadline, configured_seconds
-from ci_fxcache.store.remote.s3.index import decode_segment, parse_head
+from ci_fxcache.store.remote.s3.index import (
+    SEGMENT_SCHEMA,
+    decode_segment,
+    parse_head,
+    segment_problem,
+)
 from ci_fxcache.store.remote.tier import REMOTE_DIR, RemoteCorrupt, RemoteUnavailable
+
+# A pack found missing or damaged is not downloaded again by this runner for this long (every
+# restore would otherwise fetch and quarantine the same broken copy); then it is tried again,
+# since a save elsewhere may have uploaded the same content (a pack's name is its sha256).
+BAD_PACK_MEMORY_S = 24 * 3600.0
 
 
 class S3Objects:
@@ -91,33 +103,108 @@ class S3Objects:
         ident = sha256_hex(self.describe().encode())[:16]
         return layout.root / REMOTE_DIR / f"s3-{ident}"
 
-    def bad_packs(self, layout: Layout) -> set[str]:
-        """The packs this runner found missing or damaged."""
+    def _bad_record(self, layout: Layout) -> dict[str, float]:
         try:
             data = json.loads((self.runner_dir(layout) / "bad-packs.json").read_text())
-        except (OSError, ValueError):
-            return set()
-        return {p for p in data if mf.is_digest(p)} if isinstance(data, list) else set()
+        except (OSError, ValueError, RecursionError):
+            return {}
+        now = time.time()
+        if isinstance(data, list):  # the first format: names only
+            data = {name: now for name in data}
+        if not isinstance(data, dict):
+            return {}
+        return {
+            name: float(at)
+            for name, at in data.items()
+            if mf.is_digest(name)
+            and isinstance(at, int | float)
+            and not isinstance(at, bool)
+            and now - at < BAD_PACK_MEMORY_S
+        }
+
+    def bad_packs(self, layout: Layout) -> set[str]:
+        """The packs this runner found missing or damaged (within BAD_PACK_MEMORY_S)."""
+        return set(self._bad_record(layout))
 
     def set_bad(self, layout: Layout, packs: set[str]) -> None:
-        """Record the packs found missing or damaged: never used from the bucket again until
-        this runner uploads that pack itself (a pack's name is its content's sha256)."""
+        """Record the packs found missing or damaged (exactly `packs` from now on): never used
+        from the bucket again until this runner uploads that pack itself, or for
+        BAD_PACK_MEMORY_S."""
         where = self.runner_dir(layout)
         where.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(sorted(packs)) + "\n"
+        known, now = self._bad_record(layout), time.time()
+        record = {name: known.get(name, now) for name in sorted(packs)}
+        text = json.dumps(record) + "\n"
         atomic_write.write_text(where / "bad-packs.json", text, layout.root / LOCKS)
 
+    def refuse_remembered(self, layout: Layout, entries: dict[str, dict[str, Any]]) -> None:
+        """RemoteCorrupt, before any download, when `entries` (a head's index) name a pack
+        this runner already found missing or damaged: a broken copy is downloaded once per
+        runner, not by every job."""
+        bad = self.bad_packs(layout) & {e["pack"] for e in entries.values()}
+        if bad:
+            raise RemoteCorrupt(
+                f"{len(bad)} pack(s) found missing or damaged earlier on this runner "
+                f"(first: {min(bad)[:12]}); not downloaded again"
+            )
+
+    # -- packs uploaded for a head not published yet ------------------------------------------
+    def _sent_dir(self, layout: Layout, key: str) -> Path:
+        return self.runner_dir(layout) / "sent" / key
+
+    def record_sent(self, layout: Layout, key: str, pack: str, files: dict[str, Any]) -> None:
+        """Remember that pack `pack` (holding `files`: path -> index entry) is in the bucket, for
+        a save of `key` killed before its head: the next save reuses it (sent_packs)."""
+        where = self._sent_dir(layout, key)
+        where.mkdir(parents=True, exist_ok=True)
+        atomic_write.write_text(where / f"{pack}.json", json.dumps(files), layout.root / LOCKS)
+
+    def sent_packs(self, layout: Layout, key: str, max_age_s: float) -> dict[str, dict[str, Any]]:
+        """Path -> index entry (pack included) of the packs this runner uploaded for `key` in
+        the last `max_age_s` that no published head of its own named yet."""
+        found: dict[str, dict[str, Any]] = {}
+        now = time.time()
+        for path in sorted(self._sent_dir(layout, key).glob("*.json")):
+            pack = path.stem
+            try:
+                if now - path.stat().st_mtime >= max_age_s:
+                    path.unlink(missing_ok=True)
+                    continue
+                files = json.loads(path.read_text())
+            except (OSError, ValueError, RecursionError):
+                continue
+            if not (mf.is_digest(pack) and isinstance(files, dict)):
+                continue
+            placed = {rel: {**e, "pack": pack} for rel, e in files.items() if isinstance(e, dict)}
+            segment = {"schema": SEGMENT_SCHEMA, "files": placed}
+            if len(placed) == len(files) and segment_problem(segment, {pack}) is None:
+                found.update(placed)
+        return found
+
+    def forget_sent(self, layout: Layout, key: str, packs: set[str]) -> None:
+        """Packs a published head now names: nothing to remember."""
+        where = self._sent_dir(layout, key)
+        for pack in packs:
+            (where / f"{pack}.json").unlink(missing_ok=True)
+
     # -- reading the index -------------------------------------------------------------------
-    def read_head(self, key: str) -> tuple[dict[str, Any] | None, str | None]:
-        """(head, ETag) of scope `key`, (None, None) when it has none; RemoteCorrupt when the
-        head is not one a save wrote."""
+    def head_object(self, key: str) -> tuple[bytes, str] | None:
+        """(bytes, ETag) of scope `key`'s head object; None when it has none."""
         try:
             got = self.bucket.get(self.head_key(key))
         except S3Missing:
-            return None, None
+            return None
         except S3Unavailable as exc:
             raise RemoteUnavailable(str(exc)) from None
         assert got is not None
+        return got
+
+    def read_head(self, key: str) -> tuple[dict[str, Any] | None, str | None]:
+        """(head, ETag) of scope `key`, (None, None) when it has none; RemoteCorrupt when the
+        head is not one a save wrote."""
+        got = self.head_object(key)
+        if got is None:
+            return None, None
         body, etag = got
         return parse_head(body, key), etag
 
