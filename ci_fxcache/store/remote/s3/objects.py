@@ -14,8 +14,20 @@ from ci_fxcache import atomic_write
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store.layout import LOCKS, Layout
 from ci_fxcache.store.remote.packs import sha256_hex
-from ci_fxcache.store.remote.s3.client import Bucket, Location, S3Missing, S3Unavailable
-from ci_fxcache.store.remote.s3.index import decode_segment, parse_head
+from ci_fxcache.store.remote.s3 import parallel
+from ci_fxcache.store.remote.s3.client import (
+    Bucket,
+    Location,
+    S3Missing,
+    S3TooLarge,
+    S3Unavailable,
+)
+from ci_fxcache.store.remote.s3.index import (
+    MAX_HEAD_BYTES,
+    MAX_SEGMENT_OBJECT,
+    decode_segment,
+    parse_head,
+)
 from ci_fxcache.store.remote.tier import REMOTE_DIR, RemoteCorrupt, RemoteUnavailable
 
 
@@ -95,9 +107,11 @@ class S3Objects:
         """(head, ETag) of scope `key`, (None, None) when it has none; RemoteCorrupt when the
         head is not one a save wrote."""
         try:
-            got = self.bucket.get(self.head_key(key))
+            got = self.bucket.get(self.head_key(key), limit=MAX_HEAD_BYTES)
         except S3Missing:
             return None, None
+        except S3TooLarge:
+            raise RemoteCorrupt("remote head is larger than any head a save writes") from None
         except S3Unavailable as exc:
             raise RemoteUnavailable(str(exc)) from None
         assert got is not None
@@ -106,17 +120,20 @@ class S3Objects:
 
     def segment(self, layout: Layout, digest: str, packs: set[str]) -> dict[str, Any]:
         """The files of segment `digest` (checked against its name), from this runner's copy
-        or the bucket."""
+        or the bucket; neither is read past MAX_SEGMENT_OBJECT bytes."""
         copy = self.runner_dir(layout) / "segments" / digest
         try:
-            raw = copy.read_bytes()
+            with copy.open("rb") as f:
+                raw = f.read(MAX_SEGMENT_OBJECT + 1)
         except OSError:
             raw = b""
         if sha256_hex(raw) != digest:
             try:
-                got = self.bucket.get(self.segment_key(digest))
+                got = self.bucket.get(self.segment_key(digest), limit=MAX_SEGMENT_OBJECT)
             except S3Missing:
                 raise RemoteCorrupt(f"index segment {digest[:12]} is missing") from None
+            except S3TooLarge:
+                raise RemoteCorrupt(f"index segment {digest[:12]} is too large") from None
             except S3Unavailable as exc:
                 raise RemoteUnavailable(str(exc)) from None
             assert got is not None
@@ -130,8 +147,16 @@ class S3Objects:
         return decode_segment(raw, digest, packs)
 
     def index(self, layout: Layout, head: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        """Every file of the head's segments (a later segment's entry wins)."""
+        """Every file of the head's segments (a later segment's entry wins); the segments
+        are read at once (one round trip, not one per segment)."""
+        segments = head["segments"]
+        found: dict[int, dict[str, Any]] = {}
+
+        def read(i: int) -> None:
+            found[i] = self.segment(layout, segments[i]["sha256"], set(segments[i]["packs"]))
+
+        parallel.run(read, list(range(len(segments))))
         merged: dict[str, dict[str, Any]] = {}
-        for seg in head["segments"]:
-            merged.update(self.segment(layout, seg["sha256"], set(seg["packs"])))
+        for i in range(len(segments)):
+            merged.update(found[i])
         return merged

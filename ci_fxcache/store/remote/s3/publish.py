@@ -23,8 +23,13 @@ from ci_fxcache.store import manifest as mf
 from ci_fxcache.store.layout import Layout
 from ci_fxcache.store.remote import packs
 from ci_fxcache.store.remote.s3 import parallel
-from ci_fxcache.store.remote.s3.client import S3Conflict, S3Missing, S3Unavailable
-from ci_fxcache.store.remote.s3.index import encode_head, encode_segment, new_head
+from ci_fxcache.store.remote.s3.client import S3Conflict, S3Missing, S3TooLarge, S3Unavailable
+from ci_fxcache.store.remote.s3.index import (
+    MAX_HEAD_BYTES,
+    encode_head,
+    encode_segment,
+    new_head,
+)
 from ci_fxcache.store.remote.s3.objects import S3Objects
 from ci_fxcache.store.remote.tier import RemoteCorrupt, RemoteUnavailable
 
@@ -110,7 +115,9 @@ def _readable_head(objects: S3Objects, key: str) -> tuple[dict[str, Any] | None,
         return objects.read_head(key)
     except RemoteCorrupt:
         try:
-            got = objects.bucket.get(objects.head_key(key))
+            got = objects.bucket.get(objects.head_key(key), limit=MAX_HEAD_BYTES)
+        except S3TooLarge as exc:
+            return None, exc.etag
         except (S3Missing, S3Unavailable) as exc:
             raise RemoteUnavailable(str(exc)) from None
         return None, got[1] if got else None
