@@ -400,12 +400,13 @@ def _save_result(s: Settings, key: str | None) -> dict[str, Any]:
     if state["read_only"]:  # restore's own fallback (an unusable store): nothing to save
         return {"saved": False, "reason": f"read-only restore ({state['read_only_reason']})"}
     layout = Layout(Path(s.root))
+    tier = tiered.remote_tier(state, s.store)  # malformed settings: before the commit
     try:
         result = store_save.save(layout, state, key)
     except (OSError, TimeoutError) as exc:
         gha.warn(f"could not save cache scope {state['scope_key']}: {exc}; continuing")
         return {"saved": False, "reason": str(exc)}
-    return tiered.publish_from_state(layout, state, result, key, s.store)
+    return tiered.publish_from_state(layout, state, result, key, tier)
 
 
 def _scope_key(s: Settings) -> str | None:

@@ -11,7 +11,7 @@ from typing import Any
 from ci_fxcache import userfiles
 from ci_fxcache.commands import options
 from ci_fxcache.env import fingerprint
-from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
+from ci_fxcache.errors import EXIT_CHECK_FAILED, CheckFailed, UsageError
 from ci_fxcache.report import text_table
 from ci_fxcache.store import invalidate as local
 from ci_fxcache.store import seal
@@ -127,10 +127,11 @@ def run(
         from ci_fxcache.store.remote.tier import RemoteUnavailable
 
         tier = S3Tier(s3_client.resolve_url(s3_url))
+        grace = parse_duration(gc_grace)
         try:
-            done = s3_invalidate.run(tier, policy, dry_run, parse_duration(gc_grace))
-        except RemoteUnavailable as exc:
-            raise UsageError(f"S3 {tier.describe()}: {exc}") from exc
+            done = s3_invalidate.run(tier, policy, dry_run, grace)
+        except RemoteUnavailable as exc:  # the network, not the user's input: exit 1
+            raise CheckFailed(f"S3 {tier.describe()}: {exc}") from exc
         result["rows"] += done["rows"]
         result["s3"] = {"url": tier.describe(), "gc": done["gc"], "dry_run": dry_run}
     if not redis and not github and not s3:

@@ -48,6 +48,7 @@ def run(
     """Apply the policies to the bucket's scopes and collect unreferenced objects; rows in
     the shape of the other stores', plus the collection's counts."""
     now = time.time() if now is None else now
+    tier.start()
     try:
         return _run(tier, policy, dry_run, grace_s, now)
     except S3Unavailable as exc:

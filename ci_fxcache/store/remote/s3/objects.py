@@ -21,7 +21,9 @@ from ci_fxcache.store.remote.s3.client import (
     S3Missing,
     S3TooLarge,
     S3Unavailable,
+    check_config,
 )
+from ci_fxcache.store.remote.s3.deadline import Deadline, configured_seconds
 from ci_fxcache.store.remote.s3.index import (
     MAX_HEAD_BYTES,
     MAX_SEGMENT_OBJECT,
@@ -35,8 +37,18 @@ class S3Objects:
     """The objects of one bucket prefix, and this runner's memory of them."""
 
     def __init__(self, where: Location, bucket: Bucket | None = None) -> None:
+        check_config()  # a malformed setting is a usage error now, not after a local commit
         self.where = where
         self._bucket = bucket
+        self.deadline = Deadline(configured_seconds())
+
+    def start(self, seconds: float | None = None) -> Deadline:
+        """Start the time bound of one operation (a restore, save or invalidate: `seconds`,
+        else FXCACHE_S3_DEADLINE's): every request until the next start honours it."""
+        self.deadline = Deadline(configured_seconds() if seconds is None else seconds)
+        if self._bucket is not None:
+            self._bucket.use(self.deadline)
+        return self.deadline
 
     # -- plumbing ----------------------------------------------------------------------------
     @property
@@ -44,7 +56,7 @@ class S3Objects:
         """The client, made on first use (boto3 is imported only by S3 operations)."""
         if self._bucket is None:
             try:
-                self._bucket = Bucket(self.where)
+                self._bucket = Bucket(self.where, self.deadline)
             except S3Unavailable as exc:
                 raise RemoteUnavailable(str(exc)) from None
         return self._bucket
