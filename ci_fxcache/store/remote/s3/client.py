@@ -282,6 +282,7 @@ class Bucket:
     ) -> Iterator[Callable[[int], bytes]]:
         """A reader of a GET's body that was announced no longer than `limit` bytes."""
         body = answer["Body"]
+        reading = threading.Event()  # set while a read runs (maybe abandoned at the deadline)
         try:
             length = answer.get("ContentLength")
             if isinstance(length, int) and length > limit:
@@ -290,23 +291,30 @@ class Bucket:
             def read(n: int) -> bytes:
                 pieces: list[bytes] = []
                 got = 0
-                while got < n:
-                    try:
-                        piece = body.read(n - got)
-                    except Exception as exc:  # a connection dropped or timed out mid-body
-                        raise S3Unavailable(f"reading {key}: {_describe(exc)}") from None
-                    if not piece:
-                        break
-                    pieces.append(piece)
-                    got += len(piece)
+                reading.set()
+                try:
+                    while got < n:
+                        try:
+                            piece = body.read(n - got)
+                        except Exception as exc:  # a connection dropped or timed out mid-body
+                            raise S3Unavailable(f"reading {key}: {_describe(exc)}") from None
+                        if not piece:
+                            break
+                        pieces.append(piece)
+                        got += len(piece)
+                finally:
+                    reading.clear()
                 with self._lock:
                     self.received_bytes += got
                 return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
             yield read
         finally:
-            with contextlib.suppress(Exception):
-                body.close()
+            # Closing waits for a read in progress (the stream's lock): a read abandoned at
+            # the deadline keeps its connection until it ends on its own.
+            if not reading.is_set():
+                with contextlib.suppress(Exception):
+                    body.close()
 
     def put(
         self,

@@ -34,9 +34,9 @@ MAX_HEAD_BYTES = 16 * 1024 * 1024
 SEGMENT_SCHEMA = "fxcache-s3-segment/2"
 SEGMENT_SCHEMA_V1 = "fxcache-s3-segment/1"
 # A segment's JSON takes ~230 bytes a file: 64 MiB is ~290,000 files (a scope is ~18,000).
-# Its stored object (compressed) is refused above the same size before it is read.
+# Its stored object (zstd JSON, ~3x smaller) is refused above 16 MiB before it is read.
 MAX_SEGMENT_JSON = 64 * 1024 * 1024
-MAX_SEGMENT_OBJECT = MAX_SEGMENT_JSON
+MAX_SEGMENT_OBJECT = 16 * 1024 * 1024
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _GZIP_MAGIC = b"\x1f\x8b"
 _SEGMENT_LEVEL = 3
