@@ -162,8 +162,8 @@ def test_a_segment_bomb_is_refused_within_a_memory_bound(
     s3.put_object(Bucket=name, Key=head_key, Body=json.dumps(head).encode())
     b = _store(tmp_path, "b", run_fxcache, seaweed, bucket)
     state, peak = _peak_rss_mib(b, "--store", "s3")
-    assert not state["hit"] and "unreadable" in state["remote"]["error"], state["remote"]
     assert peak < 512, f"peak RSS {peak:.0f} MiB"
+    assert not state["hit"] and "unreadable" in state["remote"]["error"], state["remote"]
 
 
 def _link_store(
