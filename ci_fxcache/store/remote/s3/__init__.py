@@ -5,8 +5,10 @@ PREFIX/scopes/<scope-key>/head.json  the scope's remote manifest: its index segm
                                      file count, packs each references), fingerprint, times,
                                      optional HMAC; replaced only by a conditional PUT
 PREFIX/scopes/<scope-key>/last-used  empty; its LastModified is the scope's last use
-PREFIX/segments/<sha256>             immutable gzip JSON: path -> sha256, size, pack, offset
-PREFIX/packs/<sha256>                immutable: many files' bytes, back to back
+PREFIX/segments/<sha256>             immutable zstd JSON: path -> sha256, size, pack, offset;
+                                     each pack's frame table
+PREFIX/packs/<sha256>                immutable: many files' bytes back to back, as zstd frames
+                                     (raw where they do not compress)
 ```
 
 Why packs: store.remote.packs. How a save extends the index, and many writers: publish.py.

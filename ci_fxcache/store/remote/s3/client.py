@@ -13,7 +13,7 @@ import contextlib
 import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -33,7 +33,9 @@ TIMEOUT_ENV = "FXCACHE_S3_TIMEOUT"
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 30.0
 MAX_ATTEMPTS = 3
-POOL = 16
+# Connections kept open: a restore reads on s3.parallel.FETCH_WORKERS at once, a save on
+# s3.parallel.WORKERS; a few more for the index reads beside them.
+POOL = 24
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 T = TypeVar("T")
 
@@ -49,6 +51,14 @@ class S3Missing(Exception):
 
 class S3Conflict(Exception):
     """A conditional PUT lost (412 Precondition Failed, or 409 from a concurrent write)."""
+
+
+class S3TooLarge(Exception):
+    """An object (or range) larger than its reader allows: refused before it is read."""
+
+    def __init__(self, key: str, etag: str = "") -> None:
+        super().__init__(key)
+        self.etag = etag
 
 
 @dataclass(frozen=True)
@@ -197,7 +207,9 @@ class Bucket:
     def _fail(self, exc: BaseException, key: str) -> BaseException:
         """The exception to raise for a failed request on `key`."""
         code, status = _code(exc)
-        if code in ("NoSuchKey", "NotFound") or (status == 404 and code != "NoSuchBucket"):
+        if code in ("NoSuchKey", "NotFound", "InvalidRange") or (
+            status in (404, 416) and code != "NoSuchBucket"
+        ):
             return S3Missing(key)
         if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
             return S3Conflict(key)
@@ -225,9 +237,12 @@ class Bucket:
         except Exception as exc:  # botocore raises ClientError, BotoCoreError and subclasses
             raise self._fail(exc, key) from None
 
-    def get(self, key: str, if_none_match: str | None = None) -> tuple[bytes, str] | None:
+    def get(
+        self, key: str, if_none_match: str | None = None, *, limit: int
+    ) -> tuple[bytes, str] | None:
         """(body, ETag) of `key`; None when it is unchanged from ETag `if_none_match`.
-        S3Missing when absent."""
+        S3Missing when absent; S3TooLarge when it is larger than `limit` bytes (refused by
+        its Content-Length before the body is read, and never read past `limit`)."""
         extra = {"IfNoneMatch": if_none_match} if if_none_match else {}
         self._count("get_object")
 
@@ -238,18 +253,68 @@ class Bucket:
                 if "HTTP 304" in str(exc):
                     return None
                 raise
-            try:
-                return answer["Body"].read(), str(answer.get("ETag", ""))
-            except Exception as exc:  # a connection dropped mid-body
-                raise S3Unavailable(f"reading {key}: {_describe(exc)}") from None
+            etag = str(answer.get("ETag", ""))
+            with self._body(answer, key, limit, etag) as read:
+                return read(limit + 1), etag
 
         got = self.within(request, "get_object")
         if got is None:
             return None
         body, etag = got
-        with self._lock:
-            self.received_bytes += len(body)
+        if len(body) > limit:
+            raise S3TooLarge(key, etag)
         return body, etag
+
+    @contextlib.contextmanager
+    def get_range(self, key: str, start: int, end: int) -> Iterator[Callable[[int], bytes]]:
+        """Bytes `start` to `end` (exclusive) of `key`, streamed: yields `read(n)`, which
+        returns n bytes (fewer only where the object ends). S3Missing when `key` is absent
+        or ends before `start`; S3TooLarge when the answer would be longer than the range.
+        The request and every read are within the deadline: a server that freezes
+        mid-body costs at most what is left of it."""
+        answer = self._call("get_object", key, Key=key, Range=f"bytes={start}-{end - 1}")
+        with self._body(answer, key, end - start) as read:
+            yield lambda n: self.within(lambda: read(n), "get_object body")
+
+    @contextlib.contextmanager
+    def _body(
+        self, answer: dict[str, Any], key: str, limit: int, etag: str = ""
+    ) -> Iterator[Callable[[int], bytes]]:
+        """A reader of a GET's body that was announced no longer than `limit` bytes."""
+        body = answer["Body"]
+        reading = threading.Event()  # set while a read runs (maybe abandoned at the deadline)
+        try:
+            length = answer.get("ContentLength")
+            if isinstance(length, int) and length > limit:
+                raise S3TooLarge(key, etag)
+
+            def read(n: int) -> bytes:
+                pieces: list[bytes] = []
+                got = 0
+                reading.set()
+                try:
+                    while got < n:
+                        try:
+                            piece = body.read(n - got)
+                        except Exception as exc:  # a connection dropped or timed out mid-body
+                            raise S3Unavailable(f"reading {key}: {_describe(exc)}") from None
+                        if not piece:
+                            break
+                        pieces.append(piece)
+                        got += len(piece)
+                finally:
+                    reading.clear()
+                with self._lock:
+                    self.received_bytes += got
+                return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+            yield read
+        finally:
+            # Closing waits for a read in progress (the stream's lock): a read abandoned at
+            # the deadline keeps its connection until it ends on its own.
+            if not reading.is_set():
+                with contextlib.suppress(Exception):
+                    body.close()
 
     def put(
         self,

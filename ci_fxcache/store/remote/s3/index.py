@@ -2,21 +2,45 @@
 (de)serialisation, and the head's signature. No I/O here.
 
 The head lists segments by sha256 (and the packs each references), each segment lists files
-by sha256: signing the head covers every byte a restore writes.
+by sha256 and the frame table of each pack it references (store.remote.packs): signing the
+head covers every byte a restore writes.
+
+Segments: `fxcache-s3-segment/2` is zstd JSON `{"schema", "packs": {pack: [[size, stored,
+codec], ...]}, "files": {path: {sha256, size, pack, offset}}}`; the first format
+(`fxcache-s3-segment/1`, gzip JSON, packs stored raw, no frame table) is still read: its
+packs get a table of raw frames, so scopes saved before compression still restore, and a
+save that dedupes against them writes their table into its own segment. A segment is
+decoded to at most MAX_SEGMENT_JSON bytes: a bomb is refused, never expanded.
 """
 
 from __future__ import annotations
 
-import gzip
+import io
 import json
+import zlib
 from typing import Any
+
+import zstandard
 
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store import scopes
+from ci_fxcache.store.remote import packs
 from ci_fxcache.store.remote.tier import RemoteCorrupt
 
 HEAD_SCHEMA = "fxcache-s3-head/1"
-SEGMENT_SCHEMA = "fxcache-s3-segment/1"
+# A head lists segments (at most publish.MAX_SEGMENTS + 1) and their packs: kilobytes. A
+# larger object is refused by its Content-Length before it is read.
+MAX_HEAD_BYTES = 16 * 1024 * 1024
+SEGMENT_SCHEMA = "fxcache-s3-segment/2"
+SEGMENT_SCHEMA_V1 = "fxcache-s3-segment/1"
+# A segment's JSON takes ~230 bytes a file: 64 MiB is ~290,000 files (a scope is ~18,000).
+# Its stored object (zstd JSON, ~3x smaller) is refused above 16 MiB before it is read.
+MAX_SEGMENT_JSON = 64 * 1024 * 1024
+MAX_SEGMENT_OBJECT = 16 * 1024 * 1024
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_GZIP_MAGIC = b"\x1f\x8b"
+_SEGMENT_LEVEL = 3
+_SEGMENT_WINDOW = 1 << 23
 
 
 # Exactly the fields a save writes (a signature only with a signing key); each is checked for
@@ -91,13 +115,23 @@ def head_problem(head: object, key: str) -> str | None:
     return None
 
 
-def segment_problem(data: object, packs: set[str]) -> str | None:
-    """Why a parsed segment is not one a save wrote referencing only `packs`, or None."""
-    if not isinstance(data, dict) or data.get("schema") != SEGMENT_SCHEMA:
+def segment_problem(data: object, packs_of_head: set[str]) -> str | None:
+    """Why a parsed segment is not one a save wrote referencing only `packs_of_head`, or
+    None."""
+    if not isinstance(data, dict) or data.get("schema") not in (SEGMENT_SCHEMA, SEGMENT_SCHEMA_V1):
         return "not an fxcache S3 segment"
     files = data.get("files")
     if not isinstance(files, dict):
         return "segment has no file list"
+    tables = data.get("packs") if data["schema"] == SEGMENT_SCHEMA else {}
+    if not isinstance(tables, dict):
+        return "segment has no frame tables"
+    extent: dict[str, int] = {}
+    for pack, frames in tables.items():
+        problem = packs.frames_problem(frames)
+        if problem or pack not in packs_of_head:
+            return f"segment's pack {str(pack)[:64]!r}: {problem or 'not listed by the head'}"
+        extent[pack] = sum(f[0] for f in frames)
     for rel, e in files.items():
         if not (
             mf.safe_relpath(rel)
@@ -105,8 +139,10 @@ def segment_problem(data: object, packs: set[str]) -> str | None:
             and mf.is_digest(e.get("sha256"))
             and mf.is_count(e.get("size"))
             and mf.is_count(e.get("offset"))
-            and e.get("pack") in packs
-        ):
+            and e.get("pack") in packs_of_head
+            and (data["schema"] == SEGMENT_SCHEMA_V1
+                 or e["offset"] + e["size"] <= extent.get(e["pack"], -1))
+        ):  # fmt: skip
             return f"segment entry {str(rel)[:200]!r} is malformed"
     return None
 
@@ -174,20 +210,73 @@ def new_head(
 
 
 def encode_segment(entries: dict[str, dict[str, Any]]) -> bytes:
-    """A segment object's bytes (gzip JSON, byte-identical for identical entries)."""
-    data = {"schema": SEGMENT_SCHEMA, "files": dict(sorted(entries.items()))}
-    return gzip.compress(json.dumps(data, sort_keys=True).encode(), 6, mtime=0)
+    """A segment object's bytes (zstd JSON, byte-identical for identical entries): the files
+    and, once per pack, its frame table (from the entries' `frames`)."""
+    tables: dict[str, list[packs.Frame]] = {}
+    for e in entries.values():
+        known = tables.get(e["pack"])
+        if known is None or packs.decoded_size(e["frames"]) > packs.decoded_size(known):
+            tables[e["pack"]] = e["frames"]
+    data = {
+        "schema": SEGMENT_SCHEMA,
+        "packs": {p: [list(f) for f in t] for p, t in sorted(tables.items())},
+        "files": {
+            rel: {k: e[k] for k in ("offset", "pack", "sha256", "size")}
+            for rel, e in sorted(entries.items())
+        },
+    }
+    text = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    return zstandard.ZstdCompressor(level=_SEGMENT_LEVEL).compress(text)
 
 
-def decode_segment(raw: bytes, digest: str, packs: set[str]) -> dict[str, Any]:
-    """The files of segment `digest` from its (already sha256-checked) bytes; RemoteCorrupt
-    when it is unreadable or not one a save wrote referencing only `packs`."""
+def _inflate(raw: bytes) -> bytes | None:
+    """The JSON bytes of a segment object, None when it is not one or when it would
+    decode to more than MAX_SEGMENT_JSON."""
+    if raw.startswith(_GZIP_MAGIC):
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            text = inflater.decompress(raw, MAX_SEGMENT_JSON + 1)
+        except zlib.error:
+            return None
+        return text if inflater.eof and len(text) <= MAX_SEGMENT_JSON else None
+    if not raw.startswith(_ZSTD_MAGIC):
+        return None
+    dctx = zstandard.ZstdDecompressor(max_window_size=_SEGMENT_WINDOW)
+    pieces: list[bytes] = []
+    total = 0
     try:
-        data = json.loads(gzip.decompress(raw).decode("utf-8"))
-    except (OSError, EOFError, UnicodeDecodeError, ValueError, RecursionError):
+        with dctx.stream_reader(io.BytesIO(raw), read_across_frames=False) as reader:
+            while total <= MAX_SEGMENT_JSON and (piece := reader.read(1 << 20)):
+                pieces.append(piece)
+                total += len(piece)
+    except zstandard.ZstdError:
+        return None
+    return b"".join(pieces) if total <= MAX_SEGMENT_JSON else None
+
+
+def decode_segment(raw: bytes, digest: str, packs_of_head: set[str]) -> dict[str, Any]:
+    """The files of segment `digest` from its (already sha256-checked) bytes, each entry
+    with its pack's frame table under `frames` (one list per pack, shared); RemoteCorrupt
+    when it is unreadable, larger than MAX_SEGMENT_JSON decoded, or not one a save wrote
+    referencing only `packs_of_head`."""
+    text = _inflate(raw)
+    try:
+        if text is None:
+            raise ValueError
+        data = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
         raise RemoteCorrupt(f"index segment {digest[:12]} is unreadable") from None
-    problem = segment_problem(data, packs)
+    problem = segment_problem(data, packs_of_head)
     if problem:
         raise RemoteCorrupt(f"index segment {digest[:12]}: {problem}")
     files: dict[str, Any] = data["files"]
+    if data["schema"] == SEGMENT_SCHEMA:
+        tables = {p: [packs.Frame(*f) for f in t] for p, t in data["packs"].items()}
+    else:  # the first format: raw packs; a table of raw frames up to the last byte used
+        ends: dict[str, int] = {}
+        for e in files.values():
+            ends[e["pack"]] = max(ends.get(e["pack"], 0), e["offset"] + e["size"])
+        tables = {p: packs.raw_frames(end) for p, end in ends.items()}
+    for e in files.values():
+        e["frames"] = tables[e["pack"]]
     return files

@@ -16,19 +16,22 @@ from ci_fxcache import atomic_write
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store.layout import LOCKS, Layout
 from ci_fxcache.store.remote.packs import sha256_hex
+from ci_fxcache.store.remote.s3 import parallel
 from ci_fxcache.store.remote.s3.client import (
     Bucket,
     Location,
     S3Missing,
+    S3TooLarge,
     S3Unavailable,
     check_config,
 )
 from ci_fxcache.store.remote.s3.deadline import Deadline, configured_seconds
 from ci_fxcache.store.remote.s3.index import (
-    SEGMENT_SCHEMA,
+    MAX_HEAD_BYTES,
+    MAX_SEGMENT_OBJECT,
     decode_segment,
+    encode_segment,
     parse_head,
-    segment_problem,
 )
 from ci_fxcache.store.remote.tier import REMOTE_DIR, RemoteCorrupt, RemoteUnavailable
 
@@ -36,6 +39,15 @@ from ci_fxcache.store.remote.tier import REMOTE_DIR, RemoteCorrupt, RemoteUnavai
 # restore would otherwise fetch and quarantine the same broken copy); then it is tried again,
 # since a save elsewhere may have uploaded the same content (a pack's name is its sha256).
 BAD_PACK_MEMORY_S = 24 * 3600.0
+
+
+class HeadTooLarge(RemoteCorrupt):
+    """A head object larger than any a save writes (refused before it is read); its ETag,
+    for the save that replaces it."""
+
+    def __init__(self, etag: str) -> None:
+        super().__init__("remote head is larger than any head a save writes")
+        self.etag = etag
 
 
 class S3Objects:
@@ -154,46 +166,50 @@ class S3Objects:
 
     def record_sent(self, layout: Layout, key: str, pack: str, files: dict[str, Any]) -> None:
         """Remember that pack `pack` (holding `files`: path -> index entry) is in the bucket, for
-        a save of `key` killed before its head: the next save reuses it (sent_packs)."""
+        a save of `key` killed before its head: the next save reuses it (sent_packs). Kept
+        as a one-pack segment (index.encode_segment), read back with its checks."""
         where = self._sent_dir(layout, key)
         where.mkdir(parents=True, exist_ok=True)
-        atomic_write.write_text(where / f"{pack}.json", json.dumps(files), layout.root / LOCKS)
+        raw = encode_segment({rel: {**e, "pack": pack} for rel, e in files.items()})
+        tmp = where / f".{pack}.{os.getpid()}.{threading.get_ident()}"
+        tmp.write_bytes(raw)
+        os.replace(tmp, where / pack)
 
     def sent_packs(self, layout: Layout, key: str, max_age_s: float) -> dict[str, dict[str, Any]]:
         """Path -> index entry (pack included) of the packs this runner uploaded for `key` in
         the last `max_age_s` that no published head of its own named yet."""
         found: dict[str, dict[str, Any]] = {}
         now = time.time()
-        for path in sorted(self._sent_dir(layout, key).glob("*.json")):
-            pack = path.stem
+        for path in sorted(self._sent_dir(layout, key).glob("*")):
+            pack = path.name
+            if not mf.is_digest(pack):
+                continue
             try:
                 if now - path.stat().st_mtime >= max_age_s:
                     path.unlink(missing_ok=True)
                     continue
-                files = json.loads(path.read_text())
-            except (OSError, ValueError, RecursionError):
+                with path.open("rb") as f:
+                    raw = f.read(MAX_SEGMENT_OBJECT + 1)
+                found.update(decode_segment(raw, pack, {pack}))
+            except (OSError, RemoteCorrupt):
                 continue
-            if not (mf.is_digest(pack) and isinstance(files, dict)):
-                continue
-            placed = {rel: {**e, "pack": pack} for rel, e in files.items() if isinstance(e, dict)}
-            segment = {"schema": SEGMENT_SCHEMA, "files": placed}
-            if len(placed) == len(files) and segment_problem(segment, {pack}) is None:
-                found.update(placed)
         return found
 
     def forget_sent(self, layout: Layout, key: str, packs: set[str]) -> None:
         """Packs a published head now names: nothing to remember."""
         where = self._sent_dir(layout, key)
         for pack in packs:
-            (where / f"{pack}.json").unlink(missing_ok=True)
+            (where / pack).unlink(missing_ok=True)
 
     # -- reading the index -------------------------------------------------------------------
     def head_object(self, key: str) -> tuple[bytes, str] | None:
         """(bytes, ETag) of scope `key`'s head object; None when it has none."""
         try:
-            got = self.bucket.get(self.head_key(key))
+            got = self.bucket.get(self.head_key(key), limit=MAX_HEAD_BYTES)
         except S3Missing:
             return None
+        except S3TooLarge as exc:
+            raise HeadTooLarge(exc.etag) from None
         except S3Unavailable as exc:
             raise RemoteUnavailable(str(exc)) from None
         assert got is not None
@@ -210,17 +226,20 @@ class S3Objects:
 
     def segment(self, layout: Layout, digest: str, packs: set[str]) -> dict[str, Any]:
         """The files of segment `digest` (checked against its name), from this runner's copy
-        or the bucket."""
+        or the bucket; neither is read past MAX_SEGMENT_OBJECT bytes."""
         copy = self.runner_dir(layout) / "segments" / digest
         try:
-            raw = copy.read_bytes()
+            with copy.open("rb") as f:
+                raw = f.read(MAX_SEGMENT_OBJECT + 1)
         except OSError:
             raw = b""
         if sha256_hex(raw) != digest:
             try:
-                got = self.bucket.get(self.segment_key(digest))
+                got = self.bucket.get(self.segment_key(digest), limit=MAX_SEGMENT_OBJECT)
             except S3Missing:
                 raise RemoteCorrupt(f"index segment {digest[:12]} is missing") from None
+            except S3TooLarge:
+                raise RemoteCorrupt(f"index segment {digest[:12]} is too large") from None
             except S3Unavailable as exc:
                 raise RemoteUnavailable(str(exc)) from None
             assert got is not None
@@ -234,8 +253,16 @@ class S3Objects:
         return decode_segment(raw, digest, packs)
 
     def index(self, layout: Layout, head: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        """Every file of the head's segments (a later segment's entry wins)."""
+        """Every file of the head's segments (a later segment's entry wins); the segments
+        are read at once (one round trip, not one per segment)."""
+        segments = head["segments"]
+        found: dict[int, dict[str, Any]] = {}
+
+        def read(i: int) -> None:
+            found[i] = self.segment(layout, segments[i]["sha256"], set(segments[i]["packs"]))
+
+        parallel.run(read, list(range(len(segments))))
         merged: dict[str, dict[str, Any]] = {}
-        for seg in head["segments"]:
-            merged.update(self.segment(layout, seg["sha256"], set(seg["packs"])))
+        for i in range(len(segments)):
+            merged.update(found[i])
         return merged

@@ -48,7 +48,7 @@ from ci_fxcache.store.remote.s3.index import (
     parse_head,
     signature_problem,
 )
-from ci_fxcache.store.remote.s3.objects import S3Objects
+from ci_fxcache.store.remote.s3.objects import HeadTooLarge, S3Objects
 from ci_fxcache.store.remote.tier import RemoteCorrupt, RemoteUnavailable
 
 MAX_SEGMENTS = 16
@@ -190,7 +190,10 @@ def _pause(objects: S3Objects, losses: int) -> None:
 def _current(objects: S3Objects, key: str, signing_key: str | None) -> _Head:
     """The head to extend: one that is unreadable, or (with a key) not signed with the key,
     is foreign and replaced (its ETag kept for the conditional PUT)."""
-    got = objects.head_object(key)
+    try:
+        got = objects.head_object(key)
+    except HeadTooLarge as exc:
+        return _Head(None, exc.etag, str(exc))
     if got is None:
         return _Head(None, None)
     body, etag = got
