@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import TORCH_PYTHON, RunFxcache
+from tests.link_proxy import Link
 from tests.s3_server import SeaweedS3
 from tests.stalling_server import StallingServer
 from tests.store_helpers import SAMPLE, end_lease_holders, tree_digest, write_files
@@ -620,3 +621,68 @@ def test_the_inventory_lists_every_scope_with_true_sizes_and_frees_only_unshared
     assert "### S3" in summary and "| would remove |" in summary and "| keep |" in summary
     assert one in summary.replace("\\", "") and two in summary.replace("\\", "")
     assert "Would free 0 B." in summary, summary
+
+
+# -- a server that freezes mid-transfer: the operation ends at its bound ------------------------
+
+
+def _frozen_midway(link: Link, cmd: list[str], env: dict[str, str], after_bytes: int) -> Any:
+    """Run `cmd` through `link`, freeze the link once `after_bytes` crossed it; the finished
+    process (it must end by itself: 120 s is far below the 600 s read timeouts it has)."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    while link.forwarded_bytes < after_bytes and proc.poll() is None:
+        threading.Event().wait(0.01)
+    link.freeze()
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail("the operation still waits on the frozen server")
+    return proc.returncode, out, err
+
+
+@pytest.mark.parametrize("operation", ["restore", "save"])
+def test_a_server_frozen_mid_transfer_costs_the_time_bound(
+    tmp_path: Path, run_fxcache: RunFxcache, seaweed: SeaweedS3, bucket: str, operation: str
+) -> None:
+    """SeaweedFS behind a link that stops forwarding in the middle of a 4 MiB pack, every
+    connection left open: with per-request timeouts of 600 s (x3 attempts) the restore or
+    save ends at FXCACHE_S3_DEADLINE (4 s), warns, and the job goes on (cold, or kept
+    locally for the next save)."""
+    files = {**SAMPLE, "triton/K5/kernel.cubin": os.urandom(4 * 2**20)}
+    host, _, port = seaweed.endpoint.removeprefix("http://").rpartition(":")
+    bound = {"FXCACHE_S3_TIMEOUT": "600", "FXCACHE_S3_DEADLINE": "4"}
+    with Link((host, int(port)), total_mbit=16) as link:  # 4 MiB take ~2 s
+        via = {"AWS_ENDPOINT_URL_S3": link.endpoint, **bound}
+        if operation == "restore":
+            a = _store(tmp_path, "a", run_fxcache, seaweed, bucket)
+            _first_job(a, files)
+            b = _store(tmp_path, "b", run_fxcache, seaweed, bucket, **via)
+            cmd = [sys.executable, "-m", "ci_fxcache", "restore", "--store", "s3", "--json",
+                   "--python", TORCH_PYTHON, "--root", str(b.root), "--state-file",
+                   str(tmp_path / "b" / "state.json")]  # fmt: skip
+            env = b.env
+        else:
+            b = _store(tmp_path, "b", run_fxcache, seaweed, bucket, **via)
+            state = b.restore("--store", "s3")
+            write_files(_compiles_into(state), files)
+            cmd = [sys.executable, "-m", "ci_fxcache", "save", "--json", "--state-file",
+                   str(tmp_path / "b" / "state.json")]  # fmt: skip
+            env = b.env
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}, **env}
+        start = link.forwarded_bytes
+        rc, out, err = _frozen_midway(link, cmd, env, start + 2**20)
+    assert rc == 0, err
+    result = json.loads(out)
+    (warning,) = _warnings(err)
+    assert "time bound" in warning, warning
+    if operation == "restore":
+        assert not result["hit"] and "time bound" in result["remote"]["error"], result
+    else:
+        assert result["saved"] and not result["remote"]["published"], result
+        retried = _save_json(_store(tmp_path, "b", run_fxcache, seaweed, bucket))
+        assert retried["remote"]["published"], retried  # the next save publishes it
+        c = _store(tmp_path, "c", run_fxcache, seaweed, bucket)
+        assert c.restore("--store", "s3")["files"] == len(files)
