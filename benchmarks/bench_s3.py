@@ -16,6 +16,12 @@ And once:
   scope): bytes uploaded versus the new files' bytes, and requests;
 - with `--clients`: the transfer alone (every pack, 8 MiB ranged GETs on 16 threads, bytes
   discarded) with boto3 and with obstore (if installed), through the fastest link.
+Fleet rows (`_fleet`, same run, no link):
+- N runners saving one scope at once (`--savers 8,16,24,32`; one process each running the
+  real publish path, released together): how many published, files that never reached the
+  bucket, attempts; the largest N that lost nothing;
+- a restore of the valid local scope against a healthy endpoint and against one that
+  accepts connections and never answers (the last-used marker's bound, deadline.TOUCH_S).
 
 Usage: python benchmarks/bench_s3.py [--python PY] [--size-mib 256] [--repeat 3]
            [--links 320,1000,10000] [--conn-mbit 720] [--rtt-ms 10] [--clients]
@@ -139,6 +145,9 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--_transfer":
         _transfer(*sys.argv[2:])
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "--_publish":
+        _publish(*sys.argv[2:])
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", default=sys.executable, help="interpreter with torch")
     parser.add_argument("--size-mib", type=int, default=256)
@@ -150,6 +159,8 @@ def main() -> None:
     parser.add_argument("--rtt-ms", type=float, default=10, help="added round-trip time")
     parser.add_argument("--clients", action="store_true", help="also time boto3 vs obstore")
     parser.add_argument("--skip-compile", action="store_true", help="no save-after-compile row")
+    parser.add_argument("--savers", default="8,16,24,32",
+                        help="concurrent savers of one scope to try, comma-separated")  # fmt: skip
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fxcache-bench-s3-"))
     server = s3_server.start(work / "seaweed")
@@ -169,10 +180,11 @@ def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) ->
     env.update(server.env(), FXCACHE_S3_URL=url, TORCHINDUCTOR_COMPILE_THREADS="1")
     base = ["--python", args.python, "--store", "s3", "--json"]
 
-    def restore(root: Path, state: Path, endpoint: str | None = None) -> tuple[dict[str, Any], Run]:
+    def restore(root: Path, state: Path, endpoint: str | None = None,
+                *extra_args: str) -> tuple[dict[str, Any], Run]:  # fmt: skip
         extra = {"AWS_ENDPOINT_URL_S3": endpoint} if endpoint else {}
         return _fxcache("restore", "--root", str(root), *base, "--state-file", str(state),
-                        env={**env, **extra})  # fmt: skip
+                        *extra_args, env={**env, **extra})  # fmt: skip
 
     # Runner A: the first job fills the scope and saves it (the initial upload, no link).
     a_root = work / "a"
@@ -283,6 +295,7 @@ def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) ->
 
     _report(args, files, size, archive_bytes, in_bucket, first_save, first_run, results,
             saved, new_bytes, clients)  # fmt: skip
+    _fleet(args, work, env, restore, a_root)
 
 
 def _report(args: argparse.Namespace, files: int, size: int, archive_bytes: int,
@@ -394,6 +407,120 @@ def _transfer(client: str, bucket: str) -> None:
     with ThreadPoolExecutor(16) as pool:
         total = sum(pool.map(get, ranges))
     print(f"{total / 2**20:.0f} MiB in {len(ranges)} ranges")
+
+
+# -- fleet rows: concurrent savers, a hung endpoint ---------------------------------------------
+
+
+def _fleet(
+    args: argparse.Namespace,
+    work: Path,
+    env: dict[str, str],
+    restore: Callable[..., tuple[dict[str, Any], Run]],
+    a_root: Path,
+) -> None:
+    """The fleet rows, printed after the rest: concurrent savers that lose nothing, and a
+    restore with a valid local scope against a hung endpoint."""
+    from tests.stalling_server import StallingServer
+
+    rounds = [_savers(work, env, restore, int(n)) for n in args.savers.split(",")]
+    print("\nconcurrent saves of one scope (one process each, released together):")
+    print("  savers  published  files lost  attempts (median / max)  wall")
+    for r in rounds:
+        tries = f"{r['attempts_median']:g} / {r['attempts_max']}"
+        print(f"  {r['savers']:6d}  {r['published']:9d}  {r['lost']:10d}  {tries:>23s}  "
+              f"{r['wall']:.1f} s")  # fmt: skip
+    clean = [r["savers"] for r in rounds if r["lost"] == 0 and r["published"] == r["savers"]]
+    print(f"concurrent-saver count that loses nothing: {max(clean) if clean else 'none'} "
+          f"(largest tried: {max(r['savers'] for r in rounds)})")  # fmt: skip
+
+    healthy = [restore(a_root, work / f"h{n}.json")[1].wall for n in range(args.repeat)]
+    with StallingServer("silent") as hung:
+        stalled = [restore(a_root, work / f"g{n}.json", hung.endpoint)[1].wall
+                   for n in range(args.repeat)]  # fmt: skip
+    print(f"restore with a valid local scope: healthy endpoint "
+          f"{statistics.median(healthy):.2f} s; endpoint that accepts and never answers "
+          f"{statistics.median(stalled):.2f} s (medians of {args.repeat}; the last-used "
+          f"marker is given up after its bound)")  # fmt: skip
+
+
+def _savers(
+    work: Path,
+    env: dict[str, str],
+    restore: Callable[..., tuple[dict[str, Any], Run]],
+    count: int,
+) -> dict[str, Any]:
+    """`count` runners holding scope S committed plus 2 files each publish at once: a scope
+    of its own per round (a salt), each runner a copy of the first one's."""
+    from ci_fxcache.store import manifest as mf
+    from ci_fxcache.store.layout import Layout
+
+    first = work / f"savers{count}"
+    state, _ = restore(first, work / f"sv{count}.json", None, "--salt", f"savers{count}")
+    key = state["scope_key"]
+    scope = Path(state["scope_dir"])
+    for i in range(3):
+        (scope / "inductor" / "fxgraph" / f"s{i}").mkdir(parents=True, exist_ok=True)
+        (scope / "inductor" / "fxgraph" / f"s{i}" / "entry").write_bytes(os.urandom(4096))
+    _fxcache("save", "--json", "--state-file", str(work / f"sv{count}.json"), env=env)
+    base = mf.load(Layout(first).manifest(key))
+    roots = []
+    for n in range(count):
+        root = work / f"saver{count}-{n}"
+        layout = Layout(root)
+        shutil.copytree(first / key, layout.scope(key), symlinks=True)
+        for i in range(2):
+            path = layout.scope(key) / "inductor" / "fxgraph" / f"r{n}" / f"e{i}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(os.urandom(2048))
+        found, _problems = mf.scan(layout.scope(key))
+        listed = mf.file_entries(layout.scope(key), found)
+        manifest = {**base, "files": listed, "total_bytes": sum(m["size"] for m in listed.values())}
+        (root / ".locks").mkdir(parents=True, exist_ok=True)
+        mf.write_atomic(layout.manifest(key), manifest, root / ".locks")
+        roots.append(root)
+    go = work / f"go{count}"
+    cmd = [sys.executable, __file__, "--_publish"]
+    out = subprocess.PIPE
+    procs = [subprocess.Popen([*cmd, str(r), key, str(go)], env=env, stdout=out, text=True)
+             for r in roots]  # fmt: skip
+    ready = [p.stdout.readline() if p.stdout else "" for p in procs]
+    assert all(line.startswith("ready") for line in ready), ready
+    start = time.perf_counter()
+    go.touch()
+    results = [json.loads(p.communicate()[0]) for p in procs]
+    wall = time.perf_counter() - start
+    reader, _ = restore(work / f"reader{count}", work / f"rd{count}.json", None,
+                        "--salt", f"savers{count}")  # fmt: skip
+    got = set(_manifest_files(Path(reader["scope_dir"])))
+    wanted = {f"inductor/fxgraph/r{n}/e{i}" for n in range(count) for i in range(2)}
+    attempts = [r.get("attempts", 0) for r in results]
+    return {
+        "savers": count,
+        "published": sum(1 for r in results if r.get("published")),
+        "lost": len(wanted - got),
+        "attempts_median": statistics.median(attempts),
+        "attempts_max": max(attempts),
+        "wall": wall,
+    }
+
+
+def _publish(root: str, key: str, go: str) -> None:
+    """One saver: the client made (and its credentials read), then, once `go` exists, the
+    real publish path of scope `key` of store `root`; its result as JSON."""
+    from ci_fxcache.store.layout import Layout
+    from ci_fxcache.store.remote.s3 import client, tier
+    from ci_fxcache.store.remote.tier import RemoteUnavailable
+
+    s3 = tier.S3Tier(client.resolve_url(None))
+    s3.bucket.listing(s3.where.key("scopes"))
+    print("ready", flush=True)
+    while not os.path.exists(go):
+        time.sleep(0.005)
+    try:
+        print(json.dumps(s3.publish(Layout(Path(root)), key, None)))
+    except RemoteUnavailable as exc:
+        print(json.dumps({"published": False, "error": str(exc)}))
 
 
 if __name__ == "__main__":
