@@ -686,3 +686,29 @@ def test_a_server_frozen_mid_transfer_costs_the_time_bound(
         assert retried["remote"]["published"], retried  # the next save publishes it
         c = _store(tmp_path, "c", run_fxcache, seaweed, bucket)
         assert c.restore("--store", "s3")["files"] == len(files)
+
+
+def test_the_invalidate_summary_renders_every_store_from_the_json() -> None:
+    """report/invalidation.markdown over a result of every store (the shapes the commands
+    print with --json): cells are escaped, what is freed adds local and GitHub rows and the
+    S3 collection, never the S3 rows' sizes."""
+    from ci_fxcache.report import invalidation
+
+    row = {"bytes": 2048, "last_used": 1.7e9, "reasons": ["unused for 20.0d > 14.0d"],
+           "action": "removed"}  # fmt: skip
+    s3_scope = {"scope": "fxcache-v1-x", "torch": "2.13.0", "accel": "cu128", "archs": ["sm90"],
+                "pool": "p", "files": 3, "bytes": 999, "stored_bytes": 4096, "last_used": 1.7e9,
+                "action": "removed", "reasons": ["r"], "problem": None}  # fmt: skip
+    gc = {"objects_removed": 1, "bytes_removed": 1024, "kept_in_grace": 0,
+          "unreadable": [{"scope": "y", "problem": "p", "kept_objects": 2}]}  # fmt: skip
+    redis = {"url": "redis://h:6379/0", "scanned": 9, "would_remove": 2, "bytes": 10,
+             "dry_run": False}  # fmt: skip
+    s3 = {"url": "s3://b/p", "dry_run": False, "scopes": [s3_scope], "gc": gc,
+          "bucket": {"scopes": 1, "objects": 2, "bytes": 4096}}  # fmt: skip
+    rows = [{**row, "store": "local", "scope": "a|b"}, {**row, "store": "github", "scope": "gh"},
+            {**row, "store": "s3", "scope": "fxcache-v1-x", "bytes": 4096}]  # fmt: skip
+    result = {"dry_run": False, "rows": rows, "redis": redis, "s3": s3}
+    text = invalidation.markdown(result)
+    assert "a\\|b" in text and "| removed | fxcache-v1-x | 2.13.0 | sm90 | 3 |" in text, text
+    assert "1 unreadable head(s)" in text and "Redis" in text
+    assert text.rstrip().endswith("Freed 5.0 KiB."), text  # 2 KiB + 2 KiB + 1 KiB

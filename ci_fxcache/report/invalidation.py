@@ -115,5 +115,13 @@ def markdown(result: dict[str, Any]) -> str:
                 out.append("| " + " | ".join(md_text(c) for c in _inventory_cells(r)) + " |")
             out.append("")
         out += [_first_upper(md_text(_gc_sentence(s3))) + ".", ""]
+    redis = result.get("redis")
+    if redis:
+        out += [
+            f"Redis {md_text(redis['url'])}: scanned {redis['scanned']} keys, "
+            f"{'would remove' if redis['dry_run'] else 'removed'} {redis['would_remove']} idle "
+            f"ones ({human_bytes(redis['bytes'])}).",
+            "",
+        ]
     out.append(f"{_first_upper(verb)} {human_bytes(freed_bytes(result))}.")
     return "\n".join(out) + "\n"
