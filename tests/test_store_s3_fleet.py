@@ -465,6 +465,8 @@ def test_killed_fetches_of_any_scope_are_removed_and_live_ones_kept(
     dead_locked = remote / "fetch-fxcache-v1-third.ba9876543210"
     dead_locked.mkdir()
     dead_locked.with_name(dead_locked.name + ".lock").touch()  # its holder is gone
+    early = remote / ".tmp-fetch-fxcache-v1-early.cccccccccccc.lock"  # killed before its fetch
+    early.touch()
     live = remote / "fetch-fxcache-v1-live.aaaaaaaaaaaa"
     live.mkdir()
     lock = live.with_name(live.name + ".lock")
@@ -473,7 +475,7 @@ def test_killed_fetches_of_any_scope_are_removed_and_live_ones_kept(
         fcntl.flock(held, fcntl.LOCK_EX)
         got = b.restore("--store", "s3")
         assert got["hit"] and got["remote"]["fetched"], got
-        assert not dead.exists() and not dead_locked.exists()
+        assert not dead.exists() and not dead_locked.exists() and not early.exists()
         assert not dead_locked.with_name(dead_locked.name + ".lock").exists()
         assert live.is_dir() and lock.exists()  # a fetch in progress in another job
     assert sorted(p.name for p in remote.glob("fetch-*")) == [live.name, lock.name]
@@ -535,6 +537,8 @@ def test_one_unreadable_head_does_not_stop_the_collection_of_the_rest(
     head["segments"][0]["files"] = "many"  # readable JSON, names its objects, not a save's
     _put(seaweed, bucket, f"scopes/{broken}/head.json", json.dumps(head).encode())
     _put(seaweed, bucket, f"scopes/{garbage}/head.json", b"\x00not a head")
+    huge = _scope_job(a, "huge", {"inductor/fxgraph/hu/only-huge": b"h" * 3000})
+    _put(seaweed, bucket, f"scopes/{huge}/head.json", b" " * (16 * 2**20 + 1))  # never read
     name, prefix = _bucket_name(bucket)
     s3: Any = seaweed.client()
     s3.delete_object(Bucket=name, Key=f"{prefix}/scopes/{gone}/head.json")  # removed earlier
@@ -547,10 +551,10 @@ def test_one_unreadable_head_does_not_stop_the_collection_of_the_rest(
     assert not gone_objects & left, "the unreferenced objects were not collected"
     assert broken_objects <= left, "objects an unreadable head names were collected"
     gc = done["gc"]
-    assert {u["scope"] for u in gc["unreadable"]} == {broken, garbage}, gc
-    assert gc["objects_removed"] >= len(gone_objects) + 2, gc  # with the garbage head's
+    assert {u["scope"] for u in gc["unreadable"]} == {broken, garbage, huge}, gc
+    assert gc["objects_removed"] >= len(gone_objects) + 4, gc  # with the garbage heads'
     for row in done["scopes"]:
-        assert (row["problem"] is not None) == (row["scope"] in (broken, garbage)), row
+        assert (row["problem"] is not None) == (row["scope"] in (broken, garbage, huge)), row
 
 
 def test_gc_grace_below_the_safe_minimum_is_a_usage_error(

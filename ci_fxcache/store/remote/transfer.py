@@ -102,6 +102,11 @@ def _clear_killed_fetches(layout: Layout) -> None:
     for left in remote.glob("fetch-*"):
         if left.is_dir() and not left.with_name(left.name + ".lock").exists():
             scopes.remove_tree(left)
+    for early in remote.glob(".tmp-fetch-*.lock"):  # a fetch killed before it began
+        held = _try_lock(early)
+        if held is not None:
+            early.unlink(missing_ok=True)
+            os.close(held)
 
 
 def _try_lock(path: Path) -> int | None:
@@ -125,9 +130,13 @@ def _fetch_dir(layout: Layout, key: str) -> Iterator[Path]:
     target = layout.root / REMOTE_DIR / f"fetch-{key}.{uuid.uuid4().hex[:12]}"
     target.parent.mkdir(parents=True, exist_ok=True)
     lock = target.with_name(target.name + ".lock")
-    fd = os.open(lock, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    # Locked under another name, then renamed: a lock file visible as `fetch-*.lock` is
+    # always held by a live fetch (or free because its fetch died).
+    early = target.with_name(f".tmp-{lock.name}")
+    fd = os.open(early, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        os.rename(early, lock)
         yield target
     finally:
         try:

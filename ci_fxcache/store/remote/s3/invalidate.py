@@ -35,7 +35,7 @@ from ci_fxcache.store.remote.s3 import parallel
 from ci_fxcache.store.remote.s3.client import S3Unavailable
 from ci_fxcache.store.remote.s3.deadline import MAX_S
 from ci_fxcache.store.remote.s3.index import parse_head
-from ci_fxcache.store.remote.s3.objects import S3Objects
+from ci_fxcache.store.remote.s3.objects import HeadTooLarge, S3Objects
 from ci_fxcache.store.remote.s3.publish import ORPHAN_REUSE_S
 from ci_fxcache.store.remote.tier import RemoteCorrupt, RemoteUnavailable
 
@@ -106,7 +106,11 @@ def _read_heads(tier: S3Objects, scopes: list[_Scope]) -> None:
 
     def read(key: str) -> None:
         scope = by_key[key]
-        got = tier.head_object(key)
+        try:
+            got = tier.head_object(key)
+        except HeadTooLarge as exc:  # not read at all: it names nothing we can know
+            scope.problem = str(exc)
+            return
         if got is None:
             return  # removed meanwhile: nothing to name
         body = got[0]
