@@ -54,6 +54,66 @@ with torch.no_grad():
     f(torch.rand(64, 64), torch.rand(64, 64))
 """
 ARCHIVE_KEY = "archive/cache.tzst"
+KERNEL = """@triton.jit
+def triton_{kind}_fused_{ops}_{n}(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK : tl.constexpr):
+    xnumel = {numel}
+    xoffset = tl.program_id(0) * XBLOCK
+    xindex = xoffset + tl.arange(0, XBLOCK)[:]
+    xmask = xindex < xnumel
+    x0 = xindex % {mod}
+    tmp0 = tl.load(in_ptr0 + (x0 + {stride}*x1), xmask, eviction_policy='evict_last')
+    tmp1 = tl.load(in_ptr1 + ({stride2}*x0), xmask)
+    tmp2 = tmp0 {op} tmp1
+    tl.store(out_ptr0 + (x0), tmp2, xmask)  # {digest}
+"""
+
+
+def _populate_inductor(scope: Path, size_mib: int, seed: int = 0) -> tuple[int, int]:
+    """About size_mib MiB shaped like an Inductor + Triton cache: 40% in compiled kernels
+    (64 KiB-1 MiB slices of this machine's shared libraries: real machine code), 60% in
+    generated kernel source and graph entries (4-64 KiB, random names, sizes and digests).
+    bench_restore's shape (`--shape restore`) is half random bytes instead."""
+    import random
+
+    rng = random.Random(seed)
+    libs = sorted(p for p in Path(sys.base_prefix, "lib").rglob("*.so*")
+                  if p.is_file() and p.stat().st_size > 2**20)  # fmt: skip
+    code = b"".join(p.read_bytes() for p in libs[:40])
+    total = size_mib * 2**20
+    files = written = 0
+    while written < total * 0.4:
+        n = rng.randint(64, 1024) * 1024
+        at = rng.randrange(0, max(1, len(code) - n))
+        path = scope / "triton" / f"{rng.getrandbits(64):016x}" / "kernel.so"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(code[at : at + n])
+        files, written = files + 1, written + n
+    ops = ["add", "mul", "sub", "div", "relu", "sigmoid", "tanh", "exp", "mean", "sum"]
+    while written < total:
+        n = rng.randint(4, 64) * 1024
+        parts, size = [], 0
+        while size < n:
+            text = KERNEL.format(
+                kind=rng.choice(["poi", "red", "per"]),
+                ops="_".join(rng.sample(ops, 3)),
+                n=rng.randint(0, 99),
+                numel=rng.randint(1, 1 << 20),
+                mod=rng.randint(2, 4096),
+                stride=rng.randint(1, 512),
+                stride2=rng.randint(1, 512),
+                op=rng.choice("+-*/"),
+                digest=f"{rng.getrandbits(128):032x}",
+            )
+            parts.append(text.encode())
+            size += len(parts[-1])
+        sub = "inductor/fxgraph" if files % 3 else "inductor/triton"
+        path = scope / sub / f"{rng.getrandbits(16):04x}" / f"{rng.getrandbits(64):016x}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"".join(parts)[:n])
+        files, written = files + 1, written + n
+    return files, written
+
+
 SEGMENT_MIB = 128  # actions/cache's download segments
 SEGMENT_THREADS = 8
 
@@ -150,6 +210,8 @@ def main() -> None:
     parser.add_argument("--rtt-ms", type=float, default=10, help="added round-trip time")
     parser.add_argument("--clients", action="store_true", help="also time boto3 vs obstore")
     parser.add_argument("--skip-compile", action="store_true", help="no save-after-compile row")
+    parser.add_argument("--shape", choices=("inductor", "restore"), default="inductor",
+                        help="generated source + machine code, or bench_restore's")  # fmt: skip
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fxcache-bench-s3-"))
     server = s3_server.start(work / "seaweed")
@@ -178,7 +240,8 @@ def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) ->
     a_root = work / "a"
     first, _ = restore(a_root, work / "a0.json")
     scope = Path(first["scope_dir"])
-    files, size = _populate(scope, args.size_mib)
+    populate = _populate_inductor if args.shape == "inductor" else _populate
+    files, size = populate(scope, args.size_mib)
     first_save, first_run = _fxcache("save", "--json", "--state-file", str(work / "a0.json"),
                                      env=env)  # fmt: skip
 
@@ -292,7 +355,7 @@ def _report(args: argparse.Namespace, files: int, size: int, archive_bytes: int,
     uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     print()
     print(f"machine: {os.cpu_count()} CPUs; uptime: {uptime}")
-    print(f"scope: {files} files, {size / 2**20:.0f} MiB (bench_restore's shape); link: "
+    print(f"scope: {files} files, {size / 2**20:.0f} MiB ({args.shape} shape); link: "
           f"{args.conn_mbit:g} Mbit/s per connection, +{args.rtt_ms:g} ms round trip; "
           f"medians of {args.repeat}")  # fmt: skip
     stored = in_bucket["packs"] + in_bucket["segments"]
