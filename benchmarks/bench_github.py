@@ -1,12 +1,12 @@
 """`store: github`: the scope archive as a zstd tar (now) versus the gzip tar it was, side by
-side in one run, through tests/fake_cache_service.py (the Actions cache service v2 and its
-blob storage on loopback), on the scope shape of bench_restore.py.
+side by side in one run, through tests/fake_cache_service.py (the Actions cache service v2 and
+its blob storage on loopback), on bench_s3.py's Inductor-shaped scope (or bench_restore.py's).
 
 Each contender saves the same scope once (timed) and restores it onto a fresh directory
 `--repeat` times, taking turns (lookup + download + extraction, each after a `sync`);
 medians; target: the zstd restore at least 2x faster than the gzip one.
 
-Usage: python benchmarks/bench_github.py [--size-mib 256] [--repeat 3]
+Usage: python benchmarks/bench_github.py [--size-mib 256] [--repeat 3] [--shape inductor|restore]
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_restore import _force, _populate  # noqa: E402
+from benchmarks.bench_s3 import _populate_inductor  # noqa: E402
 from ci_fxcache.store.remote.github import cache_service as ac  # noqa: E402
 from tests.fake_cache_service import FakeCacheService  # noqa: E402
 
@@ -54,6 +55,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-mib", type=int, default=256)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--shape", choices=("inductor", "restore"), default="inductor",
+                        help="bench_s3's Inductor shape, or bench_restore's")  # fmt: skip
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fxcache-bench-github-"))
     try:
@@ -66,7 +69,8 @@ def main() -> None:
 
 def _bench(args: argparse.Namespace, work: Path, fake: FakeCacheService) -> None:
     scope = work / "scope"
-    files, size = _populate(scope, args.size_mib)
+    populate = _populate_inductor if args.shape == "inductor" else _populate
+    files, size = populate(scope, args.size_mib)
     (scope / "manifest.json").write_text("{}")
     where, problem = ac.runtime(fake.env())
     assert where is not None, problem
@@ -118,7 +122,7 @@ def _bench(args: argparse.Namespace, work: Path, fake: FakeCacheService) -> None
         ac.ENTRY_VERSION, ac.pack, ac.unpack = current  # type: ignore[misc]
     uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     print(f"machine: {os.cpu_count()} CPUs; uptime: {uptime}")
-    print(f"scope: {files} files, {size / 2**20:.0f} MiB (bench_restore's shape); "
+    print(f"scope: {files} files, {size / 2**20:.0f} MiB ({args.shape} shape); "
           f"medians of {args.repeat}; restore = lookup + download + extract")  # fmt: skip
     times = {n: statistics.median(w for w, _c in s) for n, s in samples.items()}
     for name in formats:
