@@ -1,5 +1,5 @@
 """`store: github`: the scope archive as a zstd tar (now) versus the gzip tar it was, side by
-side by side in one run, through tests/fake_cache_service.py (the Actions cache service v2 and
+side in one run, through tests/fake_cache_service.py (the Actions cache service v2 and
 its blob storage on loopback), on bench_s3.py's Inductor-shaped scope (or bench_restore.py's).
 
 Each contender saves the same scope once (timed) and restores it onto a fresh directory
