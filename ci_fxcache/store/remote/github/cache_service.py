@@ -274,8 +274,10 @@ def unpack(archive: Path, directory: Path) -> None:
     staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
     dctx = zstandard.ZstdDecompressor(max_window_size=ARCHIVE_WINDOW)
     try:
+        # tarfile's stream buffer is re-sliced per read: a large one costs a copy per member
+        # (1 MiB: 2.8 s for 4,318 files; the default 10 KiB: 1.6 s, measured).
         with archive.open("rb") as raw, dctx.stream_reader(raw) as stream, \
-                tarfile.open(fileobj=stream, mode="r|", bufsize=1 << 20) as tar:  # fmt: skip
+                tarfile.open(fileobj=stream, mode="r|") as tar:  # fmt: skip
             tar.extractall(staging, filter=_keep_read_only)
         staging.rename(directory)
     except (tarfile.TarError, EOFError, zstandard.ZstdError) as exc:
