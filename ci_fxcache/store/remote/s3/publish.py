@@ -181,8 +181,8 @@ def _pause(objects: S3Objects, losses: int) -> None:
     pause = random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2 ** (losses - 1)))
     if objects.deadline.left() <= pause:
         raise RemoteUnavailable(
-            f"the head kept changing ({losses} attempts in {objects.deadline.seconds:g} s); "
-            "kept locally, the next save publishes it"
+            f"the head kept changing ({losses} attempts within the {objects.deadline.seconds:g} "
+            "s bound); the next save on this runner publishes these files"
         )
     time.sleep(pause)
 
