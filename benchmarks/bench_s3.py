@@ -1,21 +1,32 @@
-"""`store: s3` against a real SeaweedFS on this machine, side by side in one run, on the scope
-shape of bench_restore.py (about 1 GiB in about 18,400 cache-like files):
+"""`store: s3` against a real SeaweedFS on this machine, through a simulated link
+(tests/link_proxy.py: bandwidth per connection and in total, added round-trip time), side by
+side in one run, on the scope shape of bench_restore.py (generated source + `.so`-sized
+files, half random bytes).
 
-- restore onto an empty runner (`fxcache restore --store s3`: fetch + local restore) versus
-  the actions/cache way (one tar.zst object of the scope: download, then extract);
-  target >= 3x faster; beside them tar's extraction alone, whose CPU time (mostly the
-  kernel creating the files) bounds what spreading that work over the usable CPUs can give
-  (the three take turns within each round);
-- save after one new compile (real torch compiles a small function into the restored scope):
-  bytes uploaded versus the new files' bytes (target <= 2x) and the scope (target < 1 %),
-  requests of both saves;
-- a second restore on a runner whose local tier is valid: requests (target: no object
-  download beyond the manifest check);
-- the two clients on the transfer itself (every pack of the scope, 8 threads): boto3 and
-  obstore; and what one object per file would cost (requests per second on the same server).
+For each link (default: the issue's 320 Mbit/s, 1 Gbit/s and 10 Gbit/s):
+- an empty runner's restore (`fxcache restore --store s3`: fetch + local restore) versus the
+  actions/cache way (one tar.zst object of the scope made with `zstd -T0 --long=30 -3`;
+  downloaded with 8 parallel 128 MiB ranged GETs into a file, then `tar` with
+  `zstd -d -T0 --long=30`); the contenders take turns within each round, each on a fresh
+  directory after a `sync`; medians; targets: >= 1.5x at 320 Mbit/s and 1 Gbit/s, > 1x at
+  10 Gbit/s; CPU seconds (user + system of every process of the contender);
+And once:
+- bytes in the bucket (packs + segments) versus the tar.zst (target <= 1.15x);
+- save after one new compile (real torch compiles a small function into the restored
+  scope): bytes uploaded versus the new files' bytes, and requests;
+- with `--clients`: the transfer alone (every pack, 8 MiB ranged GETs on 16 threads, bytes
+  discarded) with boto3 and with obstore (if installed), through the fastest link.
+Fleet rows (`_fleet`, same run, no link):
+- N runners saving one scope at once (`--savers 8,16,24,32`; one process each running the
+  real publish path, released together): how many published, files that never reached the
+  bucket, attempts; the largest N that lost nothing;
+- a restore of the valid local scope against a healthy endpoint and against one that
+  accepts connections and never answers (the last-used marker's bound, deadline.TOUCH_S).
 
-Usage: python benchmarks/bench_s3.py [--python PY] [--size-mib 1024] [--repeat 3]
-Everything (server, bucket, roots) lives in a temporary directory removed at the end.
+Usage: python benchmarks/bench_s3.py [--python PY] [--size-mib 256] [--repeat 3]
+           [--links 320,1000,10000] [--conn-mbit 720] [--rtt-ms 10] [--clients]
+Everything (server, proxy, bucket, roots) lives in a temporary directory removed at the end.
+The machine's load is printed with the figures: on a busy machine compare ratios, not times.
 """
 
 from __future__ import annotations
@@ -23,15 +34,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +51,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_restore import _force, _populate  # noqa: E402
-from ci_fxcache.env.cpus import usable_cpus  # noqa: E402
 from tests import s3_server  # noqa: E402
 
 COMPILE = """
@@ -48,34 +59,104 @@ f = torch.compile(lambda x, y: (x.sin() @ y).relu() + x.cos().sum())
 with torch.no_grad():
     f(torch.rand(64, 64), torch.rand(64, 64))
 """
+ARCHIVE_KEY = "archive/cache.tzst"
+KERNEL = """@triton.jit
+def triton_{kind}_fused_{ops}_{n}(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK : tl.constexpr):
+    xnumel = {numel}
+    xoffset = tl.program_id(0) * XBLOCK
+    xindex = xoffset + tl.arange(0, XBLOCK)[:]
+    xmask = xindex < xnumel
+    x0 = xindex % {mod}
+    tmp0 = tl.load(in_ptr0 + (x0 + {stride}*x1), xmask, eviction_policy='evict_last')
+    tmp1 = tl.load(in_ptr1 + ({stride2}*x0), xmask)
+    tmp2 = tmp0 {op} tmp1
+    tl.store(out_ptr0 + (x0), tmp2, xmask)  # {digest}
+"""
 
 
-def _fxcache(*args: str, env: dict[str, str]) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "ci_fxcache", *args], capture_output=True, text=True, env=env
-    )
+def _populate_inductor(scope: Path, size_mib: int, seed: int = 0) -> tuple[int, int]:
+    """About size_mib MiB shaped like an Inductor + Triton cache: 40% in compiled kernels
+    (64 KiB-1 MiB slices of this machine's shared libraries: real machine code), 60% in
+    generated kernel source and graph entries (4-64 KiB, random names, sizes and digests).
+    bench_restore's shape (`--shape restore`) is half random bytes instead."""
+    import random
+
+    rng = random.Random(seed)
+    libs = sorted(p for p in Path(sys.base_prefix, "lib").rglob("*.so*")
+                  if not p.is_symlink() and p.is_file() and p.stat().st_size > 2**20)  # fmt: skip
+    code = b"".join(p.read_bytes() for p in libs[:60])
+    total = size_mib * 2**20
+    files = written = at = 0
+    while written < total * 0.4:
+        n = rng.randint(64, 1024) * 1024
+        at = at + n if at + 2 * n < len(code) else 0  # consecutive slices: no shared bytes
+        path = scope / "triton" / f"{rng.getrandbits(64):016x}" / "kernel.so"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(code[at : at + n])
+        files, written = files + 1, written + n
+    ops = ["add", "mul", "sub", "div", "relu", "sigmoid", "tanh", "exp", "mean", "sum"]
+    while written < total:
+        n = rng.randint(4, 64) * 1024
+        parts, size = [], 0
+        while size < n:
+            text = KERNEL.format(
+                kind=rng.choice(["poi", "red", "per"]),
+                ops="_".join(rng.sample(ops, 3)),
+                n=rng.randint(0, 99),
+                numel=rng.randint(1, 1 << 20),
+                mod=rng.randint(2, 4096),
+                stride=rng.randint(1, 512),
+                stride2=rng.randint(1, 512),
+                op=rng.choice("+-*/"),
+                digest=f"{rng.getrandbits(128):032x}",
+            )
+            parts.append(text.encode())
+            size += len(parts[-1])
+        sub = "inductor/fxgraph" if files % 3 else "inductor/triton"
+        path = scope / sub / f"{rng.getrandbits(16):04x}" / f"{rng.getrandbits(64):016x}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"".join(parts)[:n])
+        files, written = files + 1, written + n
+    return files, written
+
+
+SEGMENT_MIB = 128  # actions/cache's download segments
+SEGMENT_THREADS = 8
+
+
+@dataclass
+class Run:
+    """One contender's process tree: wall seconds, CPU seconds, output."""
+
+    wall: float
+    cpu: float
+    stdout: str = ""
+
+
+def _run(cmd: list[str], env: dict[str, str]) -> Run:
+    """Run `cmd`, failing the benchmark on a non-zero exit; its wall time and rusage (which
+    includes every descendant it waited for: tar's zstd, ...)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out: list[bytes] = []
+    err: list[bytes] = []
+    readers = [threading.Thread(target=lambda s=s, b=b: b.append(s.read()))
+               for s, b in ((proc.stdout, out), (proc.stderr, err))]  # fmt: skip
+    for t in readers:
+        t.start()
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    for t in readers:
+        t.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
-        sys.exit(f"bench: fxcache {args[0]} failed: {proc.stderr[-2000:]}")
-    if "--json" in args:
-        data: dict[str, Any] = json.loads(proc.stdout)
-        return data
-    return {}
+        sys.exit(f"bench: {' '.join(cmd[:4])} failed: {b''.join(err).decode()[-2000:]}")
+    return Run(wall, usage.ru_utime + usage.ru_stime, b"".join(out).decode())
 
 
-def _interleaved(
-    contenders: dict[str, Callable[[], object]], repeat: int, before: Callable[[], None]
-) -> dict[str, float]:
-    """Median seconds of each contender, run in turn within each round (so that a change of the
-    machine's state during the run moves all of them alike), `before` ahead of every try."""
-    samples: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(repeat):
-        for name, fn in contenders.items():
-            before()
-            start = time.perf_counter()
-            fn()
-            samples[name].append(time.perf_counter() - start)
-    before()
-    return {name: statistics.median(times) for name, times in samples.items()}
+def _fxcache(*args: str, env: dict[str, str]) -> tuple[dict[str, Any], Run]:
+    run = _run([sys.executable, "-m", "ci_fxcache", *args], env)
+    return (json.loads(run.stdout) if "--json" in args else {}), run
 
 
 def _requests(stats: dict[str, Any]) -> str:
@@ -85,150 +166,244 @@ def _requests(stats: dict[str, Any]) -> str:
     return f"{total} ({parts})" if total else "0"
 
 
+class LinkProcess:
+    """tests/link_proxy.py in a process of its own (its threads share no interpreter lock
+    with what is measured)."""
+
+    def __init__(self, target: str, total_mbit: float, conn_mbit: float, rtt_ms: float) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "link_proxy.py"), "--target", target,
+             "--total-mbit", str(total_mbit), "--conn-mbit", str(conn_mbit),
+             "--rtt-ms", str(rtt_ms)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith("listening on "):
+            sys.exit(f"bench: the link proxy did not start: {line!r}")
+        self.endpoint = f"http://127.0.0.1:{int(line.split()[-1])}"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait()
+
+
+@dataclass
+class LinkResult:
+    mbit: float
+    times: dict[str, float] = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)
+    remote: dict[str, Any] = field(default_factory=dict)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    if len(sys.argv) > 1 and sys.argv[1] == "--_download":
+        _download(*sys.argv[2:])
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--_transfer":
+        _transfer(*sys.argv[2:])
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--_publish":
+        _publish(*sys.argv[2:])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", default=sys.executable, help="interpreter with torch")
-    parser.add_argument("--size-mib", type=int, default=1024)
+    parser.add_argument("--size-mib", type=int, default=256)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--links", default="320,1000,10000",
+                        help="total bandwidth of each link, Mbit/s, comma-separated")  # fmt: skip
+    parser.add_argument("--conn-mbit", type=float, default=720,
+                        help="bandwidth of one connection (AWS S3: ~85-90 MB/s)")  # fmt: skip
+    parser.add_argument("--rtt-ms", type=float, default=10, help="added round-trip time")
+    parser.add_argument("--clients", action="store_true", help="also time boto3 vs obstore")
+    parser.add_argument("--skip-compile", action="store_true", help="no save-after-compile row")
+    parser.add_argument("--shape", choices=("inductor", "restore"), default="inductor",
+                        help="generated source + machine code, or bench_restore's")  # fmt: skip
+    parser.add_argument("--savers", default="8,16,24,32",
+                        help="concurrent savers of one scope to try, comma-separated")  # fmt: skip
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fxcache-bench-s3-"))
     server = s3_server.start(work / "seaweed")
     try:
-        _run(args, work, server)
+        _bench(args, work, server)
     finally:
         server.stop()
         shutil.rmtree(work, onerror=_force)
         print(f"removed {work}")
 
 
-def _run(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) -> None:
+def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) -> None:
     bucket = "bench"
     server.make_bucket(bucket)
     url = f"s3://{bucket}/fxcache"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "FXCACHE_"))}
     env.update(server.env(), FXCACHE_S3_URL=url, TORCHINDUCTOR_COMPILE_THREADS="1")
-    os.environ.update(server.env())
     base = ["--python", args.python, "--store", "s3", "--json"]
 
-    def restore(root: Path, state: Path, *extra: str) -> dict[str, Any]:
+    def restore(root: Path, state: Path, endpoint: str | None = None,
+                *extra_args: str) -> tuple[dict[str, Any], Run]:  # fmt: skip
+        extra = {"AWS_ENDPOINT_URL_S3": endpoint} if endpoint else {}
         return _fxcache("restore", "--root", str(root), *base, "--state-file", str(state),
-                        *extra, env=env)  # fmt: skip
+                        *extra_args, env={**env, **extra})  # fmt: skip
 
-    # Runner A: the first job fills the scope and saves it (the initial upload).
+    # Runner A: the first job fills the scope and saves it (the initial upload, no link).
     a_root = work / "a"
-    first = restore(a_root, work / "a0.json")
+    first, _ = restore(a_root, work / "a0.json")
     scope = Path(first["scope_dir"])
-    files, size = _populate(scope, args.size_mib)
-    start = time.perf_counter()
-    first_save = _fxcache("save", "--json", "--state-file", str(work / "a0.json"), env=env)
-    first_save_s = time.perf_counter() - start
-    print(f"scope: {files} files, {size / 2**30:.2f} GiB; first save (local + upload of all): "
-          f"{first_save_s:.1f} s, {first_save['remote']['uploaded_bytes'] / 2**20:.0f} MiB, "
-          f"requests {_requests(first_save['remote'])}")  # fmt: skip
+    populate = _populate_inductor if args.shape == "inductor" else _populate
+    files, size = populate(scope, args.size_mib)
+    first_save, first_run = _fxcache("save", "--json", "--state-file", str(work / "a0.json"),
+                                     env=env)  # fmt: skip
 
     # The actions/cache way: one tar.zst object of the same files.
     archive = work / "cache.tzst"
     subprocess.run(["tar", "-I", "zstd -T0 --long=30 -3", "-cf", str(archive), "-C", str(scope),
                     "inductor", "triton"], check=True)  # fmt: skip
     s3: Any = server.client()
-    s3.upload_file(str(archive), bucket, "archive/cache.tzst")
-    print(f"archive: {archive.stat().st_size / 2**20:.0f} MiB (zstd -3 --long=30)")
+    s3.upload_file(str(archive), bucket, ARCHIVE_KEY)
+    archive_bytes = archive.stat().st_size
     archive.unlink()
+    plain = subprocess.run(f"tar -cf - -C {scope} inductor triton | zstd -3 -T0 | wc -c",
+                           shell=True, capture_output=True, text=True, check=True)  # fmt: skip
+    in_bucket_plain = int(plain.stdout)
+    listing = s3.list_objects_v2(Bucket=bucket, Prefix="fxcache/").get("Contents", [])
+    in_bucket = {kind: sum(o["Size"] for o in listing if f"/{kind}/" in o["Key"])
+                 for kind in ("packs", "segments", "scopes")}  # fmt: skip
 
     made: list[Path] = []
     counter = iter(range(10**6))
 
     def settle() -> None:
         for path in made:
-            shutil.rmtree(path, onerror=_force)
+            if path.is_dir():
+                shutil.rmtree(path, onerror=_force)
+            else:
+                path.unlink(missing_ok=True)
         made.clear()
         os.sync()
 
-    fetched: list[dict[str, Any]] = []
+    target = server.endpoint.removeprefix("http://")
+    results: list[LinkResult] = []
+    for mbit in [float(m) for m in args.links.split(",")]:
+        link = LinkProcess(target, mbit, min(args.conn_mbit, mbit), args.rtt_ms)
+        result = LinkResult(mbit)
+        samples: dict[str, list[Run]] = {"s3": [], "archive": []}
+        try:
 
-    def empty_runner() -> None:
-        n = next(counter)
-        root = work / f"empty{n}"
-        made.append(root)
-        got = restore(root, work / f"e{n}.json")
-        assert got["hit"] and got["files"] == files, got
-        fetched.append(got["remote"])
+            def empty_runner(link: LinkProcess = link, result: LinkResult = result) -> Run:
+                n = next(counter)
+                root = work / f"empty{n}"
+                made.append(root)
+                got, run = restore(root, work / f"e{n}.json", link.endpoint)
+                assert got["hit"] and got["files"] == files, got
+                result.remote = got["remote"]
+                return run
 
-    def actions_cache_way() -> None:
-        target = work / f"x{next(counter)}"
-        made.append(target)
-        target.mkdir()
-        local = work / "download.tzst"
-        s3.download_file(bucket, "archive/cache.tzst", str(local))
-        subprocess.run(["tar", "-I", "zstd -d --long=30", "-xf", str(local), "-C", str(target)],
-                       check=True)  # fmt: skip
-        local.unlink()
+            def actions_cache_way(link: LinkProcess = link) -> Run:
+                n = next(counter)
+                dest = work / f"x{n}"
+                made.append(dest)
+                dest.mkdir()
+                local = work / f"download{n}.tzst"
+                made.append(local)
+                via = {**env, "AWS_ENDPOINT_URL_S3": link.endpoint}
+                down = _run([sys.executable, __file__, "--_download", bucket, ARCHIVE_KEY,
+                             str(local)], via)  # fmt: skip
+                untar = _run(["tar", "-I", "zstd -d -T0 --long=30", "-xf", str(local), "-C",
+                              str(dest)], env)  # fmt: skip
+                return Run(down.wall + untar.wall, down.cpu + untar.cpu)
 
-    # What tar's extraction alone costs (the archive already on disk): its CPU time is mostly
-    # the kernel creating the files, which any restore of the same files must spend too.
-    local_copy = work / "local.tzst"
-    s3.download_file(bucket, "archive/cache.tzst", str(local_copy))
-    extract_cpu: list[float] = []
+            contenders: dict[str, Callable[[], Run]] = {
+                "s3": empty_runner, "archive": actions_cache_way}  # fmt: skip
+            for _ in range(args.repeat):
+                for name, fn in contenders.items():
+                    settle()
+                    samples[name].append(fn())
+            settle()
+        finally:
+            link.stop()
+        for name, runs in samples.items():
+            result.times[name] = statistics.median(r.wall for r in runs)
+            result.cpu[name] = statistics.median(r.cpu for r in runs)
+        results.append(result)
+        print(f"  link {mbit:g} Mbit/s done: s3 {result.times['s3']:.2f} s, "
+              f"archive {result.times['archive']:.2f} s (load {os.getloadavg()[0]:.1f})",
+              flush=True)  # fmt: skip
 
-    def extract_only() -> None:
-        target = work / f"t{next(counter)}"
-        made.append(target)
-        target.mkdir()
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run(["tar", "-I", "zstd -d --long=30", "-xf", str(local_copy), "-C",
-                        str(target)], check=True)  # fmt: skip
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        extract_cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    saved: dict[str, Any] = {}
+    new_bytes = 0
+    if not args.skip_compile:  # Save after one new compile, on runner A (valid local tier).
+        second, _ = restore(a_root, work / "a1.json")
+        before = set(_manifest_files(scope))
+        subprocess.run([args.python, "-c", COMPILE], check=True,
+                       env={**env, "TORCHINDUCTOR_CACHE_DIR": second["inductor_dir"],
+                            "TRITON_CACHE_DIR": second["triton_dir"]})  # fmt: skip
+        saved, _ = _fxcache("save", "--json", "--state-file", str(work / "a1.json"), env=env)
+        after = _manifest_files(scope)
+        new_bytes = sum(after[rel] for rel in set(after) - before)
 
-    times = _interleaved(
-        {"s3": empty_runner, "archive": actions_cache_way, "extract": extract_only},
-        args.repeat,
-        settle,
-    )
-    local_copy.unlink()
-    s3_restore, archive_restore = times["s3"], times["archive"]
+    clients: dict[str, Run] = {}
+    if args.clients:
+        fastest = max(float(m) for m in args.links.split(","))
+        link = LinkProcess(target, fastest, min(args.conn_mbit, fastest), args.rtt_ms)
+        try:
+            for name in ("boto3", "obstore"):
+                run = _run([sys.executable, __file__, "--_transfer", name, bucket],
+                           {**env, "AWS_ENDPOINT_URL_S3": link.endpoint})  # fmt: skip
+                if run.stdout.strip() != "unavailable":
+                    clients[name] = run
+        finally:
+            link.stop()
 
-    # Save after one new compile, on runner A (valid local tier).
-    second = restore(a_root, work / "a1.json")
-    before = set(_manifest_files(scope))
-    subprocess.run([args.python, "-c", COMPILE], check=True,
-                   env={**env, "TORCHINDUCTOR_CACHE_DIR": second["inductor_dir"],
-                        "TRITON_CACHE_DIR": second["triton_dir"]})  # fmt: skip
-    saved = _fxcache("save", "--json", "--state-file", str(work / "a1.json"), env=env)
-    after = _manifest_files(scope)
-    new_bytes = sum(after[rel] for rel in set(after) - before)
-    sent = saved["remote"]
-    # A third restore on A: its local tier is valid.
-    third = restore(a_root, work / "a2.json")
-    _fxcache("save", "--json", "--state-file", str(work / "a2.json"), env=env)
+    _report(args, files, size, (in_bucket_plain, archive_bytes), in_bucket, first_save,
+            first_run, results, saved, new_bytes, clients)  # fmt: skip
+    _fleet(args, work, env, restore, a_root)
 
-    clients = _clients(server, bucket, url, work)
-    per_file = _per_file_rate(s3, bucket, scope, min(2000, files))
 
-    print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(f"restore onto an empty runner (--store s3)  : {s3_restore:.2f} s  "
-          f"({fetched[-1]['packs']} packs; requests {_requests(fetched[-1])})")  # fmt: skip
-    print(f"one tar.zst object: download + extract     : {archive_restore:.2f} s")
-    cpus, cpu = usable_cpus(), statistics.median(extract_cpu)
-    print(f"tar's extraction alone (no download)      : {times['extract']:.2f} s, {cpu:.2f} s "
-          f"CPU; that work on {cpus} CPUs: >= {cpu / cpus:.2f} s")  # fmt: skip
-    ratio, best = archive_restore / s3_restore, archive_restore / (cpu / cpus)
-    print(f"ratio archive / s3 restore: {ratio:.1f}x (target >= 3x: "
-          f"{'met' if ratio >= 3 else 'MISSED'}); a restore that spent tar's CPU per file, "
-          f"perfectly spread, would reach {best:.1f}x")  # fmt: skip
-    print(f"save after one new compile: {saved['added']} new files, {new_bytes} bytes; uploaded "
-          f"{sent['uploaded_bytes']} bytes = {sent['uploaded_bytes'] / max(new_bytes, 1):.2f}x "
-          f"the new files (target <= 2x), {100 * sent['uploaded_bytes'] / size:.3f} % of the "
-          f"scope (target < 1 %); requests {_requests(sent)}")  # fmt: skip
-    print(f"first save for comparison: requests {_requests(first_save['remote'])}")
-    remote = third["remote"]
-    print(f"second restore with a valid local tier: fetched {remote['fetched']}, requests "
-          f"{_requests(remote)}, downloaded {remote.get('downloaded_bytes', 0)} bytes")  # fmt: skip
-    for name, seconds in clients.items():
-        print(f"transfer of every pack ({fetched[-1]['packs']}, 8 threads), {name:8s}: "
-              f"{seconds:.2f} s")  # fmt: skip
-    print(f"one object per file instead: {per_file:.0f} GETs/s on 8 threads -> "
-          f"{files / per_file:.1f} s for the {files} files' requests alone")  # fmt: skip
+def _report(args: argparse.Namespace, files: int, size: int, archives: tuple[int, int],
+            in_bucket: dict[str, int], first_save: dict[str, Any], first_run: Run,
+            results: list[LinkResult], saved: dict[str, Any], new_bytes: int,
+            clients: dict[str, Run]) -> None:  # fmt: skip
+    uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    print()
+    print(f"machine: {os.cpu_count()} CPUs; uptime: {uptime}")
+    print(f"scope: {files} files, {size / 2**20:.0f} MiB ({args.shape} shape); link: "
+          f"{args.conn_mbit:g} Mbit/s per connection, +{args.rtt_ms:g} ms round trip; "
+          f"medians of {args.repeat}")  # fmt: skip
+    stored = in_bucket["packs"] + in_bucket["segments"]
+    plain, archive_bytes = archives
+    ratio = stored / plain
+    print(f"bytes in the bucket: {stored / 2**20:.1f} MiB (packs {in_bucket['packs']:,}, "
+          f"segments {in_bucket['segments']:,}) vs tar + zstd -3 {plain / 2**20:.1f} MiB: "
+          f"{ratio:.3f}x (target <= 1.15x: {'met' if ratio <= 1.15 else 'MISSED'}); vs the "
+          f"actions/cache archive (zstd --long=30 -3, {archive_bytes / 2**20:.1f} MiB): "
+          f"{stored / archive_bytes:.3f}x")  # fmt: skip
+    print(f"first save (local commit + upload of all): {first_run.wall:.1f} s, "
+          f"{first_run.cpu:.1f} s CPU, requests {_requests(first_save['remote'])}")  # fmt: skip
+    print()
+    head = ("link", "fxcache s3", "actions/cache way", "ratio", "target", "CPU s3 / archive",
+            "requests (s3)")  # fmt: skip
+    rows = []
+    for r in results:
+        ratio = r.times["archive"] / r.times["s3"]
+        goal = 1.5 if r.mbit < 5000 else 1.0
+        rows.append((f"{r.mbit:g} Mbit/s", f"{r.times['s3']:.2f} s", f"{r.times['archive']:.2f} s",
+                     f"{ratio:.2f}x", f"{'>=' if goal > 1 else '>'} {goal:g}x: "
+                     f"{'met' if ratio >= goal and ratio > 1 else 'MISSED'}",
+                     f"{r.cpu['s3']:.1f} / {r.cpu['archive']:.1f} s",
+                     _requests(r.remote)))  # fmt: skip
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
+    for row in (head, *rows):
+        print("  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)))
+    if saved:
+        sent = saved["remote"]
+        print(f"\nsave after one new compile: {saved['added']} new files, {new_bytes:,} bytes; "
+              f"uploaded {sent['uploaded_bytes']:,} bytes "
+              f"({sent['uploaded_bytes'] / max(new_bytes, 1):.2f}x the new files), "
+              f"requests {_requests(sent)}")  # fmt: skip
+    for name, run in clients.items():
+        print(f"transfer alone, {name:8s}: every pack as 8 MiB ranges on 16 threads: "
+              f"{run.wall:.2f} s, {run.cpu:.2f} s CPU ({run.stdout.strip()})")  # fmt: skip
 
 
 def _manifest_files(scope: Path) -> dict[str, int]:
@@ -236,57 +411,180 @@ def _manifest_files(scope: Path) -> dict[str, int]:
     return {rel: meta["size"] for rel, meta in data["files"].items()}
 
 
-def _clients(server: s3_server.SeaweedS3, bucket: str, url: str, work: Path) -> dict[str, float]:
-    """Seconds to GET every pack (into memory) with boto3 and with obstore, 8 threads each."""
-    s3: Any = server.client()
-    packs = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="fxcache/packs/")
-             .get("Contents", [])]  # fmt: skip
-    results: dict[str, float] = {}
+def _download(bucket: str, key: str, dest: str) -> None:
+    """The actions/cache way's download: 8 threads, 128 MiB ranged GETs, into one file."""
+    import boto3
 
-    from ci_fxcache.store.remote.s3.client import Bucket, parse_url
+    s3 = boto3.client("s3")
+    length = s3.head_object(Bucket=bucket, Key=key)["ContentLength"]
+    step = SEGMENT_MIB * 2**20
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 
-    client = Bucket(parse_url(url))
+    def part(start: int) -> None:
+        end = min(start + step, length) - 1
+        body = s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{end}")["Body"]
+        at = start
+        for piece in body.iter_chunks(1 << 20):
+            os.pwrite(fd, piece, at)
+            at += len(piece)
 
-    def boto(key: str) -> int:
-        got = client.get(key)
-        return len(got[0]) if got else 0
+    with ThreadPoolExecutor(SEGMENT_THREADS) as pool:
+        list(pool.map(part, range(0, length, step)))
+    os.close(fd)
 
+
+def _transfer(client: str, bucket: str) -> None:
+    """Every pack as 8 MiB ranged GETs on 16 threads, bytes discarded: one client."""
+    import boto3
+
+    from ci_fxcache.store.remote.s3.client import Bucket, Location
+
+    listing = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix="fxcache/packs/")
+    objects = [(o["Key"], o["Size"]) for o in listing.get("Contents", [])]
+    step = 8 * 2**20
+    ranges = [(k, s, min(s + step, n)) for k, n in objects for s in range(0, n, step)]
+    if client == "boto3":
+        b = Bucket(Location(bucket, ""))
+
+        def get(item: tuple[str, int, int]) -> int:
+            key, start, end = item
+            with b.get_range(key, start, end) as read:
+                return sum(len(read(1 << 20)) for _ in range(0, end - start, 1 << 20))
+
+    else:
+        try:
+            import obstore
+            from obstore.store import S3Store
+        except ImportError:
+            print("unavailable")
+            return
+        store = S3Store(bucket, endpoint=os.environ["AWS_ENDPOINT_URL_S3"], region="us-east-1",
+                        access_key_id=os.environ["AWS_ACCESS_KEY_ID"],
+                        secret_access_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+                        client_options={"allow_http": True})  # fmt: skip
+
+        def get(item: tuple[str, int, int]) -> int:
+            key, start, end = item
+            result = obstore.get(store, key, options={"range": (start, end)})
+            return sum(len(chunk) for chunk in result.stream(min_chunk_size=1 << 20))
+
+    with ThreadPoolExecutor(16) as pool:
+        total = sum(pool.map(get, ranges))
+    print(f"{total / 2**20:.0f} MiB in {len(ranges)} ranges")
+
+
+# -- fleet rows: concurrent savers, a hung endpoint ---------------------------------------------
+
+
+def _fleet(
+    args: argparse.Namespace,
+    work: Path,
+    env: dict[str, str],
+    restore: Callable[..., tuple[dict[str, Any], Run]],
+    a_root: Path,
+) -> None:
+    """The fleet rows, printed after the rest: concurrent savers that lose nothing, and a
+    restore with a valid local scope against a hung endpoint."""
+    from tests.stalling_server import StallingServer
+
+    rounds = [_savers(work, env, restore, int(n)) for n in args.savers.split(",")]
+    print("\nconcurrent saves of one scope (one process each, released together):")
+    print("  savers  published  files lost  attempts (median / max)  wall")
+    for r in rounds:
+        tries = f"{r['attempts_median']:g} / {r['attempts_max']}"
+        print(f"  {r['savers']:6d}  {r['published']:9d}  {r['lost']:10d}  {tries:>23s}  "
+              f"{r['wall']:.1f} s")  # fmt: skip
+    clean = [r["savers"] for r in rounds if r["lost"] == 0 and r["published"] == r["savers"]]
+    print(f"concurrent-saver count that loses nothing: {max(clean) if clean else 'none'} "
+          f"(largest tried: {max(r['savers'] for r in rounds)})")  # fmt: skip
+
+    healthy = [restore(a_root, work / f"h{n}.json")[1].wall for n in range(args.repeat)]
+    with StallingServer("silent") as hung:
+        stalled = [restore(a_root, work / f"g{n}.json", hung.endpoint)[1].wall
+                   for n in range(args.repeat)]  # fmt: skip
+    print(f"restore with a valid local scope: healthy endpoint "
+          f"{statistics.median(healthy):.2f} s; endpoint that accepts and never answers "
+          f"{statistics.median(stalled):.2f} s (medians of {args.repeat}; the last-used "
+          f"marker is given up after its bound)")  # fmt: skip
+
+
+def _savers(
+    work: Path,
+    env: dict[str, str],
+    restore: Callable[..., tuple[dict[str, Any], Run]],
+    count: int,
+) -> dict[str, Any]:
+    """`count` runners holding scope S committed plus 2 files each publish at once: a scope
+    of its own per round (a salt), each runner a copy of the first one's."""
+    from ci_fxcache.store import manifest as mf
+    from ci_fxcache.store.layout import Layout
+
+    first = work / f"savers{count}"
+    state, _ = restore(first, work / f"sv{count}.json", None, "--salt", f"savers{count}")
+    key = state["scope_key"]
+    scope = Path(state["scope_dir"])
+    for i in range(3):
+        (scope / "inductor" / "fxgraph" / f"s{i}").mkdir(parents=True, exist_ok=True)
+        (scope / "inductor" / "fxgraph" / f"s{i}" / "entry").write_bytes(os.urandom(4096))
+    _fxcache("save", "--json", "--state-file", str(work / f"sv{count}.json"), env=env)
+    base = mf.load(Layout(first).manifest(key))
+    roots = []
+    for n in range(count):
+        root = work / f"saver{count}-{n}"
+        layout = Layout(root)
+        shutil.copytree(first / key, layout.scope(key), symlinks=True)
+        for i in range(2):
+            path = layout.scope(key) / "inductor" / "fxgraph" / f"r{n}" / f"e{i}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(os.urandom(2048))
+        found, _problems = mf.scan(layout.scope(key))
+        listed = mf.file_entries(layout.scope(key), found)
+        manifest = {**base, "files": listed, "total_bytes": sum(m["size"] for m in listed.values())}
+        (root / ".locks").mkdir(parents=True, exist_ok=True)
+        mf.write_atomic(layout.manifest(key), manifest, root / ".locks")
+        roots.append(root)
+    go = work / f"go{count}"
+    cmd = [sys.executable, __file__, "--_publish"]
+    out = subprocess.PIPE
+    procs = [subprocess.Popen([*cmd, str(r), key, str(go)], env=env, stdout=out, text=True)
+             for r in roots]  # fmt: skip
+    ready = [p.stdout.readline() if p.stdout else "" for p in procs]
+    assert all(line.startswith("ready") for line in ready), ready
     start = time.perf_counter()
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(boto, packs))
-    results["boto3"] = time.perf_counter() - start
+    go.touch()
+    results = [json.loads(p.communicate()[0]) for p in procs]
+    wall = time.perf_counter() - start
+    reader, _ = restore(work / f"reader{count}", work / f"rd{count}.json", None,
+                        "--salt", f"savers{count}")  # fmt: skip
+    got = set(_manifest_files(Path(reader["scope_dir"])))
+    wanted = {f"inductor/fxgraph/r{n}/e{i}" for n in range(count) for i in range(2)}
+    attempts = [r.get("attempts", 0) for r in results]
+    return {
+        "savers": count,
+        "published": sum(1 for r in results if r.get("published")),
+        "lost": len(wanted - got),
+        "attempts_median": statistics.median(attempts),
+        "attempts_max": max(attempts),
+        "wall": wall,
+    }
+
+
+def _publish(root: str, key: str, go: str) -> None:
+    """One saver: the client made (and its credentials read), then, once `go` exists, the
+    real publish path of scope `key` of store `root`; its result as JSON."""
+    from ci_fxcache.store.layout import Layout
+    from ci_fxcache.store.remote.s3 import client, tier
+    from ci_fxcache.store.remote.tier import RemoteUnavailable
+
+    s3 = tier.S3Tier(client.resolve_url(None))
+    s3.bucket.listing(s3.where.key("scopes"))
+    print("ready", flush=True)
+    while not os.path.exists(go):
+        time.sleep(0.005)
     try:
-        from obstore.store import S3Store
-    except ImportError:
-        return results
-    env = server.env()
-    store = S3Store(bucket, endpoint=env["AWS_ENDPOINT_URL_S3"], region="us-east-1",
-                    access_key_id=env["AWS_ACCESS_KEY_ID"],
-                    secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-                    client_options={"allow_http": True})  # fmt: skip
-
-    def obst(key: str) -> int:
-        return len(store.get(key).bytes())
-
-    start = time.perf_counter()
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(obst, packs))
-    results["obstore"] = time.perf_counter() - start
-    return results
-
-
-def _per_file_rate(s3: Any, bucket: str, scope: Path, count: int) -> float:
-    """GETs per second of small objects (the scope's first `count` entries, one object each)."""
-    data = json.loads((scope / "manifest.json").read_text())
-    rels = [r for r in data["files"] if r.startswith("inductor/")][:count]
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda r: s3.put_object(Bucket=bucket, Key=f"perfile/{r}",
-                                              Body=(scope / r).read_bytes()), rels))  # fmt: skip
-    start = time.perf_counter()
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda r: s3.get_object(Bucket=bucket, Key=f"perfile/{r}")["Body"].read(),
-                      rels))  # fmt: skip
-    return len(rels) / (time.perf_counter() - start)
+        print(json.dumps(s3.publish(Layout(Path(root)), key, None)))
+    except RemoteUnavailable as exc:
+        print(json.dumps({"published": False, "error": str(exc)}))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import os
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import requests
+import zstandard
 
 from ci_fxcache.store.remote.github import cache_service as ac
 from tests.conftest import RunFxcache
@@ -60,7 +62,8 @@ def test_save_then_restore_by_prefix(tmp_path: Path, fake: FakeCacheService) -> 
     assert sent["uploaded"] and sent["bytes"] > 0, sent
     [entry] = fake.committed()
     assert entry.key == "fxcache-v1-linux-x-run1.1" and entry.version == ac.ENTRY_VERSION
-    with tarfile.open(fileobj=io.BytesIO(fake.blob_bytes(entry)), mode="r:gz") as tar:
+    plain = zstandard.ZstdDecompressor().decompressobj().decompress(fake.blob_bytes(entry))
+    with tarfile.open(fileobj=io.BytesIO(plain), mode="r:") as tar:
         assert "inductor/fx/graph.bin" in tar.getnames()
 
     target = tmp_path / "b" / scope.name
@@ -129,11 +132,13 @@ def test_runtime_says_why_there_is_no_service(env: dict[str, str], reason: str) 
 
 
 def test_a_hostile_archive_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
-    archive = tmp_path / "evil.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
+    archive = tmp_path / "evil.tar.zst"
+    plain = io.BytesIO()
+    with tarfile.open(fileobj=plain, mode="w:") as tar:
         info = tarfile.TarInfo("../../escaped")
         info.size = 4
         tar.addfile(info, io.BytesIO(b"evil"))
+    archive.write_bytes(zstandard.ZstdCompressor().compress(plain.getvalue()))
     target = tmp_path / "root" / "scope"
     with pytest.raises(ac.CacheServiceError, match="unusable cache archive"):
         ac.unpack(archive, target)
@@ -253,3 +258,30 @@ def test_a_suffixed_prefix_never_restores_a_longer_suffix_or_no_suffix(
 def test_entry_of(matched: str, ok: bool) -> None:
     assert ac.entry_of(matched, f"{SCOPE}-run99.1", [f"{SCOPE}-"]) is ok
     assert ac.entry_of(ac.entry_key(f"{SCOPE}-", "7", "2"), "k", [f"{SCOPE}-"])
+
+
+@pytest.mark.parametrize("kind", ["gzip", "window"])
+def test_an_archive_of_another_format_or_beyond_the_memory_bound_is_refused(
+    tmp_path: Path, kind: str
+) -> None:
+    """An entry of the gzip format (never offered: its version differs; refused if it came),
+    and a zstd archive whose frame asks for a 128 MiB window (a bomb's memory): refused
+    before anything is allocated or written."""
+    plain = io.BytesIO()
+    with tarfile.open(fileobj=plain, mode="w:") as tar:
+        info = tarfile.TarInfo("inductor/fx/x")
+        data = os.urandom(64) * 4096
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    archive = tmp_path / "a"
+    if kind == "gzip":
+        archive.write_bytes(gzip.compress(plain.getvalue()))
+    else:
+        params = zstandard.ZstdCompressionParameters.from_level(1, window_log=27)
+        writer = zstandard.ZstdCompressor(compression_params=params)
+        with archive.open("wb") as f, writer.stream_writer(f) as out:
+            out.write(plain.getvalue())  # streamed: no content size, the window stays 128 MiB
+    target = tmp_path / "root" / "scope"
+    with pytest.raises(ac.CacheServiceError, match="unusable cache archive"):
+        ac.unpack(archive, target)
+    assert not target.exists() and list((tmp_path / "root").iterdir()) == []

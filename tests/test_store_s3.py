@@ -416,8 +416,20 @@ def test_invalidate_s3_applies_the_policies_then_collects_unreferenced_objects(
     assert [(r["scope"], r["action"]) for r in done["rows"]] == [(old["scope_key"], "removed")]
     gc = done["s3"]["gc"]
     assert gc["objects_removed"] == 0 and gc["kept_in_grace"] == 2, gc  # its pack and segment
-    swept = _invalidate(run_fxcache, a, "--keep-latest", "1", "--gc-grace", "0s")
-    assert swept["rows"] == [] and swept["s3"]["gc"]["objects_removed"] == 2, swept
+    from ci_fxcache.store.policies import Policy
+    from ci_fxcache.store.remote.s3 import client as s3_client
+    from ci_fxcache.store.remote.s3 import invalidate as s3_invalidate
+    from ci_fxcache.store.remote.s3 import tier as s3_tier
+
+    os.environ.update(a.env)
+    try:  # a day later, past the grace period (its minimum refuses 0s: issue 31)
+        tier = s3_tier.S3Tier(s3_client.parse_url(bucket))
+        swept = s3_invalidate.run(tier, Policy(keep_latest=1), dry_run=False,
+                                  now=time.time() + s3_invalidate.DEFAULT_GRACE_S + 60)  # fmt: skip
+    finally:
+        for name in a.env:
+            os.environ.pop(name, None)
+    assert swept["rows"] == [] and swept["gc"]["objects_removed"] == 2, swept
     left = _objects(seaweed, bucket)
     assert not any(old["scope_key"] in k for k in left)
     c = _store(tmp_path, "c", run_fxcache, seaweed, bucket)
@@ -539,7 +551,9 @@ def test_a_forged_index_that_leaves_the_scope_is_refused_and_writes_nothing_outs
         raw = gzip.compress(json.dumps(segment).encode())
         digest = hashlib.sha256(raw).hexdigest()
         s3.put_object(Bucket=name, Key=f"{prefix}/segments/{digest}", Body=raw)
-        head = {"schema": "fxcache-s3-head/1", "scope_key": key,
+        head = {"schema": "fxcache-s3-head/1", "scope_key": key, "fingerprint": {},
+                "torch_paths": [], "created_at": "", "updated_at": "",
+                "verification": {"references": []}, "files": 1, "total_bytes": len(payload),
                 "segments": [{"sha256": digest, "files": 1, "packs": [pack]}]}  # fmt: skip
         s3.put_object(Bucket=name, Key=f"{prefix}/scopes/{key}/head.json",
                       Body=json.dumps(head).encode())  # fmt: skip

@@ -453,6 +453,7 @@ def _save_result(s: Settings, key: str | None, event: trust.RunEvent) -> dict[st
     if state["read_only"]:  # restore's own fallback (an unusable store): nothing to save
         return {"saved": False, "reason": f"read-only restore ({state['read_only_reason']})"}
     layout = Layout(Path(s.root))
+    tier = tiered.remote_tier(state, s.store)  # malformed settings: before the commit
     try:
         result = store_save.save(layout, state, key)
     except (OSError, TimeoutError) as exc:
@@ -463,7 +464,7 @@ def _save_result(s: Settings, key: str | None, event: trust.RunEvent) -> dict[st
             result["remote"] = {"published": False, "reason": "this run reads the bucket only"}
             print("fxcache: not writing the bucket: the save policy does not publish this run")
         return result
-    return tiered.publish_from_state(layout, state, result, key, s.store)
+    return tiered.publish_from_state(layout, state, result, key, tier)
 
 
 def _scope_key(s: Settings) -> str | None:
@@ -610,9 +611,12 @@ def invalidate() -> int:
     with contextlib.redirect_stdout(buffer):
         rc = cli.main(argv)
     print(buffer.getvalue(), end="")
-    if rc == 0:
+    if rc in (0, 1) and buffer.getvalue().strip():  # 1: done, with removals that failed
         out.write_text(buffer.getvalue(), encoding="utf-8")
         gha.set_output("report-json", str(out))
+        from ci_fxcache.report import invalidation
+
+        gha.append_summary(invalidation.markdown(json.loads(buffer.getvalue())))
     return rc
 
 

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from ci_fxcache import userfiles
 from ci_fxcache.commands import options
 from ci_fxcache.env import fingerprint
-from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
-from ci_fxcache.report import text_table
+from ci_fxcache.errors import EXIT_CHECK_FAILED, CheckFailed, UsageError
+from ci_fxcache.report import invalidation, text_table
 from ci_fxcache.store import invalidate as local
 from ci_fxcache.store import seal
 from ci_fxcache.store.layout import Layout, resolve_root
@@ -112,9 +111,11 @@ def run(
     selected cache could not be removed."""
     check_env()
     policy = _policy(python, max_age, max_size, keep_latest, older_torch_than)
-    if policy.empty:
+    inventory = s3 and dry_run and not (github or redis)
+    if policy.empty and not inventory:
         raise UsageError(
             "give at least one policy: --max-age, --max-size, --keep-latest or --older-torch-than"
+            " (--s3 --dry-run alone lists the bucket's scopes)"
         )
     result: dict[str, Any] = {"dry_run": dry_run, "rows": []}
     if redis:
@@ -135,13 +136,20 @@ def run(
         from ci_fxcache.store.remote.s3.tier import S3Tier
         from ci_fxcache.store.remote.tier import RemoteUnavailable
 
+        grace = parse_duration(gc_grace)
+        if grace < s3_invalidate.MIN_GRACE_S:
+            raise UsageError(
+                f"--gc-grace {gc_grace}: at least {s3_invalidate.MIN_GRACE_S / 3600:g}h (a save "
+                "in flight uploads its packs before the head that names them)"
+            )
         tier = S3Tier(s3_client.resolve_url(s3_url))
         try:
-            done = s3_invalidate.run(tier, policy, dry_run, parse_duration(gc_grace))
-        except RemoteUnavailable as exc:
-            raise UsageError(f"S3 {tier.describe()}: {exc}") from exc
+            done = s3_invalidate.run(tier, policy, dry_run, grace)
+        except RemoteUnavailable as exc:  # the network, not the user's input: exit 1
+            raise CheckFailed(f"S3 {tier.describe()}: {exc}") from exc
         result["rows"] += done["rows"]
-        result["s3"] = {"url": tier.describe(), "gc": done["gc"], "dry_run": dry_run}
+        result["s3"] = {"url": tier.describe(), "dry_run": dry_run, "gc": done["gc"],
+                        "scopes": done["scopes"], "bucket": done["bucket"]}  # fmt: skip
     if not redis and not github and not s3:
         layout = Layout(userfiles.output_dir(resolve_root(root), "--root"))
         result["root"] = str(layout.root)
@@ -155,11 +163,8 @@ def run(
     else:
         print(_table(result))
     failed = [r for r in result["rows"] if str(r["action"]).startswith("failed")]
-    return EXIT_CHECK_FAILED if failed else 0
-
-
-def _when(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M") if epoch else "never"
+    stopped = "error" in result.get("s3", {}).get("gc", {})
+    return EXIT_CHECK_FAILED if failed or stopped else 0
 
 
 def _table(result: dict[str, Any]) -> str:
@@ -172,29 +177,23 @@ def _table(result: dict[str, Any]) -> str:
                 str(row["store"]),
                 str(row["scope"]),
                 human_bytes(row["bytes"]),
-                _when(row["last_used"]),
+                invalidation.when(row["last_used"]),
                 "; ".join(row["reasons"]),
             ]
             for row in rows
         ]
         lines.extend(text_table.lines(table, right={3}, rule=True))
-        done = ("would remove", "removed")
-        total = sum(r["bytes"] for r in rows if r["action"] in done)
         verb = "would free" if result["dry_run"] else "freed"
-        lines.append(f"\n{len(rows)} cache(s), {verb} {human_bytes(total)}")
+        lines.append(
+            f"\n{len(rows)} cache(s), {verb} {human_bytes(invalidation.freed_bytes(result))}"
+        )
         failed = sum(1 for r in rows if str(r["action"]).startswith("failed"))
         if failed:
             lines.append(f"{failed} removal(s) FAILED (see the action column)")
     elif "redis" not in result and not result.get("overlays_removed"):
         lines.append("nothing to remove")
     if "s3" in result:
-        gc = result["s3"]["gc"]
-        verb = "would remove" if result["s3"]["dry_run"] else "removed"
-        lines.append(
-            f"S3 {result['s3']['url']}: {verb} {gc['objects_removed']} unreferenced object(s) "
-            f"({human_bytes(gc['bytes_removed'])}), kept {gc['kept_in_grace']} in the grace period"
-            + (f"; collection skipped: {gc['skipped']}" if gc["skipped"] else "")
-        )
+        lines.extend(invalidation.s3_lines(result["s3"]))
     if result.get("overlays_removed") or result.get("temp_files_removed"):
         lines.append(
             f"pruned {result.get('overlays_removed', 0)} orphaned overlay(s), "

@@ -13,18 +13,42 @@ from ci_fxcache import gha
 from ci_fxcache.store import save as store_save
 from ci_fxcache.store import state_file
 from ci_fxcache.store.layout import Layout
-from ci_fxcache.store.remote.factory import tier_for
+from ci_fxcache.store.remote.factory import check_settings, tier_for
+from ci_fxcache.store.remote.tier import RemoteTier
 from ci_fxcache.store.remote.transfer import publish_scope
 
 
 def save_and_publish(path: Path, root: Path | None, signing_key: str | None) -> dict[str, Any]:
     """`save_from_state`, then, for a restore that used a remote tier and may write, the
     publication of what the remote copy lacks (also after a save that added nothing: a save
-    killed during its upload is completed by the next one)."""
+    killed during its upload is completed by the next one). The tier is made first: a
+    malformed setting is a usage error before anything is committed."""
+    state = state_file.read_state(path, root, signing_key)
+    tier = remote_tier(state)
     result = store_save.save_from_state(path, root, signing_key)
-    state = state_file.read_state(path)
     layout = Layout(root if root is not None else Path(state["root"]))
-    return publish_from_state(layout, state, result, signing_key)
+    return publish_from_state(layout, state, result, signing_key, tier)
+
+
+def remote_tier(state: dict[str, Any], store: str | None = None) -> RemoteTier | None:
+    """The remote tier restore's `state` used, when the job may write it (None otherwise).
+    UsageError for malformed settings in the environment (FXCACHE_S3_TIMEOUT=abc); a state
+    whose tier is unusable (edited by hand), or that names another store than `store` (the
+    action's setup decided it), is one warning and no tier: not a reason to fail the job."""
+    remote = state.get("remote")
+    if not isinstance(remote, dict) or state.get("read_only"):
+        return None
+    if remote.get("read_only"):  # restore --remote-read-only: this run reads the tier only
+        return None
+    if store is not None and remote.get("store") != store:
+        gha.warn(f"the restore state names store {remote.get('store')!r}, setup chose {store!r}")
+        return None
+    check_settings(str(remote.get("store")))
+    try:
+        return tier_for(str(remote.get("store")), str(remote.get("url") or "") or None)
+    except Exception as exc:  # a state file edited by hand: not a reason to fail the job
+        gha.warn(f"remote tier of the restore unusable ({exc}); kept locally")
+        return None
 
 
 def publish_from_state(
@@ -32,25 +56,10 @@ def publish_from_state(
     state: dict[str, Any],
     result: dict[str, Any],
     signing_key: str | None,
-    store: str | None = None,
+    tier: RemoteTier | None,
 ) -> dict[str, Any]:
-    """After the local save `result` of restore's `state`: publish what the remote tier the
-    restore used lacks, when it used one and may write. `store`, when given (the action's
-    setup decided it), must be the store the state names; a state that names another is
-    not followed."""
-    remote = state.get("remote")
-    if not isinstance(remote, dict) or state.get("read_only") or not result.get("saved"):
-        return result
-    if remote.get("read_only"):  # restore --remote-read-only: this run reads the tier only
-        return result
-    if store is not None and remote.get("store") != store:
-        gha.warn(f"the restore state names store {remote.get('store')!r}, setup chose {store!r}")
-        return result
-    try:
-        tier = tier_for(str(remote.get("store")), str(remote.get("url") or "") or None)
-    except Exception as exc:  # a state file edited by hand: not a reason to fail the job
-        gha.warn(f"remote tier of the restore unusable ({exc}); kept locally")
-        return result
-    if tier is not None:
+    """After the local save `result` of restore's `state`: publish what `tier` (remote_tier's,
+    made before the save) lacks."""
+    if tier is not None and result.get("saved"):
         result["remote"] = publish_scope(layout, state["scope_key"], tier, signing_key)
     return result

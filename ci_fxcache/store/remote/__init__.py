@@ -3,7 +3,7 @@
     tier.py         the interface every backend implements, its errors, `.remote/`
     factory.py      the one place that turns the store choice into a tier
     transfer.py     one fetch path and one publish path for every backend
-    packs.py        the pack format backends share (many files' bytes back to back)
+    packs.py        the pack format backends share (files back to back, in zstd frames)
     s3/             `store: s3` (client, index schemas, fetch, publish, invalidate)
     github/         `store: github` (the Actions cache service, the REST cache API)
     redis_cache.py  `store: redis`: torch's own remote cache, configured, not a tier

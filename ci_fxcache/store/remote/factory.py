@@ -5,6 +5,15 @@ from __future__ import annotations
 from ci_fxcache.store.remote.tier import RemoteTier
 
 
+def check_settings(store: str) -> None:
+    """UsageError when the environment's settings of `store`'s tier are malformed (for s3:
+    FXCACHE_S3_TIMEOUT, FXCACHE_S3_DEADLINE): checked before anything is committed."""
+    if store == "s3":
+        from ci_fxcache.store.remote.s3 import client
+
+        client.check_config()
+
+
 def tier_for(store: str, url: str | None) -> RemoteTier | None:
     """The backend that the CLI's `--store` names (None for stores without tier 2)."""
     if store == "s3":

@@ -1,10 +1,22 @@
 """The pack format that backends share: many files' bytes back to back in one immutable
-object named by the sha256 of its content, and index entries that give each file's pack,
-offset, size and sha256.
+object named by the sha256 of its stored bytes, as a run of independently decodable frames,
+and index entries that give each file's pack, offset, size and sha256.
 
 Why packs, not one object per file (measured, docs/store.md): a scope is ~18,000 files; one
 GET per file is ~18,000 requests per restore, and per-request cost, not bandwidth, dominates.
-Packs of ~32 MiB make a 1 GiB restore ~32 parallel GETs.
+Packs of ~32 MiB make a 1 GiB restore ~32 objects.
+
+A pack's decoded stream is its files back to back (an entry's `offset` is into that stream).
+It is stored as frames of at most FRAME_BYTES of the stream each: a zstd frame (level LEVEL,
+content size in its header), or the bytes as they are when zstd would save less than 1/32
+(`.so` files, random data). A frame holds a run of whole files, or a piece of a file larger
+than a frame. The frame table (decoded size, stored size, codec of each frame) travels in the
+index, so a reader knows where each byte is before it asks: it GETs a byte range of whole
+frames, decodes one frame at a time (memory: one frame stored + one decoded per reader), and
+hashes each file before it is complete on disk. Files are ordered by kind (name suffix, then
+folder) before they are packed: Inductor's `.so`, `.cpp` and graph entries resemble their own
+kind, and a 4 MiB frame then compresses about as well as one zstd stream over a tar
+(measured, docs/store.md).
 """
 
 from __future__ import annotations
@@ -12,11 +24,17 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-PACK_BYTES = 32 * 1024 * 1024
+PACK_BYTES = 32 * 1024 * 1024  # decoded bytes per pack (a larger file is a pack of its own)
+FRAME_BYTES = 4 * 1024 * 1024  # decoded bytes per frame at most: also the zstd window
+LEVEL = 3  # zstd level, by measurement (docs/store.md)
+RAW, ZSTD = "raw", "zstd"
+CODECS = (RAW, ZSTD)
+_WINDOW_LOG = FRAME_BYTES.bit_length() - 1
 # Unpacked files are created as manifest.make_read_only leaves a committed file (read-only,
 # readable by all), so an unpack needs no chmod pass; exclusive: nothing is written through
 # a file or link already there.
@@ -24,17 +42,66 @@ _FILE_MODE = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+class Frame(NamedTuple):
+    """One frame of a pack: its decoded and stored sizes, and how it is stored."""
+
+    size: int
+    stored: int
+    codec: str
+
+
+class FrameError(Exception):
+    """A frame whose bytes do not decode to what the frame table says."""
+
+
 def sha256_hex(data: bytes | memoryview) -> str:
     """The sha256 (hex) that names a pack or index object and checks each file."""
     return hashlib.sha256(data).hexdigest()
 
 
+def frames_problem(frames: object) -> str | None:
+    """Why a frame table read from an index is not one a writer makes, or None."""
+    if not isinstance(frames, list):
+        return "frame table is not a list of frames"
+    for f in frames:
+        if not (
+            isinstance(f, (list, tuple))
+            and len(f) == 3
+            and all(type(n) is int for n in f[:2])
+            and 0 < f[0] <= FRAME_BYTES
+            and 0 < f[1] <= FRAME_BYTES
+            and f[2] in CODECS
+            and (f[2] != RAW or f[0] == f[1])
+        ):
+            return "frame table holds a malformed frame"
+    return None
+
+
+def decoded_size(frames: Iterable[Frame]) -> int:
+    """Bytes of the decoded stream that `frames` hold."""
+    return sum(f.size for f in frames)
+
+
+def raw_frames(length: int) -> list[Frame]:
+    """The table of `length` bytes stored as they are (packs of the first format, which
+    had no frames: any split of raw bytes is a valid table)."""
+    return [
+        Frame(min(FRAME_BYTES, length - at), min(FRAME_BYTES, length - at), RAW)
+        for at in range(0, length, FRAME_BYTES)
+    ]
+
+
+def _kind(rel: str) -> tuple[str, str, str]:
+    folder, _, name = rel.rpartition("/")
+    return name.partition(".")[2], folder.partition("/")[2].partition("/")[0], rel
+
+
 def chunks(upload: list[str], files: dict[str, Any]) -> Iterator[list[str]]:
-    """`upload` (paths whose manifest entries in `files` give their sizes) grouped into packs
-    of at most PACK_BYTES (a larger file is a pack of its own)."""
+    """`upload` (paths whose manifest entries in `files` give their sizes), ordered by kind,
+    grouped into packs of at most PACK_BYTES (a larger file is a pack of its own)."""
     chunk: list[str] = []
     size = 0
-    for rel in upload:
+    for rel in sorted(upload, key=_kind):
         if chunk and size + files[rel]["size"] > PACK_BYTES:
             yield chunk
             chunk, size = [], 0
@@ -44,13 +111,59 @@ def chunks(upload: list[str], files: dict[str, Any]) -> Iterator[list[str]]:
         yield chunk
 
 
+class _Framer:
+    """Cuts a stream of files into frames and compresses each (a file that fits in a frame
+    is never cut; a larger one is cut into whole frames)."""
+
+    def __init__(self) -> None:
+        import zstandard
+
+        params = zstandard.ZstdCompressionParameters.from_level(LEVEL, window_log=_WINDOW_LOG)
+        self._cctx = zstandard.ZstdCompressor(compression_params=params)
+        self.parts: list[bytes] = []
+        self.frames: list[Frame] = []
+        self._pending: list[bytes | memoryview] = []
+        self._size = 0
+        self._kind = ""
+
+    def add(self, data: bytes, kind: str) -> None:
+        """Append one file of `kind` (a frame holds one kind: one that does not compress
+        is then stored as it is, whatever its neighbours)."""
+        view = memoryview(data)
+        if self._size and (self._size + len(view) > FRAME_BYTES or kind != self._kind):
+            self.flush()
+        self._kind = kind
+        while len(view) > FRAME_BYTES:
+            self._pending.append(view[:FRAME_BYTES])
+            self._size = FRAME_BYTES
+            self.flush()
+            view = view[FRAME_BYTES:]
+        if view:
+            self._pending.append(view)
+            self._size += len(view)
+
+    def flush(self) -> None:
+        if not self._size:
+            return
+        raw = b"".join(self._pending)
+        packed = self._cctx.compress(raw)
+        if len(packed) < len(raw) - len(raw) // 32:
+            self.parts.append(packed)
+            self.frames.append(Frame(len(raw), len(packed), ZSTD))
+        else:  # does not compress: stored as it is
+            self.parts.append(raw)
+            self.frames.append(Frame(len(raw), len(raw), RAW))
+        self._pending, self._size = [], 0
+
+
 def build(
     scope: Path, rels: list[str], files: dict[str, Any]
 ) -> tuple[bytes, dict[str, dict[str, Any]]]:
     """One pack of files `rels` of `scope`, and each placed file's entry (sha256, size,
-    offset; the caller adds the pack's name). A file that no longer matches its manifest
-    entry in `files` is left out (never published)."""
-    parts: list[bytes] = []
+    offset, and `frames`: the pack's frame table, one list shared by its entries; the caller
+    adds the pack's name). A file that no longer matches its manifest entry in `files` is
+    left out (never published)."""
+    framer = _Framer()
     placed: dict[str, dict[str, Any]] = {}
     offset = 0
     for rel in rels:
@@ -58,52 +171,283 @@ def build(
         if sha256_hex(data) != files[rel]["sha256"]:
             continue
         placed[rel] = {"sha256": files[rel]["sha256"], "size": len(data), "offset": offset}
-        parts.append(data)
+        framer.add(data, _kind(rel)[0])
         offset += len(data)
-    return b"".join(parts), placed
+    framer.flush()
+    for entry in placed.values():
+        entry["frames"] = framer.frames
+    return b"".join(framer.parts), placed
 
 
-def groups(entries: dict[str, dict[str, Any]]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
-    """Index entries by pack, each pack's files in offset order."""
-    grouped: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-    for rel, e in entries.items():
-        grouped.setdefault(e["pack"], []).append((rel, e))
-    for files in grouped.values():
-        files.sort(key=lambda item: item[1]["offset"])
-    return grouped
+class Decoder:
+    """Decodes one frame at a time (one per thread: zstd contexts are not shared)."""
 
+    def __init__(self) -> None:
+        import zstandard
 
-def extract(
-    pack: str,
-    body: bytes,
-    files: list[tuple[str, dict[str, Any]]],
-    root: str,
-    stats: dict[str, os.stat_result],
-) -> list[str]:
-    """Write pack `pack`'s `files` (its index entries) from its bytes `body` under `root`,
-    each checked first; each written file's stat goes into `stats` (taken from the open
-    file: no second pass). The files that did not match their entry, as problems."""
-    view = memoryview(body)
-    altered: list[str] = []
-    for rel, e in files:
-        data = view[e["offset"] : e["offset"] + e["size"]]
-        if len(data) != e["size"] or sha256_hex(data) != e["sha256"]:
-            altered.append(f"altered: {rel} (pack {pack[:12]})")
-            continue
-        path = os.path.join(root, rel)
+        self._zstd = zstandard
+        self._dctx = zstandard.ZstdDecompressor(max_window_size=FRAME_BYTES)
+
+    def decode(self, frame: Frame, stored: bytes) -> bytes:
+        """The decoded bytes of `frame` from its `stored` bytes; FrameError unless they are
+        exactly `frame.size` bytes (a frame never decodes to more: its header's content
+        size is checked first, so a bomb allocates nothing)."""
+        if len(stored) != frame.stored:
+            raise FrameError("the pack ends early")
+        if frame.codec == RAW:
+            return stored
         try:
-            fd = os.open(path, _CREATE, _FILE_MODE)
+            if self._zstd.frame_content_size(stored) != frame.size:
+                raise FrameError("a frame's header disagrees with the frame table")
+            data = self._dctx.decompress(stored)
+        except self._zstd.ZstdError as exc:
+            raise FrameError(f"a frame does not decode ({exc})") from None
+        if len(data) != frame.size:
+            raise FrameError("a frame decodes to another size than the frame table says")
+        return data
+
+
+@dataclass(frozen=True)
+class Span:
+    """A run of consecutive frames of one pack, read with one ranged GET: stored bytes
+    `start` to `end` (exclusive), the decoded stream from `offset`, and the files in it."""
+
+    pack: str
+    start: int
+    end: int
+    offset: int
+    frames: tuple[Frame, ...]
+    files: tuple[tuple[str, dict[str, Any]], ...]
+
+
+def spans(entries: dict[str, dict[str, Any]], range_bytes: int) -> list[Span]:
+    """The ranged reads that fetch every non-empty entry (entries carry `pack`, `offset`,
+    `size`, `frames`): per pack, runs of the frames that hold wanted bytes, cut into spans of
+    about `range_bytes` stored bytes, never inside a file (one reader writes each file).
+    Largest first, so the slowest reads start early. Empty files: `write_empty`."""
+    by_pack: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for rel, e in entries.items():
+        if e["size"]:
+            by_pack.setdefault(e["pack"], []).append((rel, e))
+    found: list[Span] = []
+    for pack, files in sorted(by_pack.items()):
+        files.sort(key=lambda item: (item[1]["offset"], item[0]))
+        table = max((e["frames"] for _rel, e in files), key=decoded_size)
+        found += _pack_spans(pack, table, files, range_bytes)
+    found.sort(key=lambda s: s.end - s.start, reverse=True)
+    return found
+
+
+def _pack_spans(
+    pack: str, table: list[Frame], files: list[tuple[str, dict[str, Any]]], range_bytes: int
+) -> list[Span]:
+    starts, stored_at, at, st = [], [], 0, 0
+    for f in table:
+        starts.append(at)
+        stored_at.append(st)
+        at, st = at + f.size, st + f.stored
+    # Per frame: is it wanted, and does a wanted file continue into the next one?
+    wanted = [False] * len(table)
+    joined = [False] * len(table)
+    index = 0
+    for _rel, e in files:
+        first_byte, last_byte = e["offset"], e["offset"] + e["size"] - 1
+        while index + 1 < len(table) and starts[index + 1] <= first_byte:
+            index += 1
+        last = index
+        while last + 1 < len(table) and starts[last + 1] <= last_byte:
+            last += 1
+        for k in range(index, last + 1):
+            wanted[k] = True
+            joined[k] = k < last or joined[k]
+    found: list[Span] = []
+    run: list[int] = []
+
+    def close() -> None:
+        if not run:
+            return
+        lo, hi = starts[run[0]], starts[run[-1]] + table[run[-1]].size
+        inside = tuple((r, e) for r, e in files if lo <= e["offset"] < hi)
+        end = stored_at[run[-1]] + table[run[-1]].stored
+        frames = tuple(table[k] for k in run)
+        found.append(Span(pack, stored_at[run[0]], end, lo, frames, inside))
+        run.clear()
+
+    for k in range(len(table)):
+        if not wanted[k]:
+            close()
+            continue
+        run.append(k)
+        size = stored_at[k] + table[k].stored - stored_at[run[0]]
+        if size >= range_bytes and not joined[k]:
+            close()
+    close()
+    return found
+
+
+class Unpacker:
+    """Writes the files of one span under `root` from its decoded stream, fed in order:
+    each file is hashed before it is complete and removed if it does not match its entry;
+    each written file's stat goes into `stats` (taken from the open file: no second pass)."""
+
+    def __init__(
+        self, span: Span, root: str, stats: dict[str, os.stat_result], problems: list[str]
+    ) -> None:
+        self.span = span
+        self.root = root
+        self.stats = stats
+        self.problems = problems
+        self._todo = list(span.files)
+        self._next = 0
+        self._open: list[_Partial] = []
+
+    def feed(self, offset: int, data: bytes) -> None:
+        """Bytes `offset` .. `offset + len(data)` of the pack's decoded stream."""
+        end = offset + len(data)
+        view = memoryview(data)
+        while self._next < len(self._todo):
+            rel, e = self._todo[self._next]
+            if e["offset"] >= end:
+                break
+            self._next += 1
+            lo = e["offset"] - offset
+            if e["offset"] + e["size"] <= end:  # whole in this piece: check, then write once
+                self._whole(rel, e, view[lo : lo + e["size"]])
+            else:
+                self._open.append(_Partial.start(self, rel, e))
+        for part in list(self._open):
+            lo = max(part.entry["offset"], offset) - offset
+            hi = min(part.entry["offset"] + part.entry["size"], end) - offset
+            if hi > lo and not part.write(view[lo:hi]):
+                self._open.remove(part)
+
+    def finish(self) -> None:
+        """Files that the stream did not complete are problems (the pack ended early)."""
+        for part in self._open:
+            part.fail("truncated")
+        for rel, _e in self._todo[self._next :]:
+            self.problems.append(f"truncated: {rel} (pack {self.span.pack[:12]})")
+        self._open.clear()
+        self._next = len(self._todo)
+
+    def abandon(self) -> None:
+        """Close what is open (the read failed: the whole fetch is discarded)."""
+        for part in self._open:
+            os.close(part.fd)
+        self._open.clear()
+
+    def altered(self, rel: str) -> None:
+        self.problems.append(f"altered: {rel} (pack {self.span.pack[:12]})")
+
+    def create(self, rel: str) -> int:
+        path = os.path.join(self.root, rel)
+        try:
+            return os.open(path, _CREATE, _FILE_MODE)
         except FileNotFoundError:  # a directory the tree builder could not make
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(path, _CREATE, _FILE_MODE)
+            return os.open(path, _CREATE, _FILE_MODE)
+
+    def done(self, rel: str, fd: int) -> None:
+        st = os.fstat(fd)  # the size and mtime the manifest records (close keeps them)
+        if stat.S_IMODE(st.st_mode) != _FILE_MODE:  # a umask took read bits
+            os.fchmod(fd, _FILE_MODE)
+        self.stats[rel] = st
+
+    def _whole(self, rel: str, e: dict[str, Any], data: memoryview) -> None:
+        if sha256_hex(data) != e["sha256"]:
+            self.altered(rel)
+            return
+        fd = self.create(rel)
         try:
-            written = 0
-            while written < len(data):
-                written += os.write(fd, data[written:])
-            st = os.fstat(fd)  # the size and mtime the manifest records (close keeps them)
-            if stat.S_IMODE(st.st_mode) != _FILE_MODE:  # a umask took read bits
-                os.fchmod(fd, _FILE_MODE)
+            _write_all(fd, data)
+            self.done(rel, fd)
         finally:
             os.close(fd)
-        stats[rel] = st
-    return altered
+
+
+class _Partial:
+    """A file that spans pieces of the stream: open, hashed as it is written."""
+
+    def __init__(self, owner: Unpacker, rel: str, entry: dict[str, Any], fd: int) -> None:
+        self.owner, self.rel, self.entry, self.fd = owner, rel, entry, fd
+        self.hash = hashlib.sha256()
+        self.written = 0
+
+    @classmethod
+    def start(cls, owner: Unpacker, rel: str, entry: dict[str, Any]) -> _Partial:
+        return cls(owner, rel, entry, owner.create(rel))
+
+    def write(self, data: memoryview) -> bool:
+        """Write the next piece; False once the file is complete (or failed)."""
+        self.hash.update(data)
+        _write_all(self.fd, data)
+        self.written += len(data)
+        if self.written < self.entry["size"]:
+            return True
+        if self.hash.hexdigest() != self.entry["sha256"]:
+            self.fail("altered")
+            return False
+        try:
+            self.owner.done(self.rel, self.fd)
+        finally:
+            os.close(self.fd)
+        return False
+
+    def fail(self, why: str) -> None:
+        os.close(self.fd)
+        os.unlink(os.path.join(self.owner.root, self.rel))
+        self.owner.problems.append(f"{why}: {self.rel} (pack {self.owner.span.pack[:12]})")
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    written = 0
+    while written < len(data):
+        written += os.write(fd, data[written:])
+
+
+def unpack_span(
+    span: Span,
+    read: Callable[[int], bytes],
+    root: str,
+    stats: dict[str, os.stat_result],
+    decoder: Decoder,
+) -> list[str]:
+    """Write `span`'s files under `root`, reading its stored bytes with `read(n)` (exactly
+    n bytes, fewer only where the source ends): one frame in memory at a time. The files
+    that did not match their entry, or that the source cut short, as problems."""
+    problems: list[str] = []
+    unpacker = Unpacker(span, root, stats, problems)
+    offset = span.offset
+    try:
+        for frame in span.frames:
+            data = decoder.decode(frame, read(frame.stored))
+            unpacker.feed(offset, data)
+            offset += frame.size
+    except FrameError as exc:
+        problems.append(f"damaged: pack {span.pack[:12]}: {exc}")
+    except BaseException:
+        unpacker.abandon()
+        raise
+    unpacker.finish()
+    return problems
+
+
+def write_empty(
+    entries: dict[str, dict[str, Any]], root: str, stats: dict[str, os.stat_result]
+) -> list[str]:
+    """Create the empty files among `entries` (they need no bytes from any pack)."""
+    empty_sha = sha256_hex(b"")
+    span = Span("", 0, 0, 0, (), ())
+    problems: list[str] = []
+    unpacker = Unpacker(span, root, stats, problems)
+    for rel, e in sorted(entries.items()):
+        if e["size"] == 0:
+            if e["sha256"] != empty_sha:
+                problems.append(f"altered: {rel} (empty, with another sha256)")
+                continue
+            fd = unpacker.create(rel)
+            try:
+                unpacker.done(rel, fd)
+            finally:
+                os.close(fd)
+    return problems

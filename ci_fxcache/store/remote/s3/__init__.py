@@ -5,20 +5,24 @@ PREFIX/scopes/<scope-key>/head.json  the scope's remote manifest: its index segm
                                      file count, packs each references), fingerprint, times,
                                      optional HMAC; replaced only by a conditional PUT
 PREFIX/scopes/<scope-key>/last-used  empty; its LastModified is the scope's last use
-PREFIX/segments/<sha256>             immutable gzip JSON: path -> sha256, size, pack, offset
-PREFIX/packs/<sha256>                immutable: many files' bytes, back to back
+PREFIX/segments/<sha256>             immutable zstd JSON: path -> sha256, size, pack, offset;
+                                     each pack's frame table
+PREFIX/packs/<sha256>                immutable: many files' bytes back to back, as zstd frames
+                                     (raw where they do not compress)
 ```
 
 Why packs: store.remote.packs. How a save extends the index, and many writers: publish.py.
 Signing covers the head, and the head names each segment by sha256, each segment each file by
-sha256: a restore with the key refuses an unsigned or wrongly signed head.
+sha256: a restore with the key refuses an unsigned or wrongly signed head, and a save with
+the key extends only a head signed with it (publish.py).
 
     client.py      the S3 API as the tier uses it: bounded timeouts and retries, typed errors
+    deadline.py    one time bound per restore, save or invalidate, honoured by every request
     index.py       head and segment schemas, their checks, (de)serialisation, signature
     objects.py     object keys, the client, reads of the index, this runner's memory
     parallel.py    requests on a fixed pool of threads
     fetch.py       restore: download and unpack into a fresh directory
     publish.py     save: packs, segment, the conditional head PUT and its retries
     tier.py        S3Tier: the above as a store.remote.tier.RemoteTier
-    invalidate.py  `invalidate --s3`: policies over the bucket's scopes, then GC
+    invalidate.py  `invalidate --s3`: inventory, policies over the bucket's scopes, then GC
 """

@@ -13,21 +13,31 @@ import contextlib
 import os
 import re
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from ci_fxcache.errors import UsageError
+from ci_fxcache.store.remote.s3.deadline import (
+    DEADLINE_ENV,
+    Deadline,
+    DeadlinePassed,
+    configured_seconds,
+)
 
 URL_ENV = "FXCACHE_S3_URL"
-# Seconds for connecting and for each read; a hung server costs at most
-# attempts x (connect + read) per request, never a hung job.
+# Seconds for connecting and for each read of one request (never beyond what is left of the
+# operation's Deadline, deadline.py, which bounds the whole restore, save or invalidate).
 TIMEOUT_ENV = "FXCACHE_S3_TIMEOUT"
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 30.0
 MAX_ATTEMPTS = 3
-POOL = 16
+# Connections kept open: a restore reads on s3.parallel.FETCH_WORKERS at once, a save on
+# s3.parallel.WORKERS; a few more for the index reads beside them.
+POOL = 24
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+T = TypeVar("T")
 
 
 class S3Unavailable(Exception):
@@ -41,6 +51,14 @@ class S3Missing(Exception):
 
 class S3Conflict(Exception):
     """A conditional PUT lost (412 Precondition Failed, or 409 from a concurrent write)."""
+
+
+class S3TooLarge(Exception):
+    """An object (or range) larger than its reader allows: refused before it is read."""
+
+    def __init__(self, key: str, etag: str = "") -> None:
+        super().__init__(key)
+        self.etag = etag
 
 
 @dataclass(frozen=True)
@@ -86,6 +104,13 @@ def resolve_url(url: str | None) -> Location:
     return parse_url(url, what)
 
 
+def check_config() -> None:
+    """UsageError for a malformed FXCACHE_S3_TIMEOUT or FXCACHE_S3_DEADLINE: called when the
+    tier is made, before anything is restored or committed."""
+    _timeouts()
+    configured_seconds()
+
+
 def _timeouts() -> tuple[float, float]:
     raw = os.environ.get(TIMEOUT_ENV)
     if not raw:
@@ -119,9 +144,10 @@ def _code(exc: BaseException) -> tuple[str, int]:
 
 
 class Bucket:
-    """One bucket through one thread-safe boto3 client."""
+    """One bucket through one thread-safe boto3 client; every request within `deadline`
+    (replaced per operation by `use`)."""
 
-    def __init__(self, where: Location) -> None:
+    def __init__(self, where: Location, deadline: Deadline | None = None) -> None:
         try:
             import boto3
             from botocore.config import Config
@@ -129,7 +155,9 @@ class Bucket:
             raise S3Unavailable(
                 "the S3 client is not installed (pip install 'ci-fxcache[s3]')"
             ) from exc
+        self.deadline = deadline or Deadline(configured_seconds())
         connect, read = _timeouts()
+        connect, read = self.deadline.capped(connect), self.deadline.capped(read)
         config = Config(
             connect_timeout=connect,
             read_timeout=read,
@@ -152,6 +180,23 @@ class Bucket:
             )
         except Exception as exc:  # botocore's configuration errors (a bad profile, ...)
             raise S3Unavailable(f"S3 client not configured: {_describe(exc)}") from exc
+        # No request, first try or retry, once the bound is spent.
+        self._s3.meta.events.register("before-send.s3", self._before_send)
+
+    def use(self, deadline: Deadline) -> None:
+        """Bound every later request by `deadline` (one per restore, save or invalidate)."""
+        self.deadline = deadline
+
+    def _before_send(self, **event: Any) -> None:
+        self.deadline.refuse_if_passed(**event)
+
+    def within(self, work: Callable[[], T], what: str) -> T:
+        """`work()` (network I/O: a call, a body's read) within the deadline; S3Unavailable
+        when the bound is spent first."""
+        try:
+            return self.deadline.run(work, what)
+        except DeadlinePassed as exc:
+            raise S3Unavailable(f"{exc} ({DEADLINE_ENV})") from None
 
     def _count(self, what: str, sent: int = 0, received: int = 0) -> None:
         with self._lock:  # transfers run on several threads
@@ -162,7 +207,9 @@ class Bucket:
     def _fail(self, exc: BaseException, key: str) -> BaseException:
         """The exception to raise for a failed request on `key`."""
         code, status = _code(exc)
-        if code in ("NoSuchKey", "NotFound") or (status == 404 and code != "NoSuchBucket"):
+        if code in ("NoSuchKey", "NotFound", "InvalidRange") or (
+            status in (404, 416) and code != "NoSuchBucket"
+        ):
             return S3Missing(key)
         if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
             return S3Conflict(key)
@@ -180,28 +227,94 @@ class Bucket:
     def _call(self, what: str, key: str, **kwargs: Any) -> Any:
         body = kwargs.get("Body")
         self._count(what, sent=len(body) if isinstance(body, bytes) else 0)
+        return self.within(lambda: self._send(what, key, **kwargs), what)
+
+    def _send(self, what: str, key: str, **kwargs: Any) -> Any:
         try:
             return getattr(self._s3, what)(Bucket=self.where.bucket, **kwargs)
+        except DeadlinePassed:
+            raise
         except Exception as exc:  # botocore raises ClientError, BotoCoreError and subclasses
             raise self._fail(exc, key) from None
 
-    def get(self, key: str, if_none_match: str | None = None) -> tuple[bytes, str] | None:
+    def get(
+        self, key: str, if_none_match: str | None = None, *, limit: int
+    ) -> tuple[bytes, str] | None:
         """(body, ETag) of `key`; None when it is unchanged from ETag `if_none_match`.
-        S3Missing when absent."""
+        S3Missing when absent; S3TooLarge when it is larger than `limit` bytes (refused by
+        its Content-Length before the body is read, and never read past `limit`)."""
         extra = {"IfNoneMatch": if_none_match} if if_none_match else {}
+        self._count("get_object")
+
+        def request() -> tuple[bytes, str] | None:  # the body's read is inside the bound too
+            try:
+                answer = self._send("get_object", key, Key=key, **extra)
+            except S3Unavailable as exc:
+                if "HTTP 304" in str(exc):
+                    return None
+                raise
+            etag = str(answer.get("ETag", ""))
+            with self._body(answer, key, limit, etag) as read:
+                return read(limit + 1), etag
+
+        got = self.within(request, "get_object")
+        if got is None:
+            return None
+        body, etag = got
+        if len(body) > limit:
+            raise S3TooLarge(key, etag)
+        return body, etag
+
+    @contextlib.contextmanager
+    def get_range(self, key: str, start: int, end: int) -> Iterator[Callable[[int], bytes]]:
+        """Bytes `start` to `end` (exclusive) of `key`, streamed: yields `read(n)`, which
+        returns n bytes (fewer only where the object ends). S3Missing when `key` is absent
+        or ends before `start`; S3TooLarge when the answer would be longer than the range.
+        The request and every read are within the deadline: a server that freezes
+        mid-body costs at most what is left of it."""
+        answer = self._call("get_object", key, Key=key, Range=f"bytes={start}-{end - 1}")
+        with self._body(answer, key, end - start) as read:
+            yield lambda n: self.within(lambda: read(n), "get_object body")
+
+    @contextlib.contextmanager
+    def _body(
+        self, answer: dict[str, Any], key: str, limit: int, etag: str = ""
+    ) -> Iterator[Callable[[int], bytes]]:
+        """A reader of a GET's body that was announced no longer than `limit` bytes."""
+        body = answer["Body"]
+        reading = threading.Event()  # set while a read runs (maybe abandoned at the deadline)
         try:
-            answer = self._call("get_object", key, Key=key, **extra)
-        except S3Unavailable as exc:
-            if "HTTP 304" in str(exc):
-                return None
-            raise
-        try:
-            body = answer["Body"].read()
-        except Exception as exc:  # a connection dropped mid-body
-            raise S3Unavailable(f"reading {key}: {_describe(exc)}") from None
-        with self._lock:
-            self.received_bytes += len(body)
-        return body, str(answer.get("ETag", ""))
+            length = answer.get("ContentLength")
+            if isinstance(length, int) and length > limit:
+                raise S3TooLarge(key, etag)
+
+            def read(n: int) -> bytes:
+                pieces: list[bytes] = []
+                got = 0
+                reading.set()
+                try:
+                    while got < n:
+                        try:
+                            piece = body.read(n - got)
+                        except Exception as exc:  # a connection dropped or timed out mid-body
+                            raise S3Unavailable(f"reading {key}: {_describe(exc)}") from None
+                        if not piece:
+                            break
+                        pieces.append(piece)
+                        got += len(piece)
+                finally:
+                    reading.clear()
+                with self._lock:
+                    self.received_bytes += got
+                return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+            yield read
+        finally:
+            # Closing waits for a read in progress (the stream's lock): a read abandoned at
+            # the deadline keeps its connection until it ends on its own.
+            if not reading.is_set():
+                with contextlib.suppress(Exception):
+                    body.close()
 
     def put(
         self,

@@ -2,61 +2,136 @@
 (de)serialisation, and the head's signature. No I/O here.
 
 The head lists segments by sha256 (and the packs each references), each segment lists files
-by sha256: signing the head covers every byte a restore writes.
+by sha256 and the frame table of each pack it references (store.remote.packs): signing the
+head covers every byte a restore writes.
+
+Segments: `fxcache-s3-segment/2` is zstd JSON `{"schema", "packs": {pack: [[size, stored,
+codec], ...]}, "files": {path: {sha256, size, pack, offset}}}`; the first format
+(`fxcache-s3-segment/1`, gzip JSON, packs stored raw, no frame table) is still read: its
+packs get a table of raw frames, so scopes saved before compression still restore, and a
+save that dedupes against them writes their table into its own segment. A segment is
+decoded to at most MAX_SEGMENT_JSON bytes: a bomb is refused, never expanded.
 """
 
 from __future__ import annotations
 
-import gzip
+import io
 import json
+import zlib
 from typing import Any
+
+import zstandard
 
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store import scopes
+from ci_fxcache.store.remote import packs
 from ci_fxcache.store.remote.tier import RemoteCorrupt
 
 HEAD_SCHEMA = "fxcache-s3-head/1"
-SEGMENT_SCHEMA = "fxcache-s3-segment/1"
+# A head lists segments (at most publish.MAX_SEGMENTS + 1) and their packs: kilobytes. A
+# larger object is refused by its Content-Length before it is read.
+MAX_HEAD_BYTES = 16 * 1024 * 1024
+SEGMENT_SCHEMA = "fxcache-s3-segment/2"
+SEGMENT_SCHEMA_V1 = "fxcache-s3-segment/1"
+# A segment's JSON takes ~230 bytes a file: 64 MiB is ~290,000 files (a scope is ~18,000).
+# Its stored object (zstd JSON, ~3x smaller) is refused above 16 MiB before it is read.
+MAX_SEGMENT_JSON = 64 * 1024 * 1024
+MAX_SEGMENT_OBJECT = 16 * 1024 * 1024
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_GZIP_MAGIC = b"\x1f\x8b"
+_SEGMENT_LEVEL = 3
+_SEGMENT_WINDOW = 1 << 23
+
+
+# Exactly the fields a save writes (a signature only with a signing key); each is checked for
+# the type a save gives it where the head is read, so nothing later (a save's composition, the
+# collector, the inventory) meets a value of another type.
+HEAD_FIELDS = frozenset(
+    {
+        "schema", "scope_key", "fingerprint", "torch_paths", "created_at", "updated_at",
+        "verification", "segments", "files", "total_bytes",
+    }
+)  # fmt: skip
+SEGMENT_REF_FIELDS = frozenset({"sha256", "files", "packs"})
+
+
+def _is_strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _segment_ref_problem(seg: object) -> str | None:
+    if not (isinstance(seg, dict) and set(seg) == SEGMENT_REF_FIELDS):
+        return "head lists a malformed segment"
+    if not (mf.is_digest(seg["sha256"]) and mf.is_count(seg["files"])):
+        return "head lists a malformed segment"
+    packs = seg["packs"]
+    if not (isinstance(packs, list) and all(mf.is_digest(p) for p in packs)):
+        return "head lists a malformed segment"
+    return None
 
 
 def head_problem(head: object, key: str) -> str | None:
-    """Why a parsed head is not one a save of scope `key` wrote, or None."""
+    """Why a parsed head is not one a save of scope `key` wrote, or None: every field of
+    HEAD_FIELDS present with the type a save gives it, and no other."""
     if not isinstance(head, dict) or head.get("schema") != HEAD_SCHEMA:
         return "not an fxcache S3 head"
     if head.get("scope_key") != key:
         return "head belongs to another scope"
-    segments = head.get("segments")
+    unknown = sorted(set(head) - HEAD_FIELDS - {"signature"})
+    missing = sorted(HEAD_FIELDS - set(head))
+    if unknown or missing:
+        which = "unknown" if unknown else "missing"
+        names = ", ".join([repr(k[:40]) for k in unknown[:5]] + missing)
+        return f"head is malformed: {which} field(s) {names}"
+    segments = head["segments"]
     if not isinstance(segments, list):
         return "head has no segment list"
     for seg in segments:
-        if not (
-            isinstance(seg, dict)
-            and mf.is_digest(seg.get("sha256"))
-            and isinstance(seg.get("packs"), list)
-            and all(mf.is_digest(p) for p in seg["packs"])
-        ):
-            return "head lists a malformed segment"
-    if head.get("fingerprint") is not None and not isinstance(head.get("fingerprint"), dict):
+        problem = _segment_ref_problem(seg)
+        if problem:
+            return problem
+    if not isinstance(head["fingerprint"], dict):
         return "head fingerprint is malformed"
-    paths = head.get("torch_paths", [])
-    if not (isinstance(paths, list) and all(isinstance(p, str) for p in paths)):
+    if not _is_strings(head["torch_paths"]):
         return "head torch_paths is malformed"
-    if not all(isinstance(head.get(k, ""), str) for k in ("created_at", "updated_at")):
+    if not all(isinstance(head[k], str) for k in ("created_at", "updated_at")):
         return "head times are malformed"
-    verification = head.get("verification") or {"references": []}
-    refs = verification.get("references") if isinstance(verification, dict) else None
-    if not (isinstance(refs, list) and all(isinstance(r, str) for r in refs)):
+    verification = head["verification"]
+    if not (
+        isinstance(verification, dict)
+        and set(verification) == {"references"}
+        and _is_strings(verification["references"])
+    ):
         return "head verification is malformed"
+    if not (mf.is_count(head["files"]) and mf.is_count(head["total_bytes"])):
+        return "head file count or total_bytes is malformed"
+    signature = head.get("signature")
+    if "signature" in head and not (
+        isinstance(signature, dict)
+        and set(signature) == {"alg", "value"}
+        and all(isinstance(signature[k], str) for k in ("alg", "value"))
+    ):
+        return "head signature is malformed"
     return None
 
 
-def segment_problem(data: object, packs: set[str]) -> str | None:
-    """Why a parsed segment is not one a save wrote referencing only `packs`, or None."""
-    if not isinstance(data, dict) or data.get("schema") != SEGMENT_SCHEMA:
+def segment_problem(data: object, packs_of_head: set[str]) -> str | None:
+    """Why a parsed segment is not one a save wrote referencing only `packs_of_head`, or
+    None."""
+    if not isinstance(data, dict) or data.get("schema") not in (SEGMENT_SCHEMA, SEGMENT_SCHEMA_V1):
         return "not an fxcache S3 segment"
     files = data.get("files")
     if not isinstance(files, dict):
         return "segment has no file list"
+    tables = data.get("packs") if data["schema"] == SEGMENT_SCHEMA else {}
+    if not isinstance(tables, dict):
+        return "segment has no frame tables"
+    extent: dict[str, int] = {}
+    for pack, frames in tables.items():
+        problem = packs.frames_problem(frames)
+        if problem or pack not in packs_of_head:
+            return f"segment's pack {str(pack)[:64]!r}: {problem or 'not listed by the head'}"
+        extent[pack] = sum(f[0] for f in frames)
     for rel, e in files.items():
         if not (
             mf.safe_relpath(rel)
@@ -64,8 +139,10 @@ def segment_problem(data: object, packs: set[str]) -> str | None:
             and mf.is_digest(e.get("sha256"))
             and mf.is_count(e.get("size"))
             and mf.is_count(e.get("offset"))
-            and e.get("pack") in packs
-        ):
+            and e.get("pack") in packs_of_head
+            and (data["schema"] == SEGMENT_SCHEMA_V1
+                 or e["offset"] + e["size"] <= extent.get(e["pack"], -1))
+        ):  # fmt: skip
             return f"segment entry {str(rel)[:200]!r} is malformed"
     return None
 
@@ -89,6 +166,12 @@ def encode_head(head: dict[str, Any]) -> bytes:
     return (json.dumps(head, indent=1, sort_keys=True) + "\n").encode()
 
 
+def signature_problem(head: dict[str, Any], signing_key: str) -> str | None:
+    """Why `head` is not signed with `signing_key`, or None."""
+    reason = mf.signature_problem(head, signing_key)
+    return reason.replace("manifest", "remote head", 1) if reason else None
+
+
 def check_signature(head: dict[str, Any], signing_key: str) -> None:
     """RemoteCorrupt unless `head` is signed with `signing_key`."""
     reason = mf.signature_problem(head, signing_key)
@@ -101,24 +184,25 @@ def new_head(
     head: dict[str, Any] | None,
     segments: list[dict[str, Any]],
     local: dict[str, Any],
+    index: dict[str, dict[str, Any]],
     signing_key: str | None,
 ) -> dict[str, Any]:
-    """The head that lists `segments` after a save of committed local manifest `local` over
-    the current `head` (None: the scope has none), signed when there is a key."""
+    """The head that lists `segments` (whose merged files are `index`) after a save of
+    committed local manifest `local` over the current `head` (None: the scope has none, or
+    it was replaced), signed when there is a key. `files` and `total_bytes` are the merged
+    index's own: what a restore of this head writes."""
     now = scopes.utc_now()
     composed: dict[str, Any] = {
         "schema": HEAD_SCHEMA,
         "scope_key": key,
-        "fingerprint": local.get("fingerprint"),
-        "torch_paths": sorted(
-            set(local.get("torch_paths") or []) | set((head or {}).get("torch_paths") or [])
-        ),
+        "fingerprint": local["fingerprint"],
+        "torch_paths": sorted(set(local["torch_paths"]) | set((head or {}).get("torch_paths", []))),
         "created_at": (head or {}).get("created_at") or now,
         "updated_at": now,
-        "verification": local.get("verification") or {"references": []},
+        "verification": local["verification"],
         "segments": segments,
-        "files": sum(int(s.get("files") or 0) for s in segments),
-        "total_bytes": local.get("total_bytes", 0),
+        "files": len(index),
+        "total_bytes": sum(e["size"] for e in index.values()),
     }
     if signing_key:
         mf.sign(composed, signing_key)
@@ -126,20 +210,73 @@ def new_head(
 
 
 def encode_segment(entries: dict[str, dict[str, Any]]) -> bytes:
-    """A segment object's bytes (gzip JSON, byte-identical for identical entries)."""
-    data = {"schema": SEGMENT_SCHEMA, "files": dict(sorted(entries.items()))}
-    return gzip.compress(json.dumps(data, sort_keys=True).encode(), 6, mtime=0)
+    """A segment object's bytes (zstd JSON, byte-identical for identical entries): the files
+    and, once per pack, its frame table (from the entries' `frames`)."""
+    tables: dict[str, list[packs.Frame]] = {}
+    for e in entries.values():
+        known = tables.get(e["pack"])
+        if known is None or packs.decoded_size(e["frames"]) > packs.decoded_size(known):
+            tables[e["pack"]] = e["frames"]
+    data = {
+        "schema": SEGMENT_SCHEMA,
+        "packs": {p: [list(f) for f in t] for p, t in sorted(tables.items())},
+        "files": {
+            rel: {k: e[k] for k in ("offset", "pack", "sha256", "size")}
+            for rel, e in sorted(entries.items())
+        },
+    }
+    text = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    return zstandard.ZstdCompressor(level=_SEGMENT_LEVEL).compress(text)
 
 
-def decode_segment(raw: bytes, digest: str, packs: set[str]) -> dict[str, Any]:
-    """The files of segment `digest` from its (already sha256-checked) bytes; RemoteCorrupt
-    when it is unreadable or not one a save wrote referencing only `packs`."""
+def _inflate(raw: bytes) -> bytes | None:
+    """The JSON bytes of a segment object, None when it is not one or when it would
+    decode to more than MAX_SEGMENT_JSON."""
+    if raw.startswith(_GZIP_MAGIC):
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            text = inflater.decompress(raw, MAX_SEGMENT_JSON + 1)
+        except zlib.error:
+            return None
+        return text if inflater.eof and len(text) <= MAX_SEGMENT_JSON else None
+    if not raw.startswith(_ZSTD_MAGIC):
+        return None
+    dctx = zstandard.ZstdDecompressor(max_window_size=_SEGMENT_WINDOW)
+    pieces: list[bytes] = []
+    total = 0
     try:
-        data = json.loads(gzip.decompress(raw).decode("utf-8"))
-    except (OSError, EOFError, UnicodeDecodeError, ValueError, RecursionError):
+        with dctx.stream_reader(io.BytesIO(raw), read_across_frames=False) as reader:
+            while total <= MAX_SEGMENT_JSON and (piece := reader.read(1 << 20)):
+                pieces.append(piece)
+                total += len(piece)
+    except zstandard.ZstdError:
+        return None
+    return b"".join(pieces) if total <= MAX_SEGMENT_JSON else None
+
+
+def decode_segment(raw: bytes, digest: str, packs_of_head: set[str]) -> dict[str, Any]:
+    """The files of segment `digest` from its (already sha256-checked) bytes, each entry
+    with its pack's frame table under `frames` (one list per pack, shared); RemoteCorrupt
+    when it is unreadable, larger than MAX_SEGMENT_JSON decoded, or not one a save wrote
+    referencing only `packs_of_head`."""
+    text = _inflate(raw)
+    try:
+        if text is None:
+            raise ValueError
+        data = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
         raise RemoteCorrupt(f"index segment {digest[:12]} is unreadable") from None
-    problem = segment_problem(data, packs)
+    problem = segment_problem(data, packs_of_head)
     if problem:
         raise RemoteCorrupt(f"index segment {digest[:12]}: {problem}")
     files: dict[str, Any] = data["files"]
+    if data["schema"] == SEGMENT_SCHEMA:
+        tables = {p: [packs.Frame(*f) for f in t] for p, t in data["packs"].items()}
+    else:  # the first format: raw packs; a table of raw frames up to the last byte used
+        ends: dict[str, int] = {}
+        for e in files.values():
+            ends[e["pack"]] = max(ends.get(e["pack"], 0), e["offset"] + e["size"])
+        tables = {p: packs.raw_frames(end) for p, end in ends.items()}
+    for e in files.values():
+        e["frames"] = tables[e["pack"]]
     return files

@@ -1,11 +1,19 @@
-"""`fxcache invalidate --s3`: the same policies over the bucket's scopes, then a garbage
-collection of packs and segments that no head references.
+"""`fxcache invalidate --s3`: an inventory of the bucket's scopes, the same policies over them,
+then a garbage collection of packs and segments that no head references.
 
 A scope's last use is the newest LastModified of its head (written by saves) and of its
-last-used marker (an empty PUT by every trusted restore). Removing a scope deletes its head
-and marker; its packs and segments go with the collection. The collection spares objects
-younger than the grace period: a save uploads its packs and segment before the head that
-references them, so a save in flight (shorter than the grace) is never broken.
+last-used marker (an empty PUT by every trusted restore); its size in the bucket is the bytes
+of the packs and segments its head names (`--max-size` counts these). Removing a scope
+deletes its head and marker; its packs and segments go with the collection, unless a kept
+scope names them too (packs are named by content, so scopes can share them): what a run
+frees is what the collection deletes, never the removed scopes' sizes added up.
+
+The collection spares objects younger than the grace period (at least `MIN_GRACE_S`): a save
+uploads its packs and segment before the head that references them, and may reuse packs it
+uploaded earlier without a head (publish.ORPHAN_REUSE_S), so a save in flight (bounded by
+deadline.MAX_S) is never broken. A head that cannot be read does not stop the collection:
+every object whose name (a sha256) appears anywhere in its bytes is kept, the rest is
+collected, and the head is reported.
 
 Not covered: a save that started before this run, reused (by sha256) a pack of a scope this
 run removes, and publishes after the collection: its head then names a deleted pack, which
@@ -15,27 +23,39 @@ files again). Never a wrong file.
 
 from __future__ import annotations
 
+import re
+import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from ci_fxcache.env import scopekey
 from ci_fxcache.store.policies import Entry, Policy, select
-from ci_fxcache.store.remote.s3.client import S3Missing, S3Unavailable
-from ci_fxcache.store.remote.s3.objects import S3Objects
+from ci_fxcache.store.remote.s3 import parallel
+from ci_fxcache.store.remote.s3.client import S3Unavailable
+from ci_fxcache.store.remote.s3.deadline import MAX_S
+from ci_fxcache.store.remote.s3.index import parse_head
+from ci_fxcache.store.remote.s3.objects import HeadTooLarge, S3Objects
+from ci_fxcache.store.remote.s3.publish import ORPHAN_REUSE_S
 from ci_fxcache.store.remote.tier import RemoteCorrupt, RemoteUnavailable
 
 DEFAULT_GRACE_S = 24 * 3600.0
+# The longest a save can take (its time bound) plus the age of a pack it may reuse, with an
+# hour for clocks that disagree: a shorter grace could delete a pack a save is about to name.
+MIN_GRACE_S = MAX_S + ORPHAN_REUSE_S + 3600.0
+_SHA256 = re.compile(rb"[0-9a-f]{64}")
 
 
-def _scopes(tier: S3Objects) -> dict[str, dict[str, float]]:
-    """Scope key -> {"head": LastModified, "last-used": LastModified} from one listing."""
-    prefix = tier.where.key("scopes") + "/"
-    found: dict[str, dict[str, float]] = {}
-    for item in tier.bucket.listing(prefix):
-        key, _, name = item["Key"][len(prefix) :].partition("/")
-        if name in ("head.json", "last-used"):
-            found.setdefault(key, {})[name] = item["LastModified"]
-    return found
+@dataclass
+class _Scope:
+    """One scope of the bucket as the inventory sees it."""
+
+    key: str
+    parsed: scopekey.ParsedKey
+    last_used: float
+    head: dict[str, Any] | None = None
+    problem: str | None = None  # why the head could not be read
+    names: set[str] = field(default_factory=set)  # object keys its head names
 
 
 def run(
@@ -45,50 +65,88 @@ def run(
     grace_s: float = DEFAULT_GRACE_S,
     now: float | None = None,
 ) -> dict[str, Any]:
-    """Apply the policies to the bucket's scopes and collect unreferenced objects; rows in
-    the shape of the other stores', plus the collection's counts."""
+    """Inventory the bucket's scopes, apply the policies, collect unreferenced objects: rows
+    in the shape of the other stores', the inventory, the bucket's totals, the collection's
+    counts. Within one time bound (deadline.py); RemoteUnavailable when the bucket cannot be
+    listed or its heads read."""
     now = time.time() if now is None else now
+    tier.start()
     try:
         return _run(tier, policy, dry_run, grace_s, now)
     except S3Unavailable as exc:
         raise RemoteUnavailable(str(exc)) from None
 
 
+def _listing(tier: S3Objects, kind: str) -> list[dict[str, Any]]:
+    return tier.bucket.listing(tier.where.key(kind) + "/")
+
+
+def _scopes(tier: S3Objects, listed: list[dict[str, Any]]) -> list[_Scope]:
+    """Our scopes that have a head, from the listing of `scopes/` (foreign keys and markers
+    without a head, whose scope was removed, are left alone)."""
+    prefix = tier.where.key("scopes") + "/"
+    times: dict[str, dict[str, float]] = {}
+    for item in listed:
+        key, _, name = item["Key"][len(prefix) :].partition("/")
+        if name in ("head.json", "last-used"):
+            times.setdefault(key, {})[name] = item["LastModified"]
+    found = []
+    for key, seen in sorted(times.items()):
+        parsed = scopekey.parse(key)
+        if parsed is not None and "head.json" in seen:
+            found.append(_Scope(key, parsed, max(seen.values())))
+    return found
+
+
+def _read_heads(tier: S3Objects, scopes: list[_Scope]) -> None:
+    """Each scope's head and the object keys it names; an unreadable head names every
+    object whose sha256 appears in its bytes."""
+    lock = threading.Lock()
+    by_key = {s.key: s for s in scopes}
+
+    def read(key: str) -> None:
+        scope = by_key[key]
+        try:
+            got = tier.head_object(key)
+        except HeadTooLarge as exc:  # not read at all: it names nothing we can know
+            scope.problem = str(exc)
+            return
+        if got is None:
+            return  # removed meanwhile: nothing to name
+        body = got[0]
+        try:
+            head = parse_head(body, key)
+            names = {tier.segment_key(seg["sha256"]) for seg in head["segments"]}
+            names |= {tier.pack_key(p) for seg in head["segments"] for p in seg["packs"]}
+            with lock:
+                scope.head, scope.names = head, names
+        except RemoteCorrupt as exc:
+            digests = {m.decode() for m in _SHA256.findall(body)}
+            names = {tier.segment_key(d) for d in digests} | {tier.pack_key(d) for d in digests}
+            with lock:
+                scope.problem, scope.names = str(exc), names
+
+    parallel.run(read, sorted(by_key))
+
+
 def _run(
     tier: S3Objects, policy: Policy, dry_run: bool, grace_s: float, now: float
 ) -> dict[str, Any]:
-    entries: list[Entry] = []
-    heads: dict[str, dict[str, Any]] = {}
-    broken: list[str] = []
-    for key, times in sorted(_scopes(tier).items()):
-        parsed = scopekey.parse(key)
-        if parsed is None or "head.json" not in times:
-            continue  # not ours, or a marker without a head (its scope was removed)
-        try:
-            head, _etag = tier.read_head(key)
-        except RemoteCorrupt:
-            broken.append(key)  # referenced objects unknown: nothing is collected below
-            continue
-        if head is None:
-            continue
-        heads[key] = head
-        size = head.get("total_bytes")
-        entries.append(
-            Entry(
-                name=key,
-                key=parsed,
-                last_used=max(times.values()),
-                size=size if isinstance(size, int) and size >= 0 else 0,
-                ident=key,
-            )
-        )
+    scopes = _scopes(tier, _listing(tier, "scopes"))
+    objects = {item["Key"]: item for kind in ("segments", "packs") for item in _listing(tier, kind)}
+    _read_heads(tier, scopes)
+    stored = {s.key: sum(objects[n]["Size"] for n in s.names if n in objects) for s in scopes}
+    entries = [
+        Entry(name=s.key, key=s.parsed, last_used=s.last_used, size=stored[s.key], ident=s.key)
+        for s in scopes
+    ]
+    selected = {e.name: e for e in select(entries, policy, now)}
+    action = "would remove" if dry_run else "removed"
     rows = []
-    for entry in select(entries, policy, now):
-        action = "would remove" if dry_run else "removed"
+    for entry in selected.values():
         if not dry_run:
             tier.bucket.delete(tier.head_key(entry.name))
             tier.bucket.delete(tier.last_used_key(entry.name))
-        heads.pop(entry.name)
         rows.append(
             {
                 "store": "s3",
@@ -99,32 +157,76 @@ def _run(
                 "action": action,
             }
         )
-    gc: dict[str, Any] = {
-        "objects_removed": 0,
-        "bytes_removed": 0,
-        "kept_in_grace": 0,
-        "skipped": None,
+    kept = [s for s in scopes if s.key not in selected]
+    gc = _collect(tier, objects, {n for s in kept for n in s.names}, dry_run, grace_s, now)
+    gc["unreadable"] = [
+        {"scope": s.key, "problem": s.problem, "kept_objects": len(s.names & objects.keys())}
+        for s in scopes
+        if s.problem is not None
+    ]
+    return {
+        "rows": rows,
+        "gc": gc,
+        "scopes": [_inventory_row(s, stored[s.key], selected.get(s.key), action) for s in scopes],
+        "bucket": {
+            "scopes": len(scopes),
+            "objects": len(objects),
+            "bytes": sum(item["Size"] for item in objects.values()),
+        },
     }
-    if broken:
-        gc["skipped"] = f"{len(broken)} head(s) unreadable, so what they reference is unknown"
-        return {"rows": rows, "gc": gc}
-    referenced = {
-        name for head in heads.values() for seg in head["segments"] for name in (
-            tier.segment_key(seg["sha256"]), *(tier.pack_key(p) for p in seg["packs"])
-        )
-    }  # fmt: skip
-    for kind in ("segments", "packs"):
-        for item in tier.bucket.listing(tier.where.key(kind) + "/"):
-            if item["Key"] in referenced:
-                continue
-            if now - item["LastModified"] < grace_s:
-                gc["kept_in_grace"] += 1
-                continue
-            if not dry_run:
-                try:
-                    tier.bucket.delete(item["Key"])
-                except S3Missing:
-                    continue
-            gc["objects_removed"] += 1
-            gc["bytes_removed"] += item["Size"]
-    return {"rows": rows, "gc": gc}
+
+
+def _inventory_row(
+    scope: _Scope, stored: int, selected: Entry | None, action: str
+) -> dict[str, Any]:
+    head = scope.head or {}
+    return {
+        "scope": scope.key,
+        "torch": scope.parsed.torch,
+        "accel": scope.parsed.accel,
+        "archs": list(scope.parsed.archs),
+        "pool": scope.parsed.runner_pool,
+        "files": head.get("files"),
+        "bytes": head.get("total_bytes"),
+        "stored_bytes": stored,
+        "last_used": scope.last_used,
+        "action": action if selected is not None else "keep",
+        "reasons": selected.reasons if selected is not None else [],
+        "problem": scope.problem,
+    }
+
+
+def _collect(
+    tier: S3Objects,
+    objects: dict[str, dict[str, Any]],
+    referenced: set[str],
+    dry_run: bool,
+    grace_s: float,
+    now: float,
+) -> dict[str, Any]:
+    """Delete the objects no kept head names, older than the grace period."""
+    gc: dict[str, Any] = {"objects_removed": 0, "bytes_removed": 0, "kept_in_grace": 0}
+    doomed = []
+    for key, item in sorted(objects.items()):
+        if key in referenced:
+            continue
+        if now - item["LastModified"] < grace_s:
+            gc["kept_in_grace"] += 1
+            continue
+        doomed.append(key)
+    done = doomed if dry_run else []
+    if not dry_run:
+        lock = threading.Lock()
+
+        def delete(key: str) -> None:
+            tier.bucket.delete(key)
+            with lock:
+                done.append(key)
+
+        try:
+            parallel.run(delete, doomed)
+        except S3Unavailable as exc:
+            gc["error"] = f"{len(doomed) - len(done)} object(s) not removed: {exc}"
+    gc["objects_removed"] = len(done)
+    gc["bytes_removed"] = sum(objects[k]["Size"] for k in done)
+    return gc

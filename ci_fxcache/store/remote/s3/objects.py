@@ -1,12 +1,14 @@
 """The bucket as the S3 tier sees it: where each object lives, the client (made on first
 use), transfer counts, the reads of the index (head and segments), and what this runner
-keeps about the bucket (copies of immutable segments, packs found bad)."""
+keeps about the bucket (copies of immutable segments, packs found bad, packs it uploaded for
+a head it has not published yet)."""
 
 from __future__ import annotations
 
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,17 +16,56 @@ from ci_fxcache import atomic_write
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store.layout import LOCKS, Layout
 from ci_fxcache.store.remote.packs import sha256_hex
-from ci_fxcache.store.remote.s3.client import Bucket, Location, S3Missing, S3Unavailable
-from ci_fxcache.store.remote.s3.index import decode_segment, parse_head
+from ci_fxcache.store.remote.s3 import parallel
+from ci_fxcache.store.remote.s3.client import (
+    Bucket,
+    Location,
+    S3Missing,
+    S3TooLarge,
+    S3Unavailable,
+    check_config,
+)
+from ci_fxcache.store.remote.s3.deadline import Deadline, configured_seconds
+from ci_fxcache.store.remote.s3.index import (
+    MAX_HEAD_BYTES,
+    MAX_SEGMENT_OBJECT,
+    decode_segment,
+    encode_segment,
+    parse_head,
+)
 from ci_fxcache.store.remote.tier import REMOTE_DIR, RemoteCorrupt, RemoteUnavailable
+
+# A pack found missing or damaged is not downloaded again by this runner for this long (every
+# restore would otherwise fetch and quarantine the same broken copy); then it is tried again,
+# since a save elsewhere may have uploaded the same content (a pack's name is its sha256).
+BAD_PACK_MEMORY_S = 24 * 3600.0
+
+
+class HeadTooLarge(RemoteCorrupt):
+    """A head object larger than any a save writes (refused before it is read); its ETag,
+    for the save that replaces it."""
+
+    def __init__(self, etag: str) -> None:
+        super().__init__("remote head is larger than any head a save writes")
+        self.etag = etag
 
 
 class S3Objects:
     """The objects of one bucket prefix, and this runner's memory of them."""
 
     def __init__(self, where: Location, bucket: Bucket | None = None) -> None:
+        check_config()  # a malformed setting is a usage error now, not after a local commit
         self.where = where
         self._bucket = bucket
+        self.deadline = Deadline(configured_seconds())
+
+    def start(self, seconds: float | None = None) -> Deadline:
+        """Start the time bound of one operation (a restore, save or invalidate: `seconds`,
+        else FXCACHE_S3_DEADLINE's): every request until the next start honours it."""
+        self.deadline = Deadline(configured_seconds() if seconds is None else seconds)
+        if self._bucket is not None:
+            self._bucket.use(self.deadline)
+        return self.deadline
 
     # -- plumbing ----------------------------------------------------------------------------
     @property
@@ -32,7 +73,7 @@ class S3Objects:
         """The client, made on first use (boto3 is imported only by S3 operations)."""
         if self._bucket is None:
             try:
-                self._bucket = Bucket(self.where)
+                self._bucket = Bucket(self.where, self.deadline)
             except S3Unavailable as exc:
                 raise RemoteUnavailable(str(exc)) from None
         return self._bucket
@@ -74,49 +115,131 @@ class S3Objects:
         ident = sha256_hex(self.describe().encode())[:16]
         return layout.root / REMOTE_DIR / f"s3-{ident}"
 
-    def bad_packs(self, layout: Layout) -> set[str]:
-        """The packs this runner found missing or damaged."""
+    def _bad_record(self, layout: Layout) -> dict[str, float]:
         try:
             data = json.loads((self.runner_dir(layout) / "bad-packs.json").read_text())
-        except (OSError, ValueError):
-            return set()
-        return {p for p in data if mf.is_digest(p)} if isinstance(data, list) else set()
+        except (OSError, ValueError, RecursionError):
+            return {}
+        now = time.time()
+        if isinstance(data, list):  # the first format: names only
+            data = {name: now for name in data}
+        if not isinstance(data, dict):
+            return {}
+        return {
+            name: float(at)
+            for name, at in data.items()
+            if mf.is_digest(name)
+            and isinstance(at, int | float)
+            and not isinstance(at, bool)
+            and now - at < BAD_PACK_MEMORY_S
+        }
+
+    def bad_packs(self, layout: Layout) -> set[str]:
+        """The packs this runner found missing or damaged (within BAD_PACK_MEMORY_S)."""
+        return set(self._bad_record(layout))
 
     def set_bad(self, layout: Layout, packs: set[str]) -> None:
-        """Record the packs found missing or damaged: never used from the bucket again until
-        this runner uploads that pack itself (a pack's name is its content's sha256)."""
+        """Record the packs found missing or damaged (exactly `packs` from now on): never used
+        from the bucket again until this runner uploads that pack itself, or for
+        BAD_PACK_MEMORY_S."""
         where = self.runner_dir(layout)
         where.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(sorted(packs)) + "\n"
+        known, now = self._bad_record(layout), time.time()
+        record = {name: known.get(name, now) for name in sorted(packs)}
+        text = json.dumps(record) + "\n"
         atomic_write.write_text(where / "bad-packs.json", text, layout.root / LOCKS)
 
+    def refuse_remembered(self, layout: Layout, entries: dict[str, dict[str, Any]]) -> None:
+        """RemoteCorrupt, before any download, when `entries` (a head's index) name a pack
+        this runner already found missing or damaged: a broken copy is downloaded once per
+        runner, not by every job."""
+        bad = self.bad_packs(layout) & {e["pack"] for e in entries.values()}
+        if bad:
+            raise RemoteCorrupt(
+                f"{len(bad)} pack(s) found missing or damaged earlier on this runner "
+                f"(first: {min(bad)[:12]}); not downloaded again"
+            )
+
+    # -- packs uploaded for a head not published yet ------------------------------------------
+    def _sent_dir(self, layout: Layout, key: str) -> Path:
+        return self.runner_dir(layout) / "sent" / key
+
+    def record_sent(self, layout: Layout, key: str, pack: str, files: dict[str, Any]) -> None:
+        """Remember that pack `pack` (holding `files`: path -> index entry) is in the bucket, for
+        a save of `key` killed before its head: the next save reuses it (sent_packs). Kept
+        as a one-pack segment (index.encode_segment), read back with its checks."""
+        where = self._sent_dir(layout, key)
+        where.mkdir(parents=True, exist_ok=True)
+        raw = encode_segment({rel: {**e, "pack": pack} for rel, e in files.items()})
+        tmp = where / f".{pack}.{os.getpid()}.{threading.get_ident()}"
+        tmp.write_bytes(raw)
+        os.replace(tmp, where / pack)
+
+    def sent_packs(self, layout: Layout, key: str, max_age_s: float) -> dict[str, dict[str, Any]]:
+        """Path -> index entry (pack included) of the packs this runner uploaded for `key` in
+        the last `max_age_s` that no published head of its own named yet."""
+        found: dict[str, dict[str, Any]] = {}
+        now = time.time()
+        for path in sorted(self._sent_dir(layout, key).glob("*")):
+            pack = path.name
+            if not mf.is_digest(pack):
+                continue
+            try:
+                if now - path.stat().st_mtime >= max_age_s:
+                    path.unlink(missing_ok=True)
+                    continue
+                with path.open("rb") as f:
+                    raw = f.read(MAX_SEGMENT_OBJECT + 1)
+                found.update(decode_segment(raw, pack, {pack}))
+            except (OSError, RemoteCorrupt):
+                continue
+        return found
+
+    def forget_sent(self, layout: Layout, key: str, packs: set[str]) -> None:
+        """Packs a published head now names: nothing to remember."""
+        where = self._sent_dir(layout, key)
+        for pack in packs:
+            (where / pack).unlink(missing_ok=True)
+
     # -- reading the index -------------------------------------------------------------------
-    def read_head(self, key: str) -> tuple[dict[str, Any] | None, str | None]:
-        """(head, ETag) of scope `key`, (None, None) when it has none; RemoteCorrupt when the
-        head is not one a save wrote."""
+    def head_object(self, key: str) -> tuple[bytes, str] | None:
+        """(bytes, ETag) of scope `key`'s head object; None when it has none."""
         try:
-            got = self.bucket.get(self.head_key(key))
+            got = self.bucket.get(self.head_key(key), limit=MAX_HEAD_BYTES)
         except S3Missing:
-            return None, None
+            return None
+        except S3TooLarge as exc:
+            raise HeadTooLarge(exc.etag) from None
         except S3Unavailable as exc:
             raise RemoteUnavailable(str(exc)) from None
         assert got is not None
+        return got
+
+    def read_head(self, key: str) -> tuple[dict[str, Any] | None, str | None]:
+        """(head, ETag) of scope `key`, (None, None) when it has none; RemoteCorrupt when the
+        head is not one a save wrote."""
+        got = self.head_object(key)
+        if got is None:
+            return None, None
         body, etag = got
         return parse_head(body, key), etag
 
     def segment(self, layout: Layout, digest: str, packs: set[str]) -> dict[str, Any]:
         """The files of segment `digest` (checked against its name), from this runner's copy
-        or the bucket."""
+        or the bucket; neither is read past MAX_SEGMENT_OBJECT bytes."""
         copy = self.runner_dir(layout) / "segments" / digest
         try:
-            raw = copy.read_bytes()
+            with copy.open("rb") as f:
+                raw = f.read(MAX_SEGMENT_OBJECT + 1)
         except OSError:
             raw = b""
         if sha256_hex(raw) != digest:
             try:
-                got = self.bucket.get(self.segment_key(digest))
+                got = self.bucket.get(self.segment_key(digest), limit=MAX_SEGMENT_OBJECT)
             except S3Missing:
                 raise RemoteCorrupt(f"index segment {digest[:12]} is missing") from None
+            except S3TooLarge:
+                raise RemoteCorrupt(f"index segment {digest[:12]} is too large") from None
             except S3Unavailable as exc:
                 raise RemoteUnavailable(str(exc)) from None
             assert got is not None
@@ -130,8 +253,16 @@ class S3Objects:
         return decode_segment(raw, digest, packs)
 
     def index(self, layout: Layout, head: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        """Every file of the head's segments (a later segment's entry wins)."""
+        """Every file of the head's segments (a later segment's entry wins); the segments
+        are read at once (one round trip, not one per segment)."""
+        segments = head["segments"]
+        found: dict[int, dict[str, Any]] = {}
+
+        def read(i: int) -> None:
+            found[i] = self.segment(layout, segments[i]["sha256"], set(segments[i]["packs"]))
+
+        parallel.run(read, list(range(len(segments))))
         merged: dict[str, dict[str, Any]] = {}
-        for seg in head["segments"]:
-            merged.update(self.segment(layout, seg["sha256"], set(seg["packs"])))
+        for i in range(len(segments)):
+            merged.update(found[i])
         return merged

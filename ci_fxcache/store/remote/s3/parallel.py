@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from typing import TypeVar
 
+# A save: packs built and uploaded at once (each worker holds one pack, up to 32 MiB).
 WORKERS = 8
+# A restore: ranged reads at once. A link's bandwidth is filled by many connections (AWS:
+# ~85-90 MB/s each, so ~15 for 10 Gbit/s); each worker holds at most one frame stored and
+# one decoded (store.remote.packs.FRAME_BYTES each): 16 x 8 MiB = 128 MiB of pack data.
+FETCH_WORKERS = 16
+T = TypeVar("T")
 
 
-def run(work: Callable[[str], None], items: list[str]) -> None:
-    """`work(item)` for every item on WORKERS threads; the first exception is raised once the
-    others have stopped (none left waiting for a dead bucket)."""
+def run(work: Callable[[T], None], items: Sequence[T], workers: int = WORKERS) -> None:
+    """`work(item)` for every item on `workers` threads; the first exception is raised once
+    the others have stopped (none left waiting for a dead bucket)."""
     if not items:
         return
-    with ThreadPoolExecutor(min(WORKERS, len(items))) as pool:
+    with ThreadPoolExecutor(min(workers, len(items))) as pool:
         futures = [pool.submit(work, item) for item in items]
         done, pending = wait(futures, return_when=FIRST_EXCEPTION)
         for future in pending:

@@ -1,21 +1,38 @@
 """Save to S3: upload what the bucket lacks of a committed local scope as new packs and one
 new segment, then replace the head.
 
-Only files the index does not list are uploaded, deduplicated by sha256 against every pack
-the scope references, as one new pack set and one small segment; the head lists segments,
+Only files the head's index lacks are uploaded, deduplicated by sha256 against every pack
+the scope references and against the packs this runner uploaded for a save killed before its
+head (objects.sent_packs), as one new pack set and one small segment; the head lists segments,
 so a save never re-uploads the whole index (segments are merged into one after
 `MAX_SEGMENTS`).
 
-Many writers: a save reads the head with its ETag and replaces it with `If-Match` (or
-creates it with `If-None-Match: *`); a lost race re-reads the head and appends its segment
-to the winner's.
+Signing: with a key, a save extends only a head whose signature verifies with that key.
+Anything else (unsigned, signed with another key, unreadable) is foreign: the save starts a
+fresh head from this job's own verified files (its signed local manifest) and says so; the
+same on every re-read after a lost race. A head without a key is extended as it is.
+
+Many writers: a save reads the head with its ETag and replaces it with `If-Match` (or creates
+it with `If-None-Match: *`). A lost race re-reads the head, makes its segment cover what the
+winner's index lacks, and tries again after a pause drawn at random from an exponentially
+growing range ("full jitter"), for as long as the save's time bound (deadline.py) allows, not
+a fixed number of attempts. Chosen over one immutable segment per save that readers merge:
+that design needs a listing (or many GETs) before every restore's first download, makes
+readers merge and verify an unbounded set of objects, and still needs a compaction that
+races with writers; a single head keeps a restore at one GET before its packs, and with
+jitter 24 savers of one scope at once all publish (tests/test_store_s3_fleet.py). A save
+whose bound runs out says so (a warning, `published: false`); its files stay committed
+locally and the next save on that runner compares the local manifest with the bucket's index
+and publishes them, reusing the packs it already uploaded.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +41,23 @@ from ci_fxcache.store.layout import Layout
 from ci_fxcache.store.remote import packs
 from ci_fxcache.store.remote.s3 import parallel
 from ci_fxcache.store.remote.s3.client import S3Conflict, S3Missing, S3Unavailable
-from ci_fxcache.store.remote.s3.index import encode_head, encode_segment, new_head
-from ci_fxcache.store.remote.s3.objects import S3Objects
+from ci_fxcache.store.remote.s3.index import (
+    encode_head,
+    encode_segment,
+    new_head,
+    parse_head,
+    signature_problem,
+)
+from ci_fxcache.store.remote.s3.objects import HeadTooLarge, S3Objects
 from ci_fxcache.store.remote.tier import RemoteCorrupt, RemoteUnavailable
 
 MAX_SEGMENTS = 16
-PUBLISH_ATTEMPTS = 8
+# Pauses after a lost race: uniform in [0, min(CAP, FIRST * 2^n)) after the n-th loss.
+BACKOFF_FIRST_S = 0.05
+BACKOFF_CAP_S = 2.0
+# Packs this runner uploaded for a head it never published are reused for this long; the
+# garbage collector's minimum grace (invalidate.py) is longer than this plus a save's bound.
+ORPHAN_REUSE_S = 30 * 60.0
 # Fault injection for the tests, never set in production (store.save's variable):
 # `s3-pause:SECONDS` pauses a publish after its packs and segment, before the head's PUT.
 FAULT_ENV = "FXCACHE_TEST_FAULT"
@@ -42,6 +70,25 @@ def _fault_pause() -> None:
         time.sleep(float(fault.split(":", 1)[1]))
 
 
+@dataclass
+class _Head:
+    """The scope's head as this save may extend it: `head` None when there is none or it is
+    foreign (`replaced` says why); `etag` the object's, for the conditional PUT."""
+
+    head: dict[str, Any] | None
+    etag: str | None
+    replaced: str | None = None
+
+
+@dataclass
+class _Index:
+    """The files a head's readable segments give, without entries in packs known bad."""
+
+    files: dict[str, dict[str, Any]]
+    unreadable: set[str]  # segments to leave out of the next head
+    overridden: bool  # entries in bad packs were left out: the head must be rewritten
+
+
 def publish(
     objects: S3Objects, layout: Layout, key: str, signing_key: str | None
 ) -> dict[str, Any]:
@@ -50,109 +97,152 @@ def publish(
         local = mf.load(layout.manifest(key))
     except mf.ManifestError as exc:
         return {"published": False, "reason": f"no committed local scope ({exc})"}
-    head, etag = _readable_head(objects, key)
+    files: dict[str, Any] = local["files"]
     bad = objects.bad_packs(layout)
-    remote, dropped = _usable_index(objects, layout, head, bad)
-    missing = sorted(
-        rel
-        for rel, meta in local["files"].items()
-        if remote.get(rel, {}).get("sha256") != meta["sha256"]
-    )
-    if not missing and head is not None and not dropped:
-        return {"published": False, "reason": "the bucket has every file", **objects.stats()}
-    by_sha = {e["sha256"]: e for e in remote.values()}
-    entries: dict[str, dict[str, Any]] = {}
-    upload: list[str] = []
-    for rel in missing:
-        known = by_sha.get(local["files"][rel]["sha256"])
-        if known is not None:
-            entries[rel] = {**known}
-        else:
-            upload.append(rel)
-    scope = layout.scope(key)
-    sent = _upload_packs(objects, scope, upload, local["files"], entries)
-    if bad & sent:  # uploaded again, whole: good from now on
-        objects.set_bad(layout, bad - sent)
-    segment = _put_segment(objects, entries)
-    packed = sorted({e["pack"] for e in entries.values()})
-    new_seg = {"sha256": segment, "files": len(entries), "packs": packed}
-    _fault_pause()
-    for _attempt in range(PUBLISH_ATTEMPTS):
-        composed = _compose(objects, layout, key, head, dropped, new_seg, local, signing_key)
+    orphans = {
+        rel: e
+        for rel, e in objects.sent_packs(layout, key, ORPHAN_REUSE_S).items()
+        if e["pack"] not in bad
+    }
+    uploaded: dict[str, dict[str, Any]] = {}  # this save's packs: path -> entry
+    sent: set[str] = set()
+    current = _current(objects, key, signing_key)
+    replaced = current.replaced
+    losses = 0
+    while True:
+        index = _usable_index(objects, layout, current.head, bad)
+        lacking = sorted(
+            rel for rel, m in files.items() if index.files.get(rel, {}).get("sha256") != m["sha256"]
+        )
+        if not (lacking or current.head is None or index.unreadable or index.overridden):
+            return {"published": False, "reason": "the bucket has every file",
+                        "attempts": losses + 1, **objects.stats()}  # fmt: skip
+        known = {e["sha256"]: e for e in (*index.files.values(), *uploaded.values())}
+        entries: dict[str, dict[str, Any]] = {}
+        upload: list[str] = []
+        for rel in lacking:
+            sha = files[rel]["sha256"]
+            found = known.get(sha) or orphans.get(rel)
+            if found is not None and found["sha256"] == sha:
+                entries[rel] = {**found}
+            else:
+                upload.append(rel)
+        if upload:
+            fresh, names = _upload_packs(objects, layout, key, upload, files)
+            sent |= names
+            uploaded.update(fresh)
+            entries.update(fresh)
+        segment = _put_segment(objects, entries)
+        new_seg = {"sha256": segment, "files": len(entries), "packs": _packs_of(entries)}
+        composed = _compose(objects, key, current, index, new_seg, entries, local, signing_key)
+        if losses == 0:
+            _fault_pause()
         try:
             objects.bucket.put(
                 objects.head_key(key),
                 encode_head(composed),
-                if_match=etag,
-                if_absent=etag is None,
+                if_match=current.etag,
+                if_absent=current.etag is None,
                 content_type="application/json",
             )
             break
         except S3Conflict:
-            head, etag = _readable_head(objects, key)  # another save won: merge with it
-            _remote, dropped = _usable_index(objects, layout, head, bad)
+            losses += 1
+            _pause(objects, losses)
+            current = _current(objects, key, signing_key)
+            replaced = replaced or current.replaced
         except (S3Unavailable, S3Missing) as exc:
             raise RemoteUnavailable(str(exc)) from None
-    else:
-        raise RemoteUnavailable(f"the head kept changing ({PUBLISH_ATTEMPTS} attempts)")
+    if bad & sent:  # uploaded again, whole: good from now on
+        objects.set_bad(layout, bad - sent)
+    named = {p for seg in composed["segments"] for p in seg["packs"]}
+    objects.forget_sent(layout, key, named & (sent | {e["pack"] for e in orphans.values()}))
     return {
         "published": True,
         "files": len(entries),
         "new_packs": len(sent),
-        "uploaded_files": len(upload),
+        "uploaded_files": len(uploaded),
+        "reused_orphans": len({e["pack"] for e in orphans.values()} & named),
+        "attempts": losses + 1,
+        "head_files": composed["files"],
+        "head_bytes": composed["total_bytes"],
+        "replaced": replaced,
         **objects.stats(),
     }
 
 
-def _readable_head(objects: S3Objects, key: str) -> tuple[dict[str, Any] | None, str | None]:
-    """The head to extend: a head that is not ours is replaced (its ETag kept)."""
+def _packs_of(entries: dict[str, dict[str, Any]]) -> list[str]:
+    return sorted({e["pack"] for e in entries.values()})
+
+
+def _pause(objects: S3Objects, losses: int) -> None:
+    """Wait before the next attempt (full jitter); RemoteUnavailable when the save's time
+    bound would run out first."""
+    pause = random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2 ** (losses - 1)))
+    if objects.deadline.left() <= pause:
+        raise RemoteUnavailable(
+            f"the head kept changing ({losses} attempts within the {objects.deadline.seconds:g} "
+            "s bound); the next save on this runner publishes these files"
+        )
+    time.sleep(pause)
+
+
+def _current(objects: S3Objects, key: str, signing_key: str | None) -> _Head:
+    """The head to extend: one that is unreadable, or (with a key) not signed with the key,
+    is foreign and replaced (its ETag kept for the conditional PUT)."""
     try:
-        return objects.read_head(key)
-    except RemoteCorrupt:
-        try:
-            got = objects.bucket.get(objects.head_key(key))
-        except (S3Missing, S3Unavailable) as exc:
-            raise RemoteUnavailable(str(exc)) from None
-        return None, got[1] if got else None
+        got = objects.head_object(key)
+    except HeadTooLarge as exc:
+        return _Head(None, exc.etag, str(exc))
+    if got is None:
+        return _Head(None, None)
+    body, etag = got
+    try:
+        head = parse_head(body, key)
+    except RemoteCorrupt as exc:
+        return _Head(None, etag, f"unreadable: {exc}")
+    if signing_key:
+        problem = signature_problem(head, signing_key)
+        if problem:
+            return _Head(None, etag, problem)
+    return _Head(head, etag)
 
 
 def _usable_index(
     objects: S3Objects, layout: Layout, head: dict[str, Any] | None, bad: set[str]
-) -> tuple[dict[str, dict[str, Any]], set[str]]:
+) -> _Index:
     """The head's index without entries in bad packs, and the segments that could not be
-    read (dropped from the next head)."""
+    read (left out of the next head)."""
     if head is None:
-        return {}, set()
+        return _Index({}, set(), False)
     merged: dict[str, dict[str, Any]] = {}
-    dropped: set[str] = set()
+    unreadable: set[str] = set()
     for seg in head["segments"]:
         try:
             merged.update(objects.segment(layout, seg["sha256"], set(seg["packs"])))
         except RemoteCorrupt:
-            dropped.add(seg["sha256"])
+            unreadable.add(seg["sha256"])
     usable = {rel: e for rel, e in merged.items() if e["pack"] not in bad}
-    if len(usable) != len(merged):
-        dropped.add("")  # entries to override: the head must be rewritten
-    return usable, dropped
+    return _Index(usable, unreadable, len(usable) != len(merged))
 
 
 def _upload_packs(
-    objects: S3Objects,
-    scope: Path,
-    upload: list[str],
-    files: dict[str, Any],
-    entries: dict[str, dict[str, Any]],
-) -> set[str]:
-    """Upload `upload` (paths in `scope`) as packs, adding their entries; the packs' names.
-    A file that no longer matches its manifest entry is left out (never published)."""
+    objects: S3Objects, layout: Layout, key: str, upload: list[str], files: dict[str, Any]
+) -> tuple[dict[str, dict[str, Any]], set[str]]:
+    """Upload `upload` (paths of scope `key`) as packs: their entries, and the packs' names.
+    Each pack is remembered once in the bucket (objects.record_sent). A file that no longer
+    matches its manifest entry is left out (never published)."""
+    scope: Path = layout.scope(key)
     chunks = list(packs.chunks(upload, files))
     lock = threading.Lock()
     names: set[str] = set()
+    entries: dict[str, dict[str, Any]] = {}
 
     def send(index: str) -> None:
         blob, placed = packs.build(scope, chunks[int(index)], files)
         name = packs.sha256_hex(blob)
         objects.bucket.put(objects.pack_key(name), blob)
+        objects.record_sent(layout, key, name, placed)
         with lock:
             names.add(name)
             for rel, e in placed.items():
@@ -162,7 +252,7 @@ def _upload_packs(
         parallel.run(send, [str(i) for i in range(len(chunks))])
     except (S3Unavailable, S3Missing, S3Conflict) as exc:
         raise RemoteUnavailable(str(exc)) from None
-    return names
+    return entries, names
 
 
 def _put_segment(objects: S3Objects, entries: dict[str, dict[str, Any]]) -> str:
@@ -177,25 +267,22 @@ def _put_segment(objects: S3Objects, entries: dict[str, dict[str, Any]]) -> str:
 
 def _compose(
     objects: S3Objects,
-    layout: Layout,
     key: str,
-    head: dict[str, Any] | None,
-    dropped: set[str],
+    current: _Head,
+    index: _Index,
     new_seg: dict[str, Any],
+    entries: dict[str, dict[str, Any]],
     local: dict[str, Any],
     signing_key: str | None,
 ) -> dict[str, Any]:
     """The next head: the current one's readable segments plus ours (all merged into one
-    when there are too many, or when entries in bad packs must be overridden)."""
-    segments = [s for s in (head or {}).get("segments", []) if s["sha256"] not in dropped]
+    when there are too many, or when entries in bad packs must be overridden), with the
+    merged index's true file count and bytes."""
+    head = current.head
+    merged = {**index.files, **entries}
+    segments = [s for s in (head or {}).get("segments", []) if s["sha256"] not in index.unreadable]
     segments.append(new_seg)
-    if len(segments) > MAX_SEGMENTS or "" in dropped:
-        bad = objects.bad_packs(layout)
-        merged: dict[str, dict[str, Any]] = {}
-        for seg in segments:
-            files = objects.segment(layout, seg["sha256"], set(seg["packs"]))
-            merged.update({r: e for r, e in files.items() if e["pack"] not in bad})
+    if len(segments) > MAX_SEGMENTS or index.overridden:
         digest = _put_segment(objects, merged)
-        packed = sorted({e["pack"] for e in merged.values()})
-        segments = [{"sha256": digest, "files": len(merged), "packs": packed}]
-    return new_head(key, head, segments, local, signing_key)
+        segments = [{"sha256": digest, "files": len(merged), "packs": _packs_of(merged)}]
+    return new_head(key, head, segments, local, merged, signing_key)

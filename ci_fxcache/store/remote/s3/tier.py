@@ -9,6 +9,7 @@ from typing import Any
 from ci_fxcache.store.layout import Layout
 from ci_fxcache.store.remote.s3 import fetch, publish
 from ci_fxcache.store.remote.s3.client import S3Conflict, S3Missing, S3Unavailable
+from ci_fxcache.store.remote.s3.deadline import TOUCH_S
 from ci_fxcache.store.remote.s3.objects import S3Objects
 from ci_fxcache.store.remote.tier import Fetched, RemoteUnavailable
 
@@ -21,15 +22,21 @@ class S3Tier(S3Objects):
     def fetch(
         self, layout: Layout, key: str, target: Path, signing_key: str | None
     ) -> Fetched | None:
-        """Download scope `key` into `target` (store.remote.tier.RemoteTier.fetch)."""
+        """Download scope `key` into `target` (store.remote.tier.RemoteTier.fetch), within one
+        time bound (deadline.py)."""
+        self.start()
         return fetch.fetch(self, layout, key, target, signing_key)
 
     def publish(self, layout: Layout, key: str, signing_key: str | None) -> dict[str, Any]:
-        """Upload what the bucket lacks of committed scope `key` (store.remote.tier.RemoteTier)."""
+        """Upload what the bucket lacks of committed scope `key` (store.remote.tier.RemoteTier),
+        within one time bound (deadline.py)."""
+        self.start()
         return publish.publish(self, layout, key, signing_key)
 
     def touch(self, key: str) -> None:
-        """PUT the scope's empty last-used marker (one small request)."""
+        """PUT the scope's empty last-used marker (one small request), best-effort: at most
+        TOUCH_S of what is left of the restore's bound."""
+        self.start(self.deadline.capped(TOUCH_S))
         try:
             self.bucket.put(self.last_used_key(key), b"")
         except (S3Unavailable, S3Missing, S3Conflict) as exc:
