@@ -365,16 +365,16 @@ def test_the_users_interpreter_and_gpu_tools_get_no_secret(tmp_path: Path) -> No
 # -- issue 32: signing means what it says (the GitHub tier) -----------------------------------
 
 
-def _entry_manifest(fake: FakeCacheService, key: str) -> dict[str, Any]:
-    import io
-    import tarfile
+def _entry_manifest(fake: FakeCacheService, key: str, where: Path) -> dict[str, Any]:
+    from ci_fxcache.store.remote.github import cache_service
 
     (entry,) = [e for e in fake.committed() if e.key == key]
-    with tarfile.open(fileobj=io.BytesIO(fake.blob_bytes(entry)), mode="r:gz") as tar:
-        member = next(m for m in tar.getmembers() if m.name.endswith("manifest.json"))
-        data = tar.extractfile(member)
-        assert data is not None
-        return dict(json.loads(data.read()))
+    where.mkdir()
+    archive, scope = where / "entry.tzst", where / "scope"
+    archive.write_bytes(fake.blob_bytes(entry))
+    cache_service.unpack(archive, scope)  # the tier's own reader (a zstd tar)
+    (manifest,) = scope.rglob("manifest.json")
+    return dict(json.loads(manifest.read_text()))
 
 
 def test_a_keyless_writers_github_entry_is_never_signed_by_a_keyed_save(tmp_path: Path) -> None:
@@ -412,7 +412,8 @@ def test_a_keyless_writers_github_entry_is_never_signed_by_a_keyed_save(tmp_path
                         **setup.post_env(), **fake.env())  # fmt: skip
         assert post.proc.returncode == 0, post.lines
         assert len(fake.committed()) == 2, post.lines
-        manifest = _entry_manifest(fake, json.loads(Path(settings).read_text())["gha_key"])
+        gha_key = json.loads(Path(settings).read_text())["gha_key"]
+        manifest = _entry_manifest(fake, gha_key, tmp_path / "entry")
         assert mf.signature_problem(manifest, KEY) is None
         assert set(manifest["files"]) == set(mine)
         assert fake.violations == []

@@ -108,19 +108,32 @@ def test_a_scope_saved_before_compression_restores_and_the_next_save_writes_the_
     assert tree_digest(Path(every["scope_dir"])).keys() >= {*SAMPLE, *new}
 
 
+# Linux keeps the high-water RSS of the image a process replaced at exec, so a child forked
+# straight from this (large, long-lived) test process would report this process's RSS: the
+# restore runs under a small launcher, and the launcher reports its child's peak alone.
+_MEASURE = """import os, subprocess, sys
+proc = subprocess.Popen(sys.argv[2:])
+_pid, status, usage = os.wait4(proc.pid, 0)
+with open(sys.argv[1], "w") as out:
+    out.write(f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}")
+"""
+
+
 def _peak_rss_mib(store: Any, *args: str) -> tuple[dict[str, Any], float]:
     """`fxcache restore` of `store` in a child process: its state and its peak RSS (MiB)."""
     cmd = [sys.executable, "-m", "ci_fxcache", "restore", "--root", str(store.root),
            "--python", TORCH_PYTHON, "--json", "--state-file",
            str(store.root.parent / "state.json"), *args]  # fmt: skip
+    measured = store.root.parent / "peak-rss"
     with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(cmd, env={**os.environ, **store.env}, stdout=out,
-                                stderr=subprocess.DEVNULL)  # fmt: skip
-        _pid, status, usage = os.wait4(proc.pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
+        subprocess.run([sys.executable, "-c", _MEASURE, str(measured), *cmd],
+                       env={**os.environ, **store.env}, stdout=out, stderr=subprocess.DEVNULL,
+                       check=True)  # fmt: skip
         out.seek(0)
         state: dict[str, Any] = json.loads(out.read())
-    return state, usage.ru_maxrss / 1024
+    code, peak_kib = measured.read_text().split()
+    assert code == "0", code
+    return state, int(peak_kib) / 1024
 
 
 def _gzip_bomb(decoded_mib: int) -> bytes:

@@ -574,10 +574,11 @@ def _invalidate_step(tmp_path: Path, env: dict[str, str], **inputs: str) -> tupl
     import yaml
 
     from tests.conftest import ROOT
+    from tests.runner_sim import run_event
 
     spec = yaml.safe_load((ROOT / "invalidate" / "action.yml").read_text())["inputs"]
     values = {name: str(s.get("default", "")) for name, s in spec.items()}
-    values.update(inputs, **{"github-token": ""})
+    values.update(inputs, **{"github-token": "", "run-event": run_event("schedule", {})})
     summary = tmp_path / "summary.md"
     (tmp_path / "out").write_text("")
     proc = subprocess.run(
