@@ -87,7 +87,7 @@ def test_a_missing_or_damaged_record_is_rechecked(tmp_path: Path, damage: Any) -
 
 @pytest.mark.parametrize(
     ("mechanism", "artifact"),
-    [("mega", "mega.bin"), ("precompile", "mega.bin")],
+    [("mega", "mega.bin"), ("aot", "aot.bin"), ("precompile-api", "precompile-api.cache")],
 )
 def test_a_changed_artifact_or_reference_is_rechecked_not_carried(
     tmp_path: Path, mechanism: str, artifact: str

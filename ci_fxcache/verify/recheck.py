@@ -19,10 +19,10 @@ from ci_fxcache.verify import causes
 
 VERDICT_FILE = "verdict.json"
 CARRIED_VERDICTS = ("no-gain",)
-# Their hot phase starts from an empty directory and the artifacts file the cold phase wrote:
+# Their hot phase starts from an empty directory and the artifact file(s) the cold phase wrote:
 # every hot-only run feeds it the same bytes. fxgraph's hot phase reads (and a miss writes) the
 # cold phase's directory in place, and remote reads a shared Redis: both change between jobs.
-CARRIED_MECHANISMS = ("mega", "precompile")
+CARRIED_MECHANISMS = ("mega", "precompile", "aot", "precompile-api")
 # The settings a verdict depends on (besides the evidence): a change re-checks.
 JUDGING_SETTINGS = ("min_speedup", "compare")
 
