@@ -150,3 +150,17 @@ def test_a_gradient_that_is_zero_in_exact_arithmetic_is_not_judged_on_its_noise(
     wrong = compiled + 1e-3
     passes, measured = fp64_judgement([wrong], [eager], [truth], f32, low_precision=False)
     assert not passes and "RMSE vs fp64" in measured
+
+
+def test_a_phase_error_is_one_line_that_keeps_the_failed_guard() -> None:
+    """torch 2.15's message when a loaded aot artifact's guards reject a call (its first line
+    alone says nothing about which guard)."""
+    message = (
+        "GuardManager check failed, reason: GuardDebugInfo(\nresult=0,\nverbose_code_parts=["
+        "'_has_dynamo_dim_marking is present on runtime tensor but was absent at compile time'],"
+        "\nnum_guards_executed=6,\nuser_stack=None)\n"
+    )
+    line = phase.error_line(RuntimeError(message))
+    assert "\n" not in line and line.startswith("RuntimeError: GuardManager check failed")
+    assert "_has_dynamo_dim_marking is present on runtime tensor" in line
+    assert len(phase.error_line(ValueError("x" * 900))) == 500

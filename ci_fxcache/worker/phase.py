@@ -320,11 +320,18 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     except Exception as exc:
         traceback.print_exc()
         result["status"] = "error"
-        result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+        result["error"] = error_line(exc)
     result["counters"] = _counters()
     result["keyinfo"] = keyinfo.collect(spec["combo"]["device"])
     result.update(triton_builds.evidence())
     return result
+
+
+def error_line(exc: BaseException) -> str:
+    """The exception as one line: its lines joined, not only the first (torch's guard failures
+    name the failed guard on later lines: `GuardManager check failed, reason: GuardDebugInfo(`
+    then `verbose_code_parts=[...]`)."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
 
 
 def _phase(spec: dict[str, Any], result: dict[str, Any]) -> None:
