@@ -1,4 +1,4 @@
-"""`fxcache verify` (default CPU matrix, 12 combos) versus the naive way, side by side.
+"""`fxcache verify` (the default CPU matrix) versus the naive way, side by side.
 
 The naive baseline runs every phase of every combination in a fresh `python` that imports
 torch, strictly one after another, with an eager reference in both phases (as a hand-written
@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ci_fxcache.env import fingerprint, torch_support
 from ci_fxcache.verify import forkserver, matrix
 
 ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
@@ -90,13 +91,17 @@ def product(python: str, work: Path) -> tuple[float, dict[str, int]]:
 
 
 def naive(python: str, work: Path) -> float:
-    """Wall time of the naive baseline over the same 12 combinations."""
+    """Wall time of the naive baseline over the same combinations (those this torch has the
+    mechanism for: verify skips the others, e.g. precompile-api before torch 2.15)."""
     combos = matrix.build(dict.fromkeys(matrix.FLAGS), None)
     combos.devices = ["cpu"]
+    version = fingerprint.collect(python).torch_version
     env, private = forkserver.worker_env({**os.environ, **ENV})
     start = time.perf_counter()
     try:
         for combo in combos.combos():
+            if torch_support.skip(version, combo.to_dict()):
+                continue
             cdir = work / "naive" / combo.id
             cdir.mkdir(parents=True)
             for phase in ("cold", "hot"):

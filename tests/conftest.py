@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -16,19 +17,39 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # The interpreter running the tests has the pinned torch==2.13.0: it is the "user's" Python.
 TORCH_PYTHON = sys.executable
-# The second real torch (a CUDA build that compiles on the CPU): the README's test command
-# builds it in .venv-torch2.14; FXCACHE_TEST_TORCH2_PYTHON points at another copy.
-TORCH2_VERSION = "2.14.1"
-TORCH2_VENV = ROOT / ".venv-torch2.14"
+# The second real torch, the newest tested (a CUDA build that compiles on the CPU): the README's
+# test command builds it in .venv-torch2.15; FXCACHE_TEST_TORCH2_PYTHON points at another copy.
+TORCH2_VERSION = "2.15.0"
+TORCH2_VENV = ROOT / ".venv-torch2.15"
+
+
+@functools.cache
+def _torch_version_of(python: str) -> str:
+    """The torch version `python` has, read from its metadata (no `import torch`)."""
+    proc = subprocess.run(
+        [python, "-c", "import importlib.metadata as m; print(m.version('torch'))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return proc.stdout.strip() or f"none ({proc.stderr.strip()[-200:]})"
 
 
 def torch2_python() -> str:
-    """The interpreter with torch==2.14.1; fails the test when it was not built."""
+    """The interpreter with torch==2.15.0; fails the test when it was not built (or has
+    another torch: an older FXCACHE_TEST_TORCH2_PYTHON would test the wrong release)."""
     python = os.environ.get("FXCACHE_TEST_TORCH2_PYTHON") or str(TORCH2_VENV / "bin" / "python")
     if not Path(python).exists():
         pytest.fail(
             f"no torch=={TORCH2_VERSION} interpreter at {python}: run the README's test set-up "
-            "command (it builds .venv-torch2.14), or set FXCACHE_TEST_TORCH2_PYTHON"
+            "command (it builds .venv-torch2.15), or set FXCACHE_TEST_TORCH2_PYTHON"
+        )
+    found = _torch_version_of(python)
+    if found.split("+")[0] != TORCH2_VERSION:
+        pytest.fail(
+            f"{python} has torch {found}, not {TORCH2_VERSION}: point FXCACHE_TEST_TORCH2_PYTHON "
+            "at a torch 2.15.0 interpreter (the README's test command builds .venv-torch2.15)"
         )
     return python
 
@@ -43,7 +64,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="module", params=["2.13.0", TORCH2_VERSION])
 def torch_python(request: pytest.FixtureRequest) -> str:
-    """Each real torch the main verification tests run against: 2.13.0 and 2.14.1."""
+    """Each real torch the main verification tests run against: 2.13.0 and 2.15.0."""
     return TORCH_PYTHON if request.param == "2.13.0" else torch2_python()
 
 

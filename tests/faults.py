@@ -26,3 +26,23 @@ def tamper_generated_code(cache_dir: Path) -> int:
             path.write_text(text + _WRONG_CALL)
             count += 1
     return count
+
+
+# Inside an artifact's generated C++ kernel for `sin_matmul` (`x.sin() @ y`): the vectorised
+# sine. Swapping it for a cosine of the same length keeps every length and offset of the file
+# (pickles, `torch.save` archives) valid, so the artifact still loads and computes other values.
+SIN_KERNEL, COS_KERNEL = b"tmp0.sin()", b"tmp0.cos()"
+
+
+def tamper_sine(path: Path) -> int:
+    """Make the sine kernels in the file at `path` compute a cosine; how many were changed."""
+    data = path.read_bytes()
+    count = data.count(SIN_KERNEL)
+    path.write_bytes(data.replace(SIN_KERNEL, COS_KERNEL))
+    return count
+
+
+def truncate(path: Path, keep: float = 0.5) -> None:
+    """Cut the file at `path` to a fraction of its size, as an interrupted copy would."""
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])

@@ -1,5 +1,6 @@
 """Inductor's compile worker pool is bounded by the phases that run at once: counted during real
-`fxcache verify` runs with the torch 2.14.1 CUDA wheel, which ships Triton (so the pool exists)."""
+`fxcache verify` runs with the second torch's CUDA wheel (2.15.0), which ships Triton (so the pool
+exists)."""
 
 from __future__ import annotations
 

@@ -117,9 +117,9 @@ def test_a_hot_miss_names_the_component_that_changed(
     assert component in explain.summary(why)
 
 
-# Counting through the real Triton 3.8 entry point: `triton.compile` for an explicit GPU target
-# runs the whole compiler (to a cubin) without a GPU. A user listener that was already set must
-# keep receiving every event.
+# Counting through the real Triton entry point (3.9 with torch 2.15.0; 3.8 with 2.14.1):
+# `triton.compile` for an explicit GPU target runs the whole compiler (to a cubin) without a GPU.
+# A user listener that was already set must keep receiving every event.
 TRITON = """
 import json, os, tempfile
 os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()

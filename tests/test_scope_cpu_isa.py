@@ -2,8 +2,9 @@
 
 A CPU graph compiled where Inductor picks AVX-512 is a cache *hit* in a process where it picks
 AVX2 (the same host with ATEN_CPU_CAPABILITY=avx2 stands in for an AVX2-only runner), and the
-hot-loaded kernels then compute wrong values or fail to build. Measured with torch 2.14.1, the
-CUDA build: a GPU build's scope also holds the CPU compiles of `--device auto`.
+hot-loaded kernels then compute wrong values or fail to build. Runs on the second torch (2.15.0;
+measured first with 2.14.1), the CUDA build: a GPU build's scope also holds the CPU compiles of
+`--device auto`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Issue 10 §5 / issue 14: upgrade invalidation removes what an upgrade replaced, nothing else.
 
 Real interpreters with real torch installations: the test venv (torch 2.13.0), the suite's
-torch 2.14.1 interpreter (`conftest.torch2_python`: used, never modified), and a venv of our own
-upgraded in place with pip.
+second torch interpreter (2.15.0, `conftest.torch2_python`: used, never modified), and a venv of
+our own upgraded in place with pip.
 """
 
 from __future__ import annotations

@@ -123,7 +123,7 @@ def _fxgraph_run(tmp_path_factory: pytest.TempPathFactory, python: str) -> Fxgra
 
 @pytest.fixture(scope="module")
 def fxgraph_run(tmp_path_factory: pytest.TempPathFactory, torch_python: str) -> FxgraphRun:
-    """The fxgraph matrix on each real torch (2.13.0 and 2.14.1)."""
+    """The fxgraph matrix on each real torch (2.13.0 and 2.15.0)."""
     return _fxgraph_run(tmp_path_factory, torch_python)
 
 

@@ -120,11 +120,18 @@ def test_matrix_file_then_flags_override(tmp_path: Path) -> None:
     assert "mlp-auto-float16-mark-mega-infer" in ids
 
 
-def test_default_matrix_is_the_twelve_combo_cpu_matrix() -> None:
+def test_default_matrix_is_the_twenty_combo_cpu_matrix() -> None:
     plan = matrix.build(dict.fromkeys(matrix.FLAGS), None)
     runner.expand_devices(plan, {"cuda_capabilities": []})
     combos = plan.combos()
-    assert len(combos) == 12
+    assert len(combos) == 20
+    assert {c.mechanism for c in combos} == {
+        "fxgraph",
+        "mega",
+        "precompile",
+        "aot",
+        "precompile-api",
+    }
     assert {c.device for c in combos} == {"cpu"}
     runner.expand_devices(plan, {"cuda_capabilities": [[9, 0]]})  # idempotent on cpu
     assert plan.devices == ["cpu"]

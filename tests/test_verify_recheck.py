@@ -95,6 +95,29 @@ def test_a_missing_or_damaged_record_is_rechecked(tmp_path: Path, damage: Any) -
     assert recheck.carried(tmp_path, "mega", SETTINGS, TORCH) is None
 
 
+@pytest.mark.parametrize(
+    ("mechanism", "artifact"),
+    [("mega", "mega.bin"), ("aot", "aot.bin"), ("precompile-api", "precompile-api.cache")],
+)
+def test_a_changed_artifact_or_reference_is_rechecked_not_carried(
+    tmp_path: Path, mechanism: str, artifact: str
+) -> None:
+    """Carrying assumes the hot phase reads the bytes the recorded one read: an artifact
+    replaced by hand (outside the store's checks) is judged again."""
+    (tmp_path / artifact).write_bytes(b"compiled" * 100)
+    (tmp_path / "reference.pt").write_bytes(b"tensors")
+    _recorded(tmp_path)
+    (tmp_path / "inductor").mkdir()  # the cold phase's own caches: not read by this hot phase
+    (tmp_path / "inductor" / "entry").write_bytes(b"x")
+    assert recheck.carried(tmp_path, mechanism, SETTINGS, TORCH) is not None
+    for name in (artifact, "reference.pt"):
+        original = (tmp_path / name).read_bytes()
+        (tmp_path / name).write_bytes(original[:3] + b"X" + original[4:])  # same size
+        assert recheck.carried(tmp_path, mechanism, SETTINGS, TORCH) is None, name
+        (tmp_path / name).write_bytes(original)
+    assert recheck.carried(tmp_path, mechanism, SETTINGS, TORCH) is not None
+
+
 def _pid(doc: dict[str, Any], cid: str) -> int:
     """The process the combination's hot phase ran in (0: it did not run this time)."""
     combo = next(c for c in doc["combos"] if c["id"] == cid)

@@ -205,3 +205,17 @@ def test_the_build_memo_serves_only_the_same_command_on_the_same_bytes(
     assert (
         memo.key(_Builder(src3, tmp_path / "elsewhere.so"), str(tmp_path / "elsewhere.so")) is None
     )
+
+
+def test_a_phase_error_is_one_line_that_keeps_the_failed_guard() -> None:
+    """torch 2.15's message when a loaded aot artifact's guards reject a call (its first line
+    alone says nothing about which guard)."""
+    message = (
+        "GuardManager check failed, reason: GuardDebugInfo(\nresult=0,\nverbose_code_parts=["
+        "'_has_dynamo_dim_marking is present on runtime tensor but was absent at compile time'],"
+        "\nnum_guards_executed=6,\nuser_stack=None)\n"
+    )
+    line = phase.error_line(RuntimeError(message))
+    assert "\n" not in line and line.startswith("RuntimeError: GuardManager check failed")
+    assert "_has_dynamo_dim_marking is present on runtime tensor" in line
+    assert len(phase.error_line(ValueError("x" * 900))) == 500

@@ -8,7 +8,7 @@ from typing import Any
 
 from ci_fxcache import cli
 from ci_fxcache.commands import options
-from ci_fxcache.env import fingerprint, probe, scopekey
+from ci_fxcache.env import fingerprint, probe, scopekey, torch_support
 from ci_fxcache.errors import EXIT_CHECK_FAILED, EXIT_OK
 from ci_fxcache.report import text_table
 
@@ -66,6 +66,7 @@ def _text(fp: fingerprint.Fingerprint) -> str:
 def run(*, python: str, salt: str | None, as_json: bool, probe_torch: bool) -> int:
     """Print the fingerprint; with --probe, cross-check it against `import torch`."""
     fp = fingerprint.collect(python, salt)
+    torch_support.announce_newer(fp.torch_version)
     checks = probe.run(fp, python) if probe_torch else []
     failed = [c for c in checks if not c.ok]
     if as_json:

@@ -151,7 +151,7 @@ def run(
     taking = Pending(python, salt)
     # Imported while the job's interpreter reports its versions: a restore is on every job's
     # critical path (docs/store.md, Performance).
-    from ci_fxcache.env import scopekey
+    from ci_fxcache.env import scopekey, torch_support
     from ci_fxcache.store import restore as store_restore
     from ci_fxcache.store import scopes, trust
     from ci_fxcache.store import state_file as states
@@ -170,6 +170,7 @@ def run(
     if redis_url is not None:
         redis_cache.check_signed_use(key_for_signing, redis_writers_run_code)
     fp = taking.result()
+    torch_support.announce_newer(fp.torch_version)
     key = scopekey.scope_key(fp)
     store_root = resolve_root(root)
     reason = "--read-only" if read_only else trust.untrusted_reason()

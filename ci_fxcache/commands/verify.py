@@ -12,7 +12,7 @@ from typing import Any
 
 from ci_fxcache import cli, errors, gha, userfiles
 from ci_fxcache.commands import options
-from ci_fxcache.env import fingerprint, interpreter, scopekey
+from ci_fxcache.env import fingerprint, interpreter, scopekey, torch_support
 from ci_fxcache.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 from ci_fxcache.report import labels
 from ci_fxcache.results import writer
@@ -138,7 +138,7 @@ def add_matrix_options(parser: argparse.ArgumentParser, title: str) -> None:
     axes.add_argument("--device", dest="devices", help="auto, cpu, cuda (default: auto)")
     axes.add_argument("--dtypes", help="float32, float16, bfloat16, bfloat16-autocast")
     axes.add_argument("--dynamic", help="false, true, mark")
-    axes.add_argument("--mechanisms", help="fxgraph, mega, precompile, remote")
+    axes.add_argument("--mechanisms", help="fxgraph, mega, precompile, remote, aot, precompile-api")
     axes.add_argument("--training", help="true, false")
     axes.add_argument("--workloads", help="built-in names or package.module:factory")
     axes.add_argument("--matrix-file", metavar="F", help="YAML matrix file (docs/matrix-file.md)")
@@ -257,6 +257,7 @@ def run(
     state = _cache_state(cache_state)
     interpreter_path = interpreter.resolve(python)
     fp = fingerprint.collect(interpreter_path, salt)
+    torch_support.announce_newer(fp.torch_version)
     temporary = cache_dir is None
     cache_path = Path(cache_dir or tempfile.mkdtemp(prefix="fxcache-verify-")).absolute()
     userfiles.output_dir(cache_path, "--cache-dir")

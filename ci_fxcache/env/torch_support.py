@@ -8,7 +8,7 @@ checks the same options by presence when it runs (a vendor build may differ from
 and records a note where it can do without one (`OPTIONAL`).
 
 Every `since` below was checked in torch's released wheels (`unzip -p torch-X.Y.0-*.whl FILE`
-for 2.4.0, 2.5.0, 2.6.0, 2.7.0, 2.8.0, 2.9.0, 2.10.0, and the installed 2.13.0 and 2.14.1):
+for 2.4.0, 2.5.0, 2.6.0, 2.7.0, 2.8.0, 2.9.0, 2.10.0, and the installed 2.13.0, 2.14.1, 2.15.0):
 the option is absent from the release before `since` and present from `since` on. Where the
 oldest wheel checked (2.4.0) already has it, `since` says 2.4: older releases are below
 `MINIMUM` anyway. docs/torch-versions.md lists the same table for users.
@@ -21,12 +21,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ci_fxcache import gha
+
 # The oldest torch fxcache supports: the oldest the verification matrix ran on
 # (benchmarks/torch_version_check.py, docs/torch-versions.md), and the first release with
 # every option the worker uses except the mega-cache and caching-precompile ones.
 MINIMUM = (2, 6)
 # The newest torch the test suite runs the verification matrix against (tests/conftest.py).
-NEWEST_TESTED = "2.14.1"
+NEWEST_TESTED = "2.15.0"
 # Cause of a combination skipped by these gates (results schema v2).
 CAUSE = "torch-too-old"
 
@@ -108,6 +110,23 @@ OPTIONS: dict[str, Option] = {
         "torch/_inductor/cpp_builder.py: present in 2.4.0",
         ("torch._inductor.cpp_builder", "CppBuilder", "get_target_file_path"),
     ),
+    "aot_compile": Option(
+        "torch.compile(...).aot_compile() + save_compiled_function / "
+        "torch.compiler.load_compiled_function",
+        (2, 9),
+        "torch/_dynamo/aot_compile.py and torch/compiler/__init__.py: absent in 2.8.0, present "
+        "in 2.9.0 (behind torch._dynamo.config.enable_aot_compile, off in 2.9.0 and 2.10.0, on "
+        "in 2.13.0; the worker turns it on)",
+        ("torch.compiler", "load_compiled_function", ""),
+    ),
+    "precompile_api": Option(
+        "torch.compiler.precompile.capture / load; torch 2.14's callable "
+        "torch.compiler.precompile(fn, *inputs) is not supported",
+        (2, 15),
+        "torch/compiler/precompile.py: absent in 2.14.1, where torch.compiler.precompile is a "
+        "function (torch/_precompile.py), present in 2.15.0",
+        ("torch.compiler.precompile", "capture", ""),
+    ),
     "mark_dynamic": Option(
         "torch._dynamo.mark_dynamic",
         (2, 4),
@@ -123,6 +142,8 @@ MECHANISM_NEEDS: dict[str, tuple[str, ...]] = {
     "mega": (*_BASE, "cache_artifacts"),
     "precompile": (*_BASE, "cache_artifacts", "caching_precompile", "precompile_artifacts"),
     "remote": (*_BASE, "fx_graph_remote_cache", "remote_autograd_cache", "cache_key_tag"),
+    "aot": (*_BASE, "aot_compile"),
+    "precompile-api": (*_BASE, "precompile_api"),
 }
 # What a dynamic-shape mode cannot run without.
 DYNAMIC_NEEDS: dict[str, tuple[str, ...]] = {"mark": ("mark_dynamic",)}
@@ -149,6 +170,25 @@ def _text(version: tuple[int, ...]) -> str:
 def supported_range() -> str:
     """The supported range as the README states it."""
     return f">= {_text(MINIMUM)} (newest tested: {NEWEST_TESTED})"
+
+
+def newer_than_tested(torch_version: str) -> str | None:
+    """The one notice for a torch newer than the newest tested (None otherwise): it runs, and
+    nothing is refused; the worker checks each option it uses by presence."""
+    have = release(torch_version)
+    if not have or have[:3] <= release(NEWEST_TESTED)[:3]:
+        return None
+    return (
+        f"torch {torch_version} is newer than the newest fxcache was tested with "
+        f"({NEWEST_TESTED}); it runs, and each torch option it uses is checked where it is used"
+    )
+
+
+def announce_newer(torch_version: str) -> None:
+    """`newer_than_tested` as one notice line (stderr; a notice annotation inside Actions)."""
+    text = newer_than_tested(torch_version)
+    if text is not None:
+        gha.say("notice", text)
 
 
 def too_old(torch_version: str, mechanism: str, dynamic: str = "false") -> str | None:

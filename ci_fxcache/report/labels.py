@@ -36,6 +36,7 @@ CAUSE_WORDS = {
     "miss": "the cache missed",
     "rebuilt": "hit, but kernels were rebuilt",
     "slow": "hit, but too little speedup",
+    "refused": "torch refused the artifact",
     "hot-mismatch": "wrong values on hot load",
     "recompile": "recompiled on hot load",
     "crash": "crashed on hot load",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ci_fxcache.env import torch_support
 from ci_fxcache.report import labels, recommendations
 from ci_fxcache.report.known_issues import KnownIssue
 from ci_fxcache.results import reader
@@ -378,6 +379,15 @@ def environment_title(fp: dict[str, Any]) -> tuple[str, str]:
     return f"CPU {fp.get('machine', '')} {fp.get('cpu_isa', '')}".strip() + f", {torch}", "cpu"
 
 
+def torch_text(version: str) -> str:
+    """The torch version as the context table shows it: a release newer than the newest
+    tested says so (the notice `fxcache verify` printed), never more."""
+    if not version:
+        return "–"
+    newer = torch_support.newer_than_tested(version) is not None
+    return f"{version} (newer than tested: {torch_support.NEWEST_TESTED})" if newer else version
+
+
 def _environment_rows(group: Group) -> list[tuple[str, str]]:
     fp = group.fingerprint
     gpus = fp.get("gpus") or []
@@ -388,7 +398,7 @@ def _environment_rows(group: Group) -> list[tuple[str, str]]:
         or "none"
     )
     rows = [
-        ("torch", str(fp.get("torch_version") or "–")),
+        ("torch", torch_text(str(fp.get("torch_version") or ""))),
         ("torch git version", str(fp.get("torch_git_version") or "–")),
         ("CUDA", str(fp.get("cuda_version") or "–")),
         ("HIP", str(fp.get("hip_version") or "–")),

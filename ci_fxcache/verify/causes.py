@@ -14,7 +14,7 @@ VERDICTS = ("safe", "no-gain", "unsafe", "error", "skipped")
 # The causes each verdict can have, in the order docs/verify.md lists them.
 CAUSES: dict[str, tuple[str, ...]] = {
     "safe": ("hit", "partial-hit"),
-    "no-gain": ("miss", "rebuilt", "slow"),
+    "no-gain": ("miss", "rebuilt", "slow", "refused"),
     "unsafe": ("hot-mismatch", "recompile", "crash", "timeout", "hot-error"),
     "error": ("cold-error", "compiler-mismatch", "not-run"),
     "skipped": ("no-device", "torch-too-old", "gpu-too-old", "unsupported"),

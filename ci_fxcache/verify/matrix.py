@@ -14,7 +14,8 @@ FILE_VERSIONS = (1,)
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "float16", "bfloat16", "bfloat16-autocast")
 DYNAMIC = ("false", "true", "mark")
-MECHANISMS = ("fxgraph", "mega", "precompile", "remote")
+# The cache mechanisms, then the artifact ones (torch's save/load APIs: worker/artifacts.py).
+MECHANISMS = ("fxgraph", "mega", "precompile", "remote", "aot", "precompile-api")
 BUILTIN_WORKLOADS = ("sin_matmul", "mlp", "conv", "attention", "transformer_block")
 USER_WORKLOAD = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
 
@@ -22,7 +23,7 @@ DEFAULTS: dict[str, list[Any]] = {
     "devices": ["auto"],
     "dtypes": ["float32", "bfloat16"],
     "dynamic": ["false", "true"],
-    "mechanisms": ["fxgraph", "mega", "precompile"],
+    "mechanisms": ["fxgraph", "mega", "precompile", "aot", "precompile-api"],
     "training": [True],
     "workloads": ["sin_matmul"],
 }

@@ -8,6 +8,7 @@ carried with a `carried` note. docs/verify.md says why.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -18,10 +19,10 @@ from ci_fxcache.verify import causes
 
 VERDICT_FILE = "verdict.json"
 CARRIED_VERDICTS = ("no-gain",)
-# Their hot phase starts from an empty directory and the artifacts file the cold phase wrote:
+# Their hot phase starts from an empty directory and the artifact file(s) the cold phase wrote:
 # every hot-only run feeds it the same bytes. fxgraph's hot phase reads (and a miss writes) the
 # cold phase's directory in place, and remote reads a shared Redis: both change between jobs.
-CARRIED_MECHANISMS = ("mega", "precompile")
+CARRIED_MECHANISMS = ("mega", "precompile", "aot", "precompile-api")
 # The settings a verdict depends on (besides the evidence): a change re-checks.
 JUDGING_SETTINGS = ("min_speedup", "compare")
 
@@ -37,6 +38,7 @@ def record(
                 "run_id": os.environ.get("GITHUB_RUN_ID"),
                 "torch_version": torch_version,
                 "settings": {k: settings[k] for k in JUDGING_SETTINGS},
+                "inputs": inputs_digest(combo_dir),
                 "judged": judged,
             },
             indent=1,
@@ -54,8 +56,10 @@ def carried(
     try:
         recorded = json.loads((combo_dir / VERDICT_FILE).read_text())
         judged = dict(recorded["judged"])
-        same = recorded["torch_version"] == torch_version and all(
-            recorded["settings"][k] == settings[k] for k in JUDGING_SETTINGS
+        same = (
+            recorded["torch_version"] == torch_version
+            and all(recorded["settings"][k] == settings[k] for k in JUDGING_SETTINGS)
+            and recorded["inputs"] == inputs_digest(combo_dir)
         )
         judged_at, run_id = str(recorded["judged_at"]), recorded.get("run_id")
         if judged.get("verdict") not in CARRIED_VERDICTS or not same:
@@ -70,3 +74,16 @@ def carried(
     )
     judged["notes"] = [*notes, causes.note("carried", text, judged_at=judged_at, run_id=run_id)]
     return judged
+
+
+def inputs_digest(combo_dir: Path) -> str:
+    """sha256 over the files the hot phase of a carried mechanism reads: every file directly in
+    the combination's directory (the artifact file(s), `reference.pt`, `reference.json`) but
+    `verdict.json`. A changed byte there (an artifact replaced by hand, outside the store's
+    checks) re-checks the combination instead of carrying its verdict."""
+    digest = hashlib.sha256()
+    for path in sorted(combo_dir.iterdir()):
+        if path.is_file() and path.name != VERDICT_FILE:
+            digest.update(f"{path.name}\0{path.stat().st_size}\0".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()

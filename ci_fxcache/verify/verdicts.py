@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ci_fxcache.verify import causes
+from ci_fxcache.verify import artifact_evidence, causes
 from ci_fxcache.verify import explain as key_explain
 from ci_fxcache.verify.forkserver import Outcome
 
@@ -52,6 +52,7 @@ def evidence(outcome: Outcome, timeout: float) -> dict[str, Any]:
         "triton_count",
         "triton_uncounted",
         "triton_driver_builds",
+        "artifact",
         "notes",
     ):
         if name in result:
@@ -98,6 +99,13 @@ def hits_and_misses(mechanism: str, counters: dict[str, int]) -> tuple[int, int,
         )
     shown = ", ".join(f"{n.replace('_cache', '')} {counters[n]}" for n in names if counters.get(n))
     return hits, misses, shown or "no cache counters"
+
+
+def _hits(mechanism: str, hot: dict[str, Any]) -> tuple[int, int, str]:
+    """`hits_and_misses` for a cache mechanism; the artifact's load for an artifact one."""
+    if mechanism in artifact_evidence.MECHANISMS:
+        return artifact_evidence.hits_and_misses(hot)
+    return hits_and_misses(mechanism, hot["counters"])
 
 
 def _why(phase: dict[str, Any]) -> str:
@@ -231,6 +239,20 @@ def _hot_not_run(ev: Evidence) -> Finding | None:
     return "error", "not-run", ev.hot.get("error") or "hot phase did not run"
 
 
+def _refused(ev: Evidence) -> Finding | None:
+    # The worker fell back to compiling, as a job that catches the refusal would: not a wrong
+    # result, but no gain (a job that loads the artifact without a fallback fails here).
+    why = artifact_evidence.refusal(ev.hot) if ev.hot_ran else None
+    if why is None:
+        return None
+    return (
+        "no-gain",
+        "refused",
+        f"torch refused the artifact ({why}); the hot process compiled instead, outputs "
+        f"{ev.outputs}, {ev.speed} (a job without a fallback fails on this load)",
+    )
+
+
 def _missed(ev: Evidence) -> Finding | None:
     if ev.hits and not ev.misses:
         return None
@@ -282,6 +304,7 @@ CHECKS = (
     _hot_recompiled,
     _compiler_mismatch,
     _hot_not_run,
+    _refused,
     _missed,
     _rebuilt,
     _slow,
@@ -427,11 +450,12 @@ def judge(
     The checks run in `CHECKS` order; the first that finds something decides."""
     ev = Evidence(combo, cold, hot, cold_result, hot_result, settings)
     if ev.hot_ran:
-        ev.hits, ev.misses, ev.counters_shown = hits_and_misses(combo["mechanism"], hot["counters"])
+        ev.hits, ev.misses, ev.counters_shown = _hits(combo["mechanism"], hot)
         if cold.get("compile_s") and hot.get("compile_s") and not shared_builds(cold, hot):
             ev.ratio = cold["compile_s"] / max(hot["compile_s"], 1e-6)
             ev.speedup = shown_speedup(ev.ratio, ev.floor)
-        ev.why = explain(cold_result, hot_result)
+        artifact = combo["mechanism"] in artifact_evidence.MECHANISMS
+        ev.why = {} if artifact else explain(cold_result, hot_result)
         partial = bool(ev.why.get("uncacheable")) and not ev.why.get("misses")
         if partial and combo["mechanism"] != "precompile":
             ev.misses = 0  # only what the cold phase could not cache either: judged by the work

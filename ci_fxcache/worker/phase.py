@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from . import keyinfo, tolerances, triton_builds, workloads
+from . import artifacts, keyinfo, tolerances, triton_builds, workloads
 from .accuracy import bitwise_equal, compare, fp64_judgement
 from .tensors import flatten
 from .torch_options import MissingOption, note, require, set_option
@@ -60,6 +60,8 @@ def _configure(spec: dict[str, Any]) -> None:
     if remote:
         os.environ["TORCHINDUCTOR_REDIS_URL"] = spec["redis_url"]
     set_option(dynamo_config, "caching_precompile", mechanism == "precompile")
+    if mechanism in artifacts.MECHANISMS:
+        artifacts.configure(mechanism)
     if spec.get("deterministic"):
         _deterministic(inductor_config)
     # The remote mechanism's own tag isolates its entries; otherwise the user's tag stays.
@@ -227,6 +229,7 @@ class PhaseRun:
     t0: float = field(default_factory=time.perf_counter)
     timeline: dict[str, float] = field(default_factory=dict)
     names: list[str] = field(default_factory=list)  # of the last call's tensors (`which`)
+    projection: Any = None  # the training loss term (`_projected` unless the mechanism says)
 
     @property
     def combo(self) -> dict[str, Any]:
@@ -258,8 +261,17 @@ class PhaseRun:
         combo = self.combo
         autocast = combo["dtype"] == "bfloat16-autocast"
         self.names = []
+        if isinstance(model, artifacts.PrecompiledStep):
+            return model.run(inputs, self.names)
         return run_model(
-            model, inputs, combo["device"], combo["training"], autocast, self.marked, self.names
+            model,
+            inputs,
+            combo["device"],
+            combo["training"],
+            autocast,
+            self.marked,
+            self.names,
+            self.projection or _projected,
         )
 
     def which(self, index: int) -> str:
@@ -275,12 +287,15 @@ def run_model(
     autocast: bool,
     marked: list[int],
     names: list[str] | None = None,
+    projection: Any = None,
 ) -> list[torch.Tensor]:
     """Outputs (and, when training, input and parameter gradients), detached.
 
     `marked`: indices of the inputs whose dim 0 is `mark_dynamic` (training clones the inputs
     into fresh leaves, which would lose the mark). `names`, when given, receives what each
-    returned tensor is (`output 0`, `gradient of input 1`, `gradient of net.0.weight`)."""
+    returned tensor is (`output 0`, `gradient of input 1`, `gradient of net.0.weight`).
+    `projection`: the loss term of one output (default `_projected`)."""
+    projection = projection or _projected
     names = [] if names is None else names
     context = (
         torch.autocast(device_type=device, dtype=torch.bfloat16)
@@ -306,7 +321,7 @@ def run_model(
         p.grad = None
     with context:
         outs = flatten(model(*args))
-    loss = sum(_projected(i, o) for i, o in enumerate(outs) if o.requires_grad)
+    loss = sum(projection(i, o) for i, o in enumerate(outs) if o.requires_grad)
     if isinstance(loss, torch.Tensor):
         loss.backward()
     names.extend(f"output {i}" for i in range(len(outs)))
@@ -378,17 +393,26 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     except Exception as exc:
         traceback.print_exc()
         result["status"] = "error"
-        result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+        result["error"] = error_line(exc)
     result["counters"] = _counters()
     result["keyinfo"] = keyinfo.collect(spec["combo"]["device"])
     result.update(triton_builds.evidence())
     return result
 
 
+def error_line(exc: BaseException) -> str:
+    """The exception as one line: its lines joined, not only the first (torch's guard failures
+    name the failed guard on later lines: `GuardManager check failed, reason: GuardDebugInfo(`
+    then `verbose_code_parts=[...]`)."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
+
+
 def _phase(spec: dict[str, Any], result: dict[str, Any]) -> None:
     run = prepare(spec, result)
     compiled, outs = timed_compile(run, result)
     outs2 = second_shape(run, compiled, result)
+    if "artifact" in result:
+        result["artifact"].update(artifacts.compile_work())
     if KernelBuilds.counting:
         result["kernels_built"] = len(KernelBuilds.entries)
         result["kernel_builds"] = KernelBuilds.entries[:20]
@@ -443,6 +467,8 @@ def prepare(spec: dict[str, Any], result: dict[str, Any]) -> PhaseRun:
         work.inputs = tuple(reference["inputs"])
         second = reference["dynamic_inputs"]
     run = PhaseRun(spec, work, second, reference, tol)
+    if combo["mechanism"] == "precompile-api":
+        run.projection = artifacts.fixed_projection
     # The warm-up: library loads and first-call costs happen here in both phases, outside the
     # timer. The cold phase keeps it as its eager reference.
     warm = run.call(work.model, work.inputs, FIRST_SEED)
@@ -476,7 +502,11 @@ def timed_compile(run: PhaseRun, result: dict[str, Any]) -> tuple[Any, list[torc
         load = require(torch.compiler, "load_cache_artifacts")
         loaded, load_s = _timed(lambda: load(mega))
         result["artifacts_loaded"] = loaded is not None
-    compiled = _compile(run.work.model, combo["dynamic"])
+    if combo["mechanism"] in artifacts.MECHANISMS:
+        compiled = _artifact(run, result)
+        load_s = float(result["artifact"].get("load_s") or 0.0)
+    else:
+        compiled = _compile(run.work.model, combo["dynamic"])
     run.mark("torch.compile returned")
     outs = run.call(compiled, run.work.inputs, FIRST_SEED)
     run.mark("first call done")
@@ -501,6 +531,21 @@ def _tracing_s() -> float | None:
     if not spent.get("entire_frame_compile"):
         return None
     return round(max(0.0, spent["entire_frame_compile"] - spent.get("backend_compile", 0.0)), 4)
+
+
+def _artifact(run: PhaseRun, result: dict[str, Any]) -> Any:
+    """What an artifact mechanism's phase calls: cold compiles and saves (on the first call),
+    hot loads; `result["artifact"]` records which file, whether it loaded, or why not."""
+    combo = run.combo
+    evidence: dict[str, Any] = {"mechanism": combo["mechanism"]}
+    result["artifact"] = evidence
+    if combo["mechanism"] == "aot":
+        return artifacts.aot(run.work.model, combo["dynamic"], run.path, run.cold, evidence)
+    unbacked = _marked(run.work.inputs, run.second) if combo["dynamic"] != "false" else []
+    scratch = Path(run.spec["inductor_dir"]).parent
+    return artifacts.precompiled(
+        run.work.model, combo, run.path, scratch, run.cold, unbacked, evidence
+    )
 
 
 def second_shape(run: PhaseRun, compiled: Any, result: dict[str, Any]) -> list[torch.Tensor] | None:
@@ -712,7 +757,9 @@ def _fp64_outputs(run: PhaseRun, inputs: tuple[Any, ...], seed: int) -> list[tor
     )
     torch.manual_seed(seed)
     combo = run.combo
-    return run_model(model, wide, combo["device"], combo["training"], False, [])
+    return run_model(
+        model, wide, combo["device"], combo["training"], False, [], None, run.projection
+    )
 
 
 def _worst(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
