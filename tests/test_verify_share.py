@@ -20,13 +20,13 @@ def test_default_matrix_shares_fxgraph_and_mega_cold_phases_only() -> None:
     shared = [[c.mechanism for c in g] for g in groups if len(g) > 1]
     assert shared == [["fxgraph", "mega"]] * 4
     alone = [g[0].mechanism for g in groups if len(g) == 1]
-    assert alone == ["precompile"] * 4
+    assert alone == ["precompile", "aot", "precompile-api"] * 4  # each its own cold phase
     for group in groups:  # one workload / dtype / dynamic / training per group
         assert len({(c.dtype, c.dynamic, c.workload, c.training) for c in group}) == 1
     assert all(len(g) == 1 for g in runner.cold_groups(combos.combos(), share=False))
     # the shared cold phases start first: precompile's cold phase then finds their kernels
     ordered = runner.shared_first(groups)
-    assert [len(g) for g in ordered] == [2] * 4 + [1] * 4
+    assert [len(g) for g in ordered] == [2] * 4 + [1] * 12
     assert [g[0].id for g in ordered[:4]] == [g[0].id for g in groups if len(g) > 1]
 
 
