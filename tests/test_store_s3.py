@@ -70,6 +70,21 @@ def _compiles_into(state: dict[str, Any]) -> Path:
     return Path(state["inductor_dir"]).parent
 
 
+def _kill_save_before_the_head(store: Store) -> None:
+    """`fxcache save` of `store`, killed once its packs and segment are uploaded and before it
+    writes the head (the `s3-pause` test fault): a save killed half-way."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ci_fxcache", "save", "--state-file",
+         str(store.root.parent / "state.json")],
+        env={**os.environ, **store.env, "FXCACHE_TEST_FAULT": "s3-pause:60"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    assert "pausing before the head" in proc.stdout.readline()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
 def _first_job(store: Store, files: dict[str, bytes] = SAMPLE) -> dict[str, Any]:
     state = store.restore("--store", "s3")
     assert state["remote"]["found"] is False, state
@@ -200,16 +215,7 @@ def test_a_save_killed_during_its_upload_is_completed_by_the_next_save(
     a = _store(tmp_path, "a", run_fxcache, seaweed, bucket)
     state = a.restore("--store", "s3")
     write_files(_compiles_into(state), SAMPLE)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ci_fxcache", "save", "--state-file",
-         str(a.root.parent / "state.json")],
-        env={**os.environ, **a.env, "FXCACHE_TEST_FAULT": "s3-pause:60"},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    assert "pausing before the head" in proc.stdout.readline()
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    _kill_save_before_the_head(a)
     c = _store(tmp_path, "c", run_fxcache, seaweed, bucket)
     assert c.restore("--store", "s3")["remote"]["found"] is False  # no head yet
     done = _save_json(a)

@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -27,7 +26,13 @@ from tests.link_proxy import Link
 from tests.s3_server import SeaweedS3
 from tests.stalling_server import StallingServer
 from tests.store_helpers import SAMPLE, end_lease_holders, tree_digest, write_files
-from tests.test_store_s3 import _compiles_into, _first_job, _save_json, _store
+from tests.test_store_s3 import (
+    _compiles_into,
+    _first_job,
+    _kill_save_before_the_head,
+    _save_json,
+    _store,
+)
 
 
 @pytest.fixture
@@ -488,16 +493,7 @@ def test_after_a_killed_first_save_the_next_save_reuses_the_packs_it_uploaded(
     state = a.restore("--store", "s3")
     files = {**SAMPLE, "inductor/fxgraph/bi/big": os.urandom(200_000)}
     write_files(_compiles_into(state), files)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ci_fxcache", "save", "--state-file",
-         str(a.root.parent / "state.json")],
-        env={**os.environ, **a.env, "FXCACHE_TEST_FAULT": "s3-pause:60"},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    assert "pausing before the head" in proc.stdout.readline()
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    _kill_save_before_the_head(a)
     packs_before = {k for k in _keys(seaweed, bucket) if "/packs/" in k}
     done = _save_json(a)["remote"]
     assert done["published"] and done["uploaded_bytes"] < 200_000, done
