@@ -21,13 +21,17 @@ kind, and a 4 MiB frame then compresses about as well as one zstd stream over a 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from ci_fxcache.store.stat_batch import DirStamp, dir_stamp
 
 PACK_BYTES = 32 * 1024 * 1024  # decoded bytes per pack (a larger file is a pack of its own)
 FRAME_BYTES = 4 * 1024 * 1024  # decoded bytes per frame at most: also the zstd window
@@ -285,16 +289,51 @@ def _pack_spans(
     return found
 
 
+class Tree:
+    """A fresh directory that unpacked files go into: each file created once (read-only,
+    exclusive: nothing is written through a file or link already there), its directories made
+    on first need, one mkdir each, by whichever thread needs them first. So directories are
+    made while other ranges download, not all before the first one starts."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self._made: set[str] = {""}
+
+    def create(self, rel: str) -> int:
+        """An fd of the new file `rel` (a safe relative path: the index checks them)."""
+        parent = rel.rpartition("/")[0]
+        if parent not in self._made:
+            self.make(parent)
+        return os.open(os.path.join(self.root, rel), _CREATE, _FILE_MODE)
+
+    def make(self, rel: str) -> None:
+        """Directory `rel` and those above it, unless made already."""
+        up = rel.rpartition("/")[0]
+        if up not in self._made:
+            self.make(up)
+        with contextlib.suppress(FileExistsError):  # another thread made it first
+            os.mkdir(os.path.join(self.root, rel))
+        self._made.add(rel)
+
+    def stamps(self) -> dict[str, DirStamp]:
+        """Each directory made (relative path) with its inode and ctime now (store.seal)."""
+        return {
+            rel: dir_stamp(os.lstat(os.path.join(self.root, rel)))
+            for rel in sorted(self._made)
+            if rel
+        }
+
+
 class Unpacker:
-    """Writes the files of one span under `root` from its decoded stream, fed in order:
+    """Writes the files of one span into `tree` from its decoded stream, fed in order:
     each file is hashed before it is complete and removed if it does not match its entry;
     each written file's stat goes into `stats` (taken from the open file: no second pass)."""
 
     def __init__(
-        self, span: Span, root: str, stats: dict[str, os.stat_result], problems: list[str]
+        self, span: Span, tree: Tree, stats: dict[str, os.stat_result], problems: list[str]
     ) -> None:
         self.span = span
-        self.root = root
+        self.tree = tree
         self.stats = stats
         self.problems = problems
         self._todo = list(span.files)
@@ -340,12 +379,7 @@ class Unpacker:
         self.problems.append(f"altered: {rel} (pack {self.span.pack[:12]})")
 
     def create(self, rel: str) -> int:
-        path = os.path.join(self.root, rel)
-        try:
-            return os.open(path, _CREATE, _FILE_MODE)
-        except FileNotFoundError:  # a directory the tree builder could not make
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            return os.open(path, _CREATE, _FILE_MODE)
+        return self.tree.create(rel)
 
     def done(self, rel: str, fd: int) -> None:
         st = os.fstat(fd)  # the size and mtime the manifest records (close keeps them)
@@ -395,7 +429,7 @@ class _Partial:
 
     def fail(self, why: str) -> None:
         os.close(self.fd)
-        os.unlink(os.path.join(self.owner.root, self.rel))
+        os.unlink(os.path.join(self.owner.tree.root, self.rel))
         self.owner.problems.append(f"{why}: {self.rel} (pack {self.owner.span.pack[:12]})")
 
 
@@ -408,20 +442,25 @@ def _write_all(fd: int, data: memoryview) -> None:
 def unpack_span(
     span: Span,
     read: Callable[[int], bytes],
-    root: str,
+    tree: Tree,
     stats: dict[str, os.stat_result],
     decoder: Decoder,
+    cpu: AbstractContextManager[object] | None = None,
 ) -> list[str]:
-    """Write `span`'s files under `root`, reading its stored bytes with `read(n)` (exactly
-    n bytes, fewer only where the source ends): one frame in memory at a time. The files
-    that did not match their entry, or that the source cut short, as problems."""
+    """Write `span`'s files into `tree`, reading its stored bytes with `read(n)` (exactly
+    n bytes, fewer only where the source ends): one frame in memory at a time, decoded and
+    written while holding `cpu` (a slot of the caller's: reads wait for the network, the rest
+    for a CPU). The files that did not match their entry, or that the source cut short, as
+    problems."""
     problems: list[str] = []
-    unpacker = Unpacker(span, root, stats, problems)
+    unpacker = Unpacker(span, tree, stats, problems)
     offset = span.offset
+    slot = cpu if cpu is not None else contextlib.nullcontext()
     try:
         for frame in span.frames:
-            data = decoder.decode(frame, read(frame.stored))
-            unpacker.feed(offset, data)
+            stored = read(frame.stored)
+            with slot:
+                unpacker.feed(offset, decoder.decode(frame, stored))
             offset += frame.size
     except FrameError as exc:
         problems.append(f"damaged: pack {span.pack[:12]}: {exc}")
@@ -433,13 +472,13 @@ def unpack_span(
 
 
 def write_empty(
-    entries: dict[str, dict[str, Any]], root: str, stats: dict[str, os.stat_result]
+    entries: dict[str, dict[str, Any]], tree: Tree, stats: dict[str, os.stat_result]
 ) -> list[str]:
     """Create the empty files among `entries` (they need no bytes from any pack)."""
     empty_sha = sha256_hex(b"")
     span = Span("", 0, 0, 0, (), ())
     problems: list[str] = []
-    unpacker = Unpacker(span, root, stats, problems)
+    unpacker = Unpacker(span, tree, stats, problems)
     for rel, e in sorted(entries.items()):
         if e["size"] == 0:
             if e["sha256"] != empty_sha:
