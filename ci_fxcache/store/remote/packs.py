@@ -100,12 +100,22 @@ def _kind(rel: str) -> tuple[str, str, str]:
     return name.partition(".")[2], folder.partition("/")[2].partition("/")[0], rel
 
 
+def kind_of(rel: str) -> str:
+    """What a frame holds one of: the file's name suffix (`so`, `py`, `cubin`, ...)."""
+    return _kind(rel)[0]
+
+
+def by_kind(rels: Iterable[str]) -> list[str]:
+    """`rels` in the order files are packed: by kind (name suffix, then folder)."""
+    return sorted(rels, key=_kind)
+
+
 def chunks(upload: list[str], files: dict[str, Any]) -> Iterator[list[str]]:
     """`upload` (paths whose manifest entries in `files` give their sizes), ordered by kind,
     grouped into packs of at most PACK_BYTES (a larger file is a pack of its own)."""
     chunk: list[str] = []
     size = 0
-    for rel in sorted(upload, key=_kind):
+    for rel in by_kind(upload):
         if chunk and size + files[rel]["size"] > PACK_BYTES:
             yield chunk
             chunk, size = [], 0
@@ -115,15 +125,17 @@ def chunks(upload: list[str], files: dict[str, Any]) -> Iterator[list[str]]:
         yield chunk
 
 
-class _Framer:
+class Framer:
     """Cuts a stream of files into frames and compresses each (a file that fits in a frame
-    is never cut; a larger one is cut into whole frames)."""
+    is never cut; a larger one is cut into whole frames). Each stored frame goes to `sink`
+    as it is made, else into `parts`."""
 
-    def __init__(self) -> None:
+    def __init__(self, sink: Callable[[bytes], object] | None = None) -> None:
         import zstandard
 
         params = zstandard.ZstdCompressionParameters.from_level(LEVEL, window_log=_WINDOW_LOG)
         self._cctx = zstandard.ZstdCompressor(compression_params=params)
+        self._sink = sink
         self.parts: list[bytes] = []
         self.frames: list[Frame] = []
         self._pending: list[bytes | memoryview] = []
@@ -147,16 +159,20 @@ class _Framer:
             self._size += len(view)
 
     def flush(self) -> None:
+        """Close the frame being filled."""
         if not self._size:
             return
         raw = b"".join(self._pending)
         packed = self._cctx.compress(raw)
         if len(packed) < len(raw) - len(raw) // 32:
-            self.parts.append(packed)
-            self.frames.append(Frame(len(raw), len(packed), ZSTD))
+            stored, frame = packed, Frame(len(raw), len(packed), ZSTD)
         else:  # does not compress: stored as it is
-            self.parts.append(raw)
-            self.frames.append(Frame(len(raw), len(raw), RAW))
+            stored, frame = raw, Frame(len(raw), len(raw), RAW)
+        self.frames.append(frame)
+        if self._sink is None:
+            self.parts.append(stored)
+        else:
+            self._sink(stored)
         self._pending, self._size = [], 0
 
 
@@ -167,7 +183,7 @@ def build(
     offset, and `frames`: the pack's frame table, one list shared by its entries; the caller
     adds the pack's name). A file that no longer matches its manifest entry in `files` is
     left out (never published)."""
-    framer = _Framer()
+    framer = Framer()
     placed: dict[str, dict[str, Any]] = {}
     offset = 0
     for rel in rels:
@@ -175,7 +191,7 @@ def build(
         if sha256_hex(data) != files[rel]["sha256"]:
             continue
         placed[rel] = {"sha256": files[rel]["sha256"], "size": len(data), "offset": offset}
-        framer.add(data, _kind(rel)[0])
+        framer.add(data, kind_of(rel))
         offset += len(data)
     framer.flush()
     for entry in placed.values():
@@ -381,7 +397,10 @@ class Unpacker:
     def create(self, rel: str) -> int:
         return self.tree.create(rel)
 
-    def done(self, rel: str, fd: int) -> None:
+    def done(self, rel: str, entry: dict[str, Any], fd: int) -> None:
+        """File `rel` is written: the mtime its entry gives (if any), its stat recorded."""
+        if "mtime_ns" in entry:  # as its manifest records it: the fast check matches
+            os.utime(fd, ns=(entry["mtime_ns"], entry["mtime_ns"]))
         st = os.fstat(fd)  # the size and mtime the manifest records (close keeps them)
         if stat.S_IMODE(st.st_mode) != _FILE_MODE:  # a umask took read bits
             os.fchmod(fd, _FILE_MODE)
@@ -394,7 +413,7 @@ class Unpacker:
         fd = self.create(rel)
         try:
             _write_all(fd, data)
-            self.done(rel, fd)
+            self.done(rel, e, fd)
         finally:
             os.close(fd)
 
@@ -422,7 +441,7 @@ class _Partial:
             self.fail("altered")
             return False
         try:
-            self.owner.done(self.rel, self.fd)
+            self.owner.done(self.rel, self.entry, self.fd)
         finally:
             os.close(self.fd)
         return False
@@ -486,7 +505,7 @@ def write_empty(
                 continue
             fd = unpacker.create(rel)
             try:
-                unpacker.done(rel, fd)
+                unpacker.done(rel, e, fd)
             finally:
                 os.close(fd)
     return problems
