@@ -35,7 +35,9 @@ from ci_fxcache.store.stat_batch import DirStamp, dir_stamp
 
 PACK_BYTES = 32 * 1024 * 1024  # decoded bytes per pack (a larger file is a pack of its own)
 FRAME_BYTES = 4 * 1024 * 1024  # decoded bytes per frame at most: also the zstd window
-LEVEL = 3  # zstd level, by measurement (docs/store.md)
+# zstd level, by measurement (docs/store.md): 6 stores 6 % fewer bytes than 3 for 1.8x the
+# save's CPU (9: 8 % for 3x); every restore reads what one save wrote.
+LEVEL = 6
 RAW, ZSTD = "raw", "zstd"
 CODECS = (RAW, ZSTD)
 _WINDOW_LOG = FRAME_BYTES.bit_length() - 1
