@@ -378,3 +378,52 @@ def test_an_archive_of_another_format_or_beyond_the_memory_bound_is_refused(
         archive.extract(read, target)
     assert not target.exists() and list((tmp_path / "root").iterdir()) == []
     assert read() == data[len(archive.MAGIC) + 4 :]  # refused on its first 12 bytes
+
+
+_EXTRACT = """import sys
+from pathlib import Path
+from ci_fxcache.store.remote.github import archive
+if sys.argv[1] == "extract":
+    with open(sys.argv[2], "rb") as f:
+        archive.extract(f.read, Path(sys.argv[3]))
+"""
+# Linux keeps the high-water RSS of the image a process replaced at exec: a child forked from
+# this (large) test process would report this process's RSS. A small launcher runs the child
+# and reports the child's own peak (as test_store_s3_data does).
+_PEAK = """import os, subprocess, sys
+proc = subprocess.Popen(sys.argv[1:])
+_pid, status, usage = os.wait4(proc.pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0
+print(usage.ru_maxrss)
+"""
+
+
+def test_a_restore_holds_a_bounded_part_of_the_archive_in_memory(tmp_path: Path) -> None:
+    """128 MiB that do not compress, in files larger than a worker's run (decoded frame by
+    frame as they arrive) and in small ones (runs handed to the workers): the restore's peak
+    RSS stays within the stated bound above the same interpreter's without a restore."""
+    import subprocess
+    import sys
+
+    from ci_fxcache.env.cpus import usable_cpus
+    from ci_fxcache.store.remote import packs
+
+    big = {f"triton/big{i}/kernel.so": os.urandom(8 << 20) for i in range(12)}
+    small = {f"inductor/fxgraph/{i % 64:02x}/e{i}": os.urandom(32 << 10) for i in range(1024)}
+    scope = _committed(tmp_path / "a" / "s", {**big, **small})
+    entry = tmp_path / "entry"
+    archive.write(scope, entry)
+    del big, small
+
+    def peak(*args: str) -> int:
+        child = [sys.executable, "-c", _EXTRACT, *args]
+        proc = subprocess.run([sys.executable, "-c", _PEAK, *child], capture_output=True,
+                              text=True, check=True)  # fmt: skip
+        return int(proc.stdout) * 1024
+
+    baseline = peak("baseline")
+    restored = peak("extract", str(entry), str(tmp_path / "b"))
+    spans = (usable_cpus() + 1) * 2 * archive.SPAN_BYTES  # one per worker, one being read
+    frames = (usable_cpus() + 2) * packs.FRAME_BYTES  # decoded per worker; a big file's frame
+    assert restored - baseline < spans + frames + (8 << 20), (restored - baseline) >> 20
+    assert _tree(tmp_path / "b") == _tree(scope)

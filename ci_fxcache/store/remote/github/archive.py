@@ -17,9 +17,11 @@ tar any more: once zstd had replaced gzip, tarfile's work per member (a header p
 filtered and extracted in Python) was most of a restore (docs/store.md).
 
 Memory: the header is refused above MAX_HEADER_STORED bytes as stored, and decoded to at most
-MAX_HEADER_JSON; then at most 2 x usable_cpus() spans of about SPAN_BYTES wait or are decoded
-at once (a span above 2 x SPAN_BYTES, a file larger than that, is decoded frame by frame as it
-is read), plus one decoded frame per worker (packs.FRAME_BYTES).
+MAX_HEADER_JSON; then at most usable_cpus() + 1 spans of less than 2 x SPAN_BYTES are in
+memory at once (one per worker and the one being read; a span above that, a larger file, is
+decoded frame by frame as it is read), plus one decoded frame (packs.FRAME_BYTES) per worker
+and the reader's frame as stored and decoded: (CPUs + 1) x 8 MiB + (CPUs + 2) x 4 MiB, 40 MiB
+on 2 CPUs.
 """
 
 from __future__ import annotations
@@ -226,19 +228,19 @@ def _frames(
     """Every span of the frame stream, in stream order: a small one read whole and handed to
     a worker, a large one (a big file) decoded here frame by frame as it is read."""
     workers = usable_cpus()
-    waiting = threading.BoundedSemaphore(2 * workers)
+    held = threading.BoundedSemaphore(workers + 1)  # spans in memory: one per worker, one read
     local = threading.local()
-    problems: list[str] = []
 
     def unpack(span: packs.Span, body: bytes) -> list[str]:
         try:
             if not hasattr(local, "decoder"):
                 local.decoder = packs.Decoder()
-            return packs.unpack_span(span, io.BytesIO(body).read, tree, stats, local.decoder)
+            return packs.unpack_span(span, _Slices(body).read, tree, stats, local.decoder)
         finally:
-            waiting.release()
+            held.release()
 
     at = 0
+    problems: list[str] = []
     running: list[Future[list[str]]] = []
     inline = packs.Decoder()
     with ThreadPoolExecutor(workers) as pool:
@@ -249,8 +251,12 @@ def _frames(
                 if span.end - span.start > 2 * SPAN_BYTES:
                     problems += packs.unpack_span(span, read, tree, stats, inline)
                 else:
-                    body = read(span.end - span.start)
-                    waiting.acquire()
+                    held.acquire()
+                    try:
+                        body = read(span.end - span.start)
+                    except BaseException:
+                        held.release()
+                        raise
                     running.append(pool.submit(unpack, span, body))
                 at = span.end
         finally:
@@ -260,3 +266,16 @@ def _frames(
     for future in running:
         problems += future.result()
     return problems
+
+
+class _Slices:
+    """`read(n)` over bytes in memory without copying them (a view of each frame)."""
+
+    def __init__(self, body: bytes) -> None:
+        self._view = memoryview(body)
+        self._at = 0
+
+    def read(self, n: int) -> bytes:
+        piece = self._view[self._at : self._at + n]
+        self._at += len(piece)
+        return piece  # type: ignore[return-value]  # a view: what the decoder reads
