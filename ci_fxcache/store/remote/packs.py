@@ -210,7 +210,7 @@ class Decoder:
         self._zstd = zstandard
         self._dctx = zstandard.ZstdDecompressor(max_window_size=FRAME_BYTES)
 
-    def decode(self, frame: Frame, stored: bytes) -> bytes:
+    def decode(self, frame: Frame, stored: bytes | memoryview) -> bytes | memoryview:
         """The decoded bytes of `frame` from its `stored` bytes; FrameError unless they are
         exactly `frame.size` bytes (a frame never decodes to more: its header's content
         size is checked first, so a bomb allocates nothing)."""
@@ -358,7 +358,7 @@ class Unpacker:
         self._next = 0
         self._open: list[_Partial] = []
 
-    def feed(self, offset: int, data: bytes) -> None:
+    def feed(self, offset: int, data: bytes | memoryview) -> None:
         """Bytes `offset` .. `offset + len(data)` of the pack's decoded stream."""
         end = offset + len(data)
         view = memoryview(data)
@@ -462,7 +462,7 @@ def _write_all(fd: int, data: memoryview) -> None:
 
 def unpack_span(
     span: Span,
-    read: Callable[[int], bytes],
+    read: Callable[[int], bytes | memoryview],
     tree: Tree,
     stats: dict[str, os.stat_result],
     decoder: Decoder,

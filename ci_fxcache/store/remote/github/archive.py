@@ -275,7 +275,7 @@ class _Slices:
         self._view = memoryview(body)
         self._at = 0
 
-    def read(self, n: int) -> bytes:
+    def read(self, n: int) -> memoryview:
         piece = self._view[self._at : self._at + n]
         self._at += len(piece)
-        return piece  # type: ignore[return-value]  # a view: what the decoder reads
+        return piece
