@@ -25,8 +25,10 @@ Fleet rows (`_fleet`, same run, no link):
 
 Usage: python benchmarks/bench_s3.py [--python PY] [--size-mib 256] [--repeat 3]
            [--links 320,1000,10000] [--conn-mbit 720] [--rtt-ms 10] [--clients]
-Everything (server, proxy, bucket, roots) lives in a temporary directory removed at the end.
-The machine's load is printed with the figures: on a busy machine compare ratios, not times.
+           [--delete-between]
+Everything (server, proxy, bucket, roots) lives in a temporary directory removed at the end
+(each try's files are kept until then: see `settle`). The machine's load average is printed
+at the start and the end: on a busy machine compare ratios, not times.
 """
 
 from __future__ import annotations
@@ -219,6 +221,8 @@ def main() -> None:
     parser.add_argument("--skip-compile", action="store_true", help="no save-after-compile row")
     parser.add_argument("--shape", choices=("inductor", "restore"), default="inductor",
                         help="generated source + machine code, or bench_restore's")  # fmt: skip
+    parser.add_argument("--delete-between", action="store_true",
+                        help="remove each try's files before the next (see settle)")  # fmt: skip
     parser.add_argument("--savers", default="8,16,24,32",
                         help="concurrent savers of one scope to try, comma-separated")  # fmt: skip
     args = parser.parse_args()
@@ -232,7 +236,13 @@ def main() -> None:
         print(f"removed {work}")
 
 
+def _load() -> str:
+    """The load averages (1, 5, 15 minutes) now: the figures' context on a shared machine."""
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) -> None:
+    print(f"load average (1 / 5 / 15 min) at the start: {_load()}", flush=True)
     bucket = "bench"
     server.make_bucket(bucket)
     url = f"s3://{bucket}/fxcache"
@@ -274,12 +284,19 @@ def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) ->
     counter = iter(range(10**6))
 
     def settle() -> None:
-        for path in made:
-            if path.is_dir():
-                shutil.rmtree(path, onerror=_force)
-            else:
-                path.unlink(missing_ok=True)
-        made.clear()
+        """Before each try: the previous tries' data on disk (sync), so that no try pays for
+        another's writeback. Their trees stay until the end unless --delete-between: on an
+        ext4 without a journal (this machine's) the inode allocator skips every inode freed in
+        the last 60-360 s, reading the inode table for each (ext4's `recently_deleted`), which
+        tripled the kernel time of creating 4,879 files right after removing as many (measured
+        with perf: `tar` took 2.9 s instead of 0.4-1.1 s). An empty runner has nothing freed."""
+        if args.delete_between:
+            for path in made:
+                if path.is_dir():
+                    shutil.rmtree(path, onerror=_force)
+                else:
+                    path.unlink(missing_ok=True)
+            made.clear()
         os.sync()
 
     target = server.endpoint.removeprefix("http://")
@@ -358,6 +375,7 @@ def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) ->
     _report(args, files, size, (in_bucket_plain, archive_bytes), in_bucket, first_save,
             first_run, results, saved, new_bytes, clients)  # fmt: skip
     _fleet(args, work, env, restore, a_root)
+    print(f"load average (1 / 5 / 15 min) at the end: {_load()}")
 
 
 def _report(args: argparse.Namespace, files: int, size: int, archives: tuple[int, int],
@@ -366,7 +384,8 @@ def _report(args: argparse.Namespace, files: int, size: int, archives: tuple[int
             clients: dict[str, Run]) -> None:  # fmt: skip
     uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     print()
-    print(f"machine: {os.cpu_count()} CPUs; uptime: {uptime}")
+    print(f"machine: {os.cpu_count()} CPUs; uptime: {uptime}; load average (1 / 5 / 15 min) "
+          f"at the end of the restores: {_load()}")  # fmt: skip
     print(f"scope: {files} files, {size / 2**20:.0f} MiB ({args.shape} shape); link: "
           f"{args.conn_mbit:g} Mbit/s per connection, +{args.rtt_ms:g} ms round trip; "
           f"medians of {args.repeat}")  # fmt: skip

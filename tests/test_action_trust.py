@@ -4,6 +4,7 @@ the job's cache stats in the post step."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -366,15 +367,13 @@ def test_the_users_interpreter_and_gpu_tools_get_no_secret(tmp_path: Path) -> No
 
 
 def _entry_manifest(fake: FakeCacheService, key: str, where: Path) -> dict[str, Any]:
-    from ci_fxcache.store.remote.github import cache_service
+    from ci_fxcache.store.remote.github import archive
 
     (entry,) = [e for e in fake.committed() if e.key == key]
     where.mkdir()
-    archive, scope = where / "entry.tzst", where / "scope"
-    archive.write_bytes(fake.blob_bytes(entry))
-    cache_service.unpack(archive, scope)  # the tier's own reader (a zstd tar)
-    (manifest,) = scope.rglob("manifest.json")
-    return dict(json.loads(manifest.read_text()))
+    scope = where / "scope"
+    archive.extract(io.BytesIO(fake.blob_bytes(entry)).read, scope)  # the tier's own reader
+    return dict(json.loads((scope / "manifest.json").read_text()))
 
 
 def test_a_keyless_writers_github_entry_is_never_signed_by_a_keyed_save(tmp_path: Path) -> None:

@@ -5,18 +5,21 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
 import os
 import stat
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
 import zstandard
 
+from ci_fxcache.store import manifest as mf
+from ci_fxcache.store.remote.github import archive
 from ci_fxcache.store.remote.github import cache_service as ac
 from tests.conftest import RunFxcache
 from tests.fake_cache_service import FakeCacheService
@@ -35,13 +38,33 @@ def _service(fake: FakeCacheService) -> ac.CacheService:
     return ac.CacheService(where, max_attempts=2, sleep=lambda s: None)
 
 
-def _scope(root: Path, payload: bytes = b"kernel") -> Path:
-    scope = root / "fxcache-v1-linux-x"
-    (scope / "inductor" / "fx").mkdir(parents=True)
-    (scope / "inductor" / "fx" / "graph.bin").write_bytes(payload)
-    (scope / "manifest.json").write_text('{"files": {}}')
-    (scope / "inductor" / "latest").symlink_to("fx")
+def _committed(scope: Path, files: dict[str, bytes], **extra: str) -> Path:
+    """A committed scope as the local store leaves it: the files read-only, and a manifest
+    listing each (size, mtime, sha256); `extra` files are there but never committed."""
+    listed: dict[str, Any] = {}
+    for rel, data in files.items():
+        path = scope / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        path.chmod(0o444)
+        listed[rel] = {"size": len(data), "mtime_ns": path.stat().st_mtime_ns,
+                       "sha256": hashlib.sha256(data).hexdigest()}  # fmt: skip
+    for rel, text in extra.items():
+        (scope / rel).parent.mkdir(parents=True, exist_ok=True)
+        (scope / rel).write_text(text)
+    manifest = {
+        "schema": mf.SCHEMA, "scope_key": scope.name, "fingerprint": {}, "torch_paths": [],
+        "created_at": "2026-12-02T00:00:00Z", "updated_at": "2026-12-02T00:00:00Z",
+        "last_used_at": "2026-12-02T00:00:00Z", "verification": {"references": []},
+        "files": listed, "total_bytes": sum(len(d) for d in files.values()),
+    }  # fmt: skip
+    mf.write_atomic(scope / "manifest.json", manifest, scope.parent)
     return scope
+
+
+def _scope(root: Path, payload: bytes = b"kernel") -> Path:
+    return _committed(root / "fxcache-v1-linux-x", {"inductor/fx/graph.bin": payload,
+                                                     "inductor/fx/empty": b""})  # fmt: skip
 
 
 def _tree(root: Path) -> dict[str, bytes | str]:
@@ -62,16 +85,45 @@ def test_save_then_restore_by_prefix(tmp_path: Path, fake: FakeCacheService) -> 
     assert sent["uploaded"] and sent["bytes"] > 0, sent
     [entry] = fake.committed()
     assert entry.key == "fxcache-v1-linux-x-run1.1" and entry.version == ac.ENTRY_VERSION
-    plain = zstandard.ZstdDecompressor().decompressobj().decompress(fake.blob_bytes(entry))
-    with tarfile.open(fileobj=io.BytesIO(plain), mode="r:") as tar:
-        assert "inductor/fx/graph.bin" in tar.getnames()
+    assert fake.blob_bytes(entry).startswith(archive.MAGIC)
 
     target = tmp_path / "b" / scope.name
-    matched = ac.restore_directory(service, target, "fxcache-v1-linux-x-run2.1",
-                                   ["fxcache-v1-linux-x-"])  # fmt: skip
-    assert matched == "fxcache-v1-linux-x-run1.1"
+    got = ac.restore_directory(service, target, "fxcache-v1-linux-x-run2.1",
+                               ["fxcache-v1-linux-x-"])  # fmt: skip
+    assert got is not None and got.matched == "fxcache-v1-linux-x-run1.1"
     assert _tree(target) == _tree(scope)
+    # Each file as committed, mtime included: the local restore's fast check matches it.
+    for rel in ("inductor/fx/graph.bin", "inductor/fx/empty"):
+        assert (target / rel).stat().st_mtime_ns == (scope / rel).stat().st_mtime_ns
+    assert got.unpacked.files == 2 and got.unpacked.total_bytes == len(b"kernel")
     assert fake.violations == []
+
+
+def test_only_what_the_manifest_lists_is_archived(tmp_path: Path, fake: FakeCacheService) -> None:
+    """A lock file torch opened, a file a job wrote without saving it, a symlink: never in
+    the entry (the tar took whatever was in the directory)."""
+    scope = _committed(tmp_path / "a" / "s", {"inductor/fx/graph.bin": b"kernel"},
+                       **{"inductor/locks/x.lock": "", "inductor/fx/unsaved": "u"})  # fmt: skip
+    (scope / "inductor" / "latest").symlink_to("fx")
+    service = _service(fake)
+    assert ac.save_directory(service, scope, "fxcache-v1-linux-x-run1.1")["uploaded"]
+    target = tmp_path / "b" / "s"
+    assert ac.restore_directory(service, target, "x", ["fxcache-v1-linux-x-"])
+    assert set(_tree(target)) == {"inductor/fx/graph.bin", "manifest.json"}
+
+
+def test_a_scope_that_changed_since_its_commit_is_not_uploaded(
+    tmp_path: Path, fake: FakeCacheService
+) -> None:
+    """Every file is checked against the manifest as it is archived: an entry that every
+    restore would refuse is never made."""
+    scope = _scope(tmp_path / "a")
+    graph = scope / "inductor/fx/graph.bin"
+    graph.chmod(0o644)
+    graph.write_bytes(b"KERNEL")  # same size, other bytes
+    with pytest.raises(ac.CacheServiceError, match="changed since it was committed"):
+        ac.save_directory(_service(fake), scope, "fxcache-v1-linux-x-run1.1")
+    assert fake.committed() == []
 
 
 def test_newest_entry_wins_and_other_prefixes_miss(tmp_path: Path, fake: FakeCacheService) -> None:
@@ -79,9 +131,8 @@ def test_newest_entry_wins_and_other_prefixes_miss(tmp_path: Path, fake: FakeCac
     ac.save_directory(service, _scope(tmp_path / "old", b"old"), "fxcache-v1-linux-x-run1.1")
     ac.save_directory(service, _scope(tmp_path / "new", b"new"), "fxcache-v1-linux-x-run2.1")
     target = tmp_path / "r" / "s"
-    assert ac.restore_directory(service, target, "k-run3.1", ["fxcache-v1-linux-x-"]) == (
-        "fxcache-v1-linux-x-run2.1"
-    )
+    got = ac.restore_directory(service, target, "k-run3.1", ["fxcache-v1-linux-x-"])
+    assert got is not None and got.matched == "fxcache-v1-linux-x-run2.1"
     assert (target / "inductor/fx/graph.bin").read_bytes() == b"new"
     assert ac.restore_directory(service, tmp_path / "r" / "t", "k", ["fxcache-v1-osx-"]) is None
     assert not (tmp_path / "r" / "t").exists()
@@ -131,27 +182,75 @@ def test_runtime_says_why_there_is_no_service(env: dict[str, str], reason: str) 
     assert where is None and problem and reason in problem
 
 
-def test_a_hostile_archive_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
-    archive = tmp_path / "evil.tar.zst"
-    plain = io.BytesIO()
-    with tarfile.open(fileobj=plain, mode="w:") as tar:
-        info = tarfile.TarInfo("../../escaped")
-        info.size = 4
-        tar.addfile(info, io.BytesIO(b"evil"))
-    archive.write_bytes(zstandard.ZstdCompressor().compress(plain.getvalue()))
+def _entry_blob(tmp_path: Path, fake: FakeCacheService) -> tuple[ac.CacheService, bytes]:
+    """A saved entry's bytes (the only one), and the service to restore it with."""
+    service = _service(fake)
+    scope = _committed(tmp_path / "a" / "s", {"inductor/fx/graph.bin": b"kernel" * 100,
+                                              "triton/k/kernel.so": os.urandom(9000)})  # fmt: skip
+    assert ac.save_directory(service, scope, "fxcache-v1-l-run1.1")["uploaded"]
+    blob = fake.blobs[fake.committed()[0].blob]
+    assert blob.data is not None
+    return service, blob.data
+
+
+def _header(data: bytes) -> tuple[dict[str, Any], bytes]:
+    """The header of an archive's bytes, and the frames after it."""
+    start = len(archive.MAGIC) + 4
+    length = int.from_bytes(data[len(archive.MAGIC) : start], "little")
+    text = zstandard.ZstdDecompressor().decompress(data[start : start + length])
+    return json.loads(text), data[start + length :]
+
+
+def _with_header(header: dict[str, Any], frames: bytes) -> bytes:
+    packed = zstandard.ZstdCompressor().compress(json.dumps(header).encode())
+    return archive.MAGIC + len(packed).to_bytes(4, "little") + packed + frames
+
+
+def _hostile(kind: str, header: dict[str, Any], frames: bytes) -> bytes:
+    """An entry altered as `kind` says: a name out of the scope, a file's bytes flipped,
+    an offset past the frames, a frame whose header asks for more than its table says."""
+    manifest = json.loads(header["manifest"])
+    if kind == "escape":
+        meta = manifest["files"].pop("inductor/fx/graph.bin")
+        manifest["files"]["inductor/../../escaped"] = meta
+        header["offsets"]["inductor/../../escaped"] = header["offsets"].pop("inductor/fx/graph.bin")
+    elif kind == "flipped":
+        body = bytearray(frames)
+        body[-10] ^= 1  # in the raw frame of the random .so
+        frames = bytes(body)
+    elif kind == "offset":
+        header["offsets"]["inductor/fx/graph.bin"] = 10**9
+    elif kind == "bomb":
+        bomb = zstandard.ZstdCompressor(level=1).compress(bytes(64 * 2**20))
+        header["frames"] = [[2**20, len(bomb), "zstd"]]
+        manifest["files"] = {"inductor/fx/big": {"size": 2**20, "sha256": "0" * 64}}
+        manifest["total_bytes"] = 2**20
+        header["offsets"] = {"inductor/fx/big": 0}
+        frames = bomb
+    header["manifest"] = json.dumps(manifest)
+    return _with_header(header, frames)
+
+
+@pytest.mark.parametrize("kind", ["escape", "flipped", "offset", "bomb"])
+def test_a_hostile_archive_is_refused_and_leaves_nothing(
+    tmp_path: Path, fake: FakeCacheService, kind: str
+) -> None:
+    service, data = _entry_blob(tmp_path, fake)
+    header, frames = _header(data)
+    fake.blobs[fake.committed()[0].blob].data = _hostile(kind, header, frames)
     target = tmp_path / "root" / "scope"
     with pytest.raises(ac.CacheServiceError, match="unusable cache archive"):
-        ac.unpack(archive, target)
+        ac.restore_directory(service, target, "k", ["fxcache-v1-l-"])
     assert not target.exists() and not (tmp_path / "escaped").exists()
     assert list((tmp_path / "root").iterdir()) == []
 
 
-def test_a_truncated_download_leaves_nothing(tmp_path: Path, fake: FakeCacheService) -> None:
-    service = _service(fake)
-    ac.save_directory(service, _scope(tmp_path / "a", os.urandom(50000)), "fxcache-v1-l-run1.1")
-    blob = fake.blobs[fake.committed()[0].blob]
-    assert blob.data is not None
-    blob.data = blob.data[: len(blob.data) // 2]
+@pytest.mark.parametrize("cut", [0.1, 0.5, 0.99])
+def test_a_truncated_download_leaves_nothing(
+    tmp_path: Path, fake: FakeCacheService, cut: float
+) -> None:
+    service, data = _entry_blob(tmp_path, fake)
+    fake.blobs[fake.committed()[0].blob].data = data[: int(len(data) * cut)]
     target = tmp_path / "b" / "s"
     with pytest.raises(ac.CacheServiceError, match="unusable cache archive"):
         ac.restore_directory(service, target, "k", ["fxcache-v1-l-"])
@@ -182,9 +281,7 @@ SCOPE = "fxcache-v1-linux-x86_64-cp311-torch2.13.0+cpu-cpu-0123456789ab"
 
 
 def _scope_of(root: Path, payload: bytes) -> Path:
-    scope = root / SCOPE
-    write_files(scope, {"inductor/fx/graph.bin": payload, "manifest.json": b"{}"})
-    return scope
+    return _committed(root / SCOPE, {"inductor/fx/graph.bin": payload})
 
 
 def _modes(root: Path) -> dict[str, int]:
@@ -210,7 +307,8 @@ def test_an_archive_restore_keeps_committed_files_read_only(
     assert ac.save_directory(service, scope, f"{scope.name}-run1.1")["uploaded"]
     target = tmp_path / "runner-2" / scope.name
     assert ac.restore_directory(service, target, f"{scope.name}-run2.1", [f"{scope.name}-"])
-    assert _modes(target) == local
+    committed = {rel: mode for rel, mode in local.items() if rel in (*SAMPLE, "manifest.json")}
+    assert _modes(target) == committed
 
 
 def test_the_unsuffixed_prefix_never_restores_a_suffixed_entry(
@@ -241,7 +339,8 @@ def test_a_suffixed_prefix_never_restores_a_longer_suffix_or_no_suffix(
         ac.restore_directory(service, tmp_path / "r2" / SCOPE, f"{prefix}run5.1", [prefix])
     ac.save_directory(service, _scope_of(tmp_path / "d", b"mine, newer"), f"{prefix}run4.1")
     target = tmp_path / "r3" / SCOPE
-    assert ac.restore_directory(service, target, f"{prefix}run5.1", [prefix]) == f"{prefix}run4.1"
+    got = ac.restore_directory(service, target, f"{prefix}run5.1", [prefix])
+    assert got is not None and got.matched == f"{prefix}run4.1"
     assert (target / "inductor/fx/graph.bin").read_bytes() == b"mine, newer"
 
 
@@ -260,28 +359,71 @@ def test_entry_of(matched: str, ok: bool) -> None:
     assert ac.entry_of(ac.entry_key(f"{SCOPE}-", "7", "2"), "k", [f"{SCOPE}-"])
 
 
-@pytest.mark.parametrize("kind", ["gzip", "window"])
+@pytest.mark.parametrize("kind", ["gzip", "zstd tar", "header"])
 def test_an_archive_of_another_format_or_beyond_the_memory_bound_is_refused(
     tmp_path: Path, kind: str
 ) -> None:
-    """An entry of the gzip format (never offered: its version differs; refused if it came),
-    and a zstd archive whose frame asks for a 128 MiB window (a bomb's memory): refused
-    before anything is allocated or written."""
-    plain = io.BytesIO()
-    with tarfile.open(fileobj=plain, mode="w:") as tar:
-        info = tarfile.TarInfo("inductor/fx/x")
-        data = os.urandom(64) * 4096
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    archive = tmp_path / "a"
-    if kind == "gzip":
-        archive.write_bytes(gzip.compress(plain.getvalue()))
+    """Entries of the earlier formats (never offered: their version differs; refused if one
+    came), and a header larger than any save writes: refused before anything is allocated
+    or written."""
+    if kind == "header":
+        data = archive.MAGIC + (archive.MAX_HEADER_STORED + 1).to_bytes(4, "little") + b"x" * 64
     else:
-        params = zstandard.ZstdCompressionParameters.from_level(1, window_log=27)
-        writer = zstandard.ZstdCompressor(compression_params=params)
-        with archive.open("wb") as f, writer.stream_writer(f) as out:
-            out.write(plain.getvalue())  # streamed: no content size, the window stays 128 MiB
+        tar = b"inductor/fx/x" + bytes(500)
+        data = gzip.compress(tar) if kind == "gzip" else zstandard.ZstdCompressor().compress(tar)
     target = tmp_path / "root" / "scope"
-    with pytest.raises(ac.CacheServiceError, match="unusable cache archive"):
-        ac.unpack(archive, target)
+    target.parent.mkdir()
+    read = io.BytesIO(data).read
+    with pytest.raises(archive.ArchiveError):
+        archive.extract(read, target)
     assert not target.exists() and list((tmp_path / "root").iterdir()) == []
+    assert read() == data[len(archive.MAGIC) + 4 :]  # refused on its first 12 bytes
+
+
+_EXTRACT = """import sys
+from pathlib import Path
+from ci_fxcache.store.remote.github import archive
+if sys.argv[1] == "extract":
+    with open(sys.argv[2], "rb") as f:
+        archive.extract(f.read, Path(sys.argv[3]))
+"""
+# Linux keeps the high-water RSS of the image a process replaced at exec: a child forked from
+# this (large) test process would report this process's RSS. A small launcher runs the child
+# and reports the child's own peak (as test_store_s3_data does).
+_PEAK = """import os, subprocess, sys
+proc = subprocess.Popen(sys.argv[1:])
+_pid, status, usage = os.wait4(proc.pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0
+print(usage.ru_maxrss)
+"""
+
+
+def test_a_restore_holds_a_bounded_part_of_the_archive_in_memory(tmp_path: Path) -> None:
+    """128 MiB that do not compress, in files larger than a worker's run (decoded frame by
+    frame as they arrive) and in small ones (runs handed to the workers): the restore's peak
+    RSS stays within the stated bound above the same interpreter's without a restore."""
+    import subprocess
+    import sys
+
+    from ci_fxcache.env.cpus import usable_cpus
+    from ci_fxcache.store.remote import packs
+
+    big = {f"triton/big{i}/kernel.so": os.urandom(8 << 20) for i in range(12)}
+    small = {f"inductor/fxgraph/{i % 64:02x}/e{i}": os.urandom(32 << 10) for i in range(1024)}
+    scope = _committed(tmp_path / "a" / "s", {**big, **small})
+    entry = tmp_path / "entry"
+    archive.write(scope, entry)
+    del big, small
+
+    def peak(*args: str) -> int:
+        child = [sys.executable, "-c", _EXTRACT, *args]
+        proc = subprocess.run([sys.executable, "-c", _PEAK, *child], capture_output=True,
+                              text=True, check=True)  # fmt: skip
+        return int(proc.stdout) * 1024
+
+    baseline = peak("baseline")
+    restored = peak("extract", str(entry), str(tmp_path / "b"))
+    spans = (usable_cpus() + 1) * 2 * archive.SPAN_BYTES  # one per worker, one being read
+    frames = (usable_cpus() + 2) * packs.FRAME_BYTES  # decoded per worker; a big file's frame
+    assert restored - baseline < spans + frames + (8 << 20), (restored - baseline) >> 20
+    assert _tree(tmp_path / "b") == _tree(scope)

@@ -9,13 +9,13 @@ import hashlib
 import io
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import zstandard
 
-from ci_fxcache.store import overlay
 from ci_fxcache.store.remote import packs
 from ci_fxcache.store.remote.s3 import index
 from ci_fxcache.store.remote.tier import RemoteCorrupt
@@ -50,12 +50,13 @@ def _packed(scope: Path, files: dict[str, Any]) -> tuple[dict[str, Any], dict[st
 def _unpack(
     entries: dict[str, Any], bodies: dict[str, bytes], target: Path, range_bytes: int
 ) -> tuple[dict[str, os.stat_result], list[str]]:
-    overlay.make_parents(str(target), entries)
+    target.mkdir()
+    tree = packs.Tree(str(target))  # directories made as files need them
     stats: dict[str, os.stat_result] = {}
-    problems = packs.write_empty(entries, str(target), stats)
+    problems = packs.write_empty(entries, tree, stats)
     for span in packs.spans(entries, range_bytes):
         read = io.BytesIO(bodies[span.pack][span.start : span.end]).read
-        problems += packs.unpack_span(span, read, str(target), stats, packs.Decoder())
+        problems += packs.unpack_span(span, read, tree, stats, packs.Decoder())
     return stats, problems
 
 
@@ -208,3 +209,72 @@ def test_an_entry_past_its_packs_frames_is_refused() -> None:
     raw = zstandard.ZstdCompressor().compress(json.dumps(data).encode())
     with pytest.raises(RemoteCorrupt, match="malformed"):
         index.decode_segment(raw, "d" * 64, {pack})
+
+
+def test_reads_wait_outside_the_cpu_slot_and_decoding_and_writing_hold_it(tmp_path: Path) -> None:
+    """A fetch runs more connections than CPUs: a reader waits for the network without a
+    CPU slot, and decodes, hashes and writes only while it holds one."""
+    files = _scope(tmp_path / "src", SIZES)
+    entries, bodies = _packed(tmp_path / "src", files)
+    slot = threading.BoundedSemaphore(1)
+
+    def free() -> bool:
+        if slot.acquire(blocking=False):
+            slot.release()
+            return True
+        return False
+
+    while_reading: list[bool] = []
+    while_decoding: list[bool] = []
+
+    class Watched(packs.Decoder):
+        def decode(self, frame: packs.Frame, stored: bytes) -> bytes:
+            while_decoding.append(free())
+            return super().decode(frame, stored)
+
+    (tmp_path / "out").mkdir()
+    tree = packs.Tree(str(tmp_path / "out"))
+    stats: dict[str, os.stat_result] = {}
+    for span in packs.spans(entries, F):
+        source = io.BytesIO(bodies[span.pack][span.start : span.end])
+
+        def read(n: int, source: io.BytesIO = source) -> bytes:
+            while_reading.append(free())
+            return source.read(n)
+
+        assert packs.unpack_span(span, read, tree, stats, Watched(), slot) == []
+    assert while_reading and all(while_reading)
+    assert while_decoding and not any(while_decoding)
+    assert sorted(stats) == sorted(rel for rel, n in SIZES.items() if n)
+
+
+def test_threads_creating_files_in_the_same_new_directories_each_make_them_once(
+    tmp_path: Path,
+) -> None:
+    tree = packs.Tree(str(tmp_path))
+    rels = [
+        f"inductor/fxgraph/{d:02x}/{t}-{i}" for d in range(40) for t in range(8) for i in range(5)
+    ]
+    errors: list[BaseException] = []
+
+    def create(mine: list[str]) -> None:
+        try:
+            for rel in mine:
+                os.close(tree.create(rel))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=create, args=(rels[t::8],)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sorted(
+        str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()
+    ) == sorted(rels)
+    assert set(tree.stamps()) == {"inductor", "inductor/fxgraph"} | {
+        f"inductor/fxgraph/{d:02x}" for d in range(40)
+    }
+    with pytest.raises(FileExistsError):  # each file is created once, never written through
+        tree.create(rels[0])

@@ -4,6 +4,7 @@ scopes of the first format, ranged and bounded reads, and restores through a sim
 
 from __future__ import annotations
 
+import gc
 import gzip
 import hashlib
 import json
@@ -12,16 +13,22 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import zlib
 from pathlib import Path
 from typing import Any
 
+import pytest
 import zstandard
 
+from ci_fxcache.store.layout import CACHE_DIRS, Layout
+from ci_fxcache.store.remote.s3.client import parse_url
+from ci_fxcache.store.remote.s3.tier import S3Tier
+from ci_fxcache.store.remote.tier import RemoteCorrupt
 from tests.conftest import TORCH_PYTHON, RunFxcache
 from tests.link_proxy import Link
 from tests.s3_server import SeaweedS3
-from tests.store_helpers import SAMPLE, tree_digest
+from tests.store_helpers import SAMPLE, end_lease_holders, tree_digest
 from tests.test_store_s3 import _first_job, _objects, _save_json, _store
 from tests.test_store_s3 import bucket as bucket  # the fixture
 
@@ -240,3 +247,65 @@ def test_a_link_slower_than_the_time_bound_ends_the_restore_at_the_bound(
     assert not got["hit"] and "time bound" in got["remote"]["error"], got["remote"]
     assert [w for w in got["_stderr"].splitlines() if "warning" in w], got["_stderr"]
     assert moved < 2**20  # it stopped reading: most of the pack never crossed the link
+
+
+def test_a_fetch_seals_what_it_made_and_a_file_added_afterwards_is_still_found(
+    tmp_path: Path, run_fxcache: RunFxcache, seaweed: SeaweedS3, bucket: str
+) -> None:
+    """The fetch made every directory and file of the scope and checked each file as it
+    wrote it: it leaves the seal of what it made (store.seal), so the local restore that
+    follows stats them instead of listing every directory again. A seal only speeds the
+    check up: a file added to a fetched directory afterwards is still found."""
+    a = _store(tmp_path, "a", run_fxcache, seaweed, bucket)
+    _first_job(a)
+    b = _store(tmp_path, "b", run_fxcache, seaweed, bucket)
+    got = b.restore("--store", "s3")
+    assert got["hit"] and got["remote"]["fetched"], got
+    sealed = json.loads(Layout(b.root).seal(got["scope_key"]).read_text())
+    parents = {rel.rsplit("/", n)[0] for rel in SAMPLE for n in (1, 2) if rel.count("/") >= n}
+    assert set(sealed["dirs"]) == parents | set(CACHE_DIRS), sealed["dirs"]
+    assert sorted(sealed["files"]) == sorted(SAMPLE) and sealed["signed"] is False
+    end_lease_holders(b.root)  # the job ended without saving
+    time.sleep(0.05)  # past the coarse clock's tick in which the fetch stamped its directories
+    planted = Path(got["scope_dir"]) / "inductor/fxgraph/ab/planted"
+    planted.write_bytes(b"never saved")
+    again = b.restore("--store", "s3", state="again.json")
+    assert again["hit"] and again["set_aside"] == {"files": 1, "to": again["set_aside"]["to"]}
+    assert not planted.exists()
+
+
+def test_a_client_that_cannot_be_configured_is_one_warning_and_the_restore_goes_on(
+    tmp_path: Path, run_fxcache: RunFxcache, seaweed: SeaweedS3, bucket: str
+) -> None:
+    """The client is made on a thread of its own while the fingerprint is taken: a
+    configuration botocore refuses there (a profile that does not exist) still reaches the
+    restore as one warning, then local-only operation."""
+    b = _store(tmp_path, "b", run_fxcache, seaweed, bucket, AWS_PROFILE="no-such-profile")
+    got = b.restore("--store", "s3")
+    assert not got["hit"] and "not configured" in got["remote"]["error"], got["remote"]
+    assert len([w for w in got["_stderr"].splitlines() if "warning" in w]) == 1, got["_stderr"]
+
+
+def test_a_fetch_collects_no_garbage_while_it_runs_and_leaves_the_collector_as_it_was(
+    tmp_path: Path, run_fxcache: RunFxcache, seaweed: SeaweedS3, bucket: str
+) -> None:
+    a = _store(tmp_path, "a", run_fxcache, seaweed, bucket)
+    key = _first_job(a)["scope_key"]
+    os.environ.update(seaweed.env())  # the tier reads the AWS chain from the environment
+    tier = S3Tier(parse_url(bucket))
+    seen: list[bool] = []
+    tier.index = lambda *args: (seen.append(gc.isenabled()), S3Tier.index(tier, *args))[1]
+    layout = Layout(tmp_path / "c")
+    try:
+        assert tier.fetch(layout, key, tmp_path / "c-fetch", None) is not None
+        assert seen == [False] and gc.isenabled()
+        s3: Any = seaweed.client()
+        name, _prefix = _split(bucket)
+        for pack in [k for k in _objects(seaweed, bucket) if "/packs/" in k]:
+            s3.delete_object(Bucket=name, Key=pack)
+        with pytest.raises(RemoteCorrupt):
+            tier.fetch(layout, key, tmp_path / "d-fetch", None)
+        assert gc.isenabled()
+    finally:
+        for name in seaweed.env():
+            os.environ.pop(name, None)

@@ -149,6 +149,11 @@ def run(
 ) -> int:
     """Restore, write the state file, export the environment."""
     taking = Pending(python, salt)
+    from ci_fxcache.store.remote.factory import tier_for
+
+    # Made first: a remote tier starts what its first request needs (the S3 client) while
+    # the rest is imported and the job's interpreter reports its versions.
+    tier = tier_for(store, s3_url)
     # Imported while the job's interpreter reports its versions: a restore is on every job's
     # critical path (docs/store.md, Performance).
     from ci_fxcache.env import scopekey, torch_support
@@ -157,7 +162,6 @@ def run(
     from ci_fxcache.store import state_file as states
     from ci_fxcache.store.layout import VERIFY_DIR_ENV, Layout, resolve_root
     from ci_fxcache.store.remote import redis_cache
-    from ci_fxcache.store.remote.factory import tier_for
     from ci_fxcache.store.remote.transfer import fetch_scope
 
     if state_file is not None:
@@ -166,7 +170,6 @@ def run(
     strategy = _overlay_strategy(overlay_strategy)
     key_for_signing = trust.signing_key()
     redis_url = redis_cache.resolve_url(redis_url) if store == "redis" else None
-    tier = tier_for(store, s3_url)
     if redis_url is not None:
         redis_cache.check_signed_use(key_for_signing, redis_writers_run_code)
     fp = taking.result()

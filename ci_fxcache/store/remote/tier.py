@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ci_fxcache.store.layout import Layout
+from ci_fxcache.store.seal import Seal
 
 # Fetches in progress (fresh directories renamed into a scope when complete) and what
 # backends keep about the remote tier on this runner (immutable index objects, bad objects).
@@ -29,11 +30,16 @@ class RemoteCorrupt(Exception):
 
 @dataclass(frozen=True)
 class Fetched:
-    """What a fetch wrote: files, bytes, and transfer counts (requests by kind, bytes in)."""
+    """What a fetch wrote: files, bytes, and transfer counts (requests by kind, bytes in);
+    and, where the backend created every file and directory itself, the seal it vouches for
+    (the sha256 of the manifest it wrote, and the seal: store.seal), written when the fetch is
+    renamed into place, so that the local restore that follows stats what the fetch made
+    instead of listing every directory again."""
 
     files: int
     total_bytes: int
     detail: dict[str, Any]
+    seal: tuple[str, Seal] | None = None
 
 
 class RemoteTier(Protocol):

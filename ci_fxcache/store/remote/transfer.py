@@ -28,7 +28,7 @@ from typing import Any
 
 from ci_fxcache import gha
 from ci_fxcache.store import manifest as mf
-from ci_fxcache.store import scopes
+from ci_fxcache.store import scopes, seal
 from ci_fxcache.store.layout import Layout
 from ci_fxcache.store.remote.tier import REMOTE_DIR, RemoteCorrupt, RemoteTier, RemoteUnavailable
 
@@ -195,6 +195,8 @@ def _fetch(
                 info["discarded"] = "another job put the scope in place meanwhile"
                 return
             os.rename(target, layout.scope(key))
+            if got.seal is not None:
+                seal.write(layout, key, *got.seal)
             info["fetched"] = True
 
 

@@ -10,29 +10,29 @@ URL, the archive is uploaded there (Put Blob, or Put Block + Put Block List when
 or, failing that, the newest entry whose key starts with a restore key. Only JavaScript (and
 container) actions receive those variables; `run:` steps do not.
 
-Entries are ours alone (a zstd tar of one scope directory under our own `version`), so both
-directions live here; actions/cache never reads them. The legacy v1 service
-(`_apis/artifactcache`, still the only one on GitHub Enterprise Server) is not spoken.
+Entries are ours alone (one scope under our own `version`), so both directions live here;
+actions/cache never reads them. The legacy v1 service (`_apis/artifactcache`, still the only
+one on GitHub Enterprise Server) is not spoken.
 
-Archive: tar through zstd (level ARCHIVE_LEVEL, one frame), by measurement: gzip decoded at
-~60 MB/s on one core here and was most of a restore; zstd decodes at ~600 MB/s
-(benchmarks/bench_github.py). Entries of the gzip format have another `version`, so the
-service never offers them: they are foreign, and the next save writes the new format. The
-decoder's window is bounded (ARCHIVE_WINDOW): an archive that asks for more is refused, so a
-restore's memory stays bounded whatever the archive holds.
+Archive: the remote tiers' pack format as one stream (store.remote.github.archive), written
+from the committed scope and unpacked while it downloads, by measurement: a gzip tar decoded
+at ~60 MB/s on one core here and was most of a restore; a zstd tar left tarfile's work per
+member as most of it (benchmarks/bench_github.py). Entries of the earlier formats (gzip tar,
+zstd tar) have another `version`, so the service never offers them: they are foreign, and
+the next save writes the new format.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import re
 import shutil
-import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,15 +40,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ci_fxcache import __version__
 from ci_fxcache.errors import FxcacheError
+from ci_fxcache.store.remote.github import archive
 
 if TYPE_CHECKING:
     import requests
 
 SERVICE = "github.actions.results.api.v1.CacheService"
-# Our archive format and its version string: entries of another format never match.
-ARCHIVE_FORMAT = "fxcache-scope/2|tar|zstd"
-ARCHIVE_LEVEL = 3
-ARCHIVE_WINDOW = 8 * 1024 * 1024  # level 3 writes a 2 MiB window at most
+# Our archive format and its version string: entries of another format never match
+# ("fxcache-scope/1|tar|gzip" and "fxcache-scope/2|tar|zstd" before this one).
+ARCHIVE_FORMAT = "fxcache-scope/3|packs|zstd"
 ENTRY_VERSION = hashlib.sha256(ARCHIVE_FORMAT.encode()).hexdigest()
 AZURE_API_VERSION = "2024-11-04"
 SINGLE_SHOT_BYTES = 128 * 1024 * 1024  # larger archives go up in blocks, like actions/cache
@@ -230,62 +230,32 @@ class CacheService:
         self._blob("PUT", url, params={"comp": "blocklist"}, data=body.encode(),
                    headers={"Content-Type": "application/xml"})  # fmt: skip
 
-    def download(self, url: str, dest: Path) -> None:
-        """Get Blob into `dest`, streamed."""
+    @contextlib.contextmanager
+    def reading(self, url: str) -> Iterator[Callable[[int], bytes]]:
+        """Get Blob, streamed: yields `read(n)`, which returns n bytes (fewer only where the
+        blob ends); CacheServiceError when the connection fails in the middle."""
+        import urllib3
+
         response = self._blob("GET", url, stream=True)
-        with dest.open("wb") as f:
-            for chunk in response.iter_content(1024 * 1024):
-                f.write(chunk)
 
+        def read(n: int) -> bytes:
+            pieces: list[bytes] = []
+            got = 0
+            while got < n:
+                try:
+                    piece = response.raw.read(n - got)
+                except (urllib3.exceptions.HTTPError, OSError) as exc:
+                    raise CacheServiceError(f"blob GET: {type(exc).__name__} mid-body") from None
+                if not piece:
+                    break
+                pieces.append(piece)
+                got += len(piece)
+            return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
-def pack(directory: Path, archive: Path) -> int:
-    """A zstd tar of `directory`'s contents (names relative to it); its size in bytes."""
-    import zstandard
-
-    cctx = zstandard.ZstdCompressor(level=ARCHIVE_LEVEL)
-    with archive.open("wb") as raw, cctx.stream_writer(raw, closefd=False) as compressed, \
-            tarfile.open(fileobj=compressed, mode="w|", bufsize=1 << 20) as tar:  # fmt: skip
-        for child in sorted(directory.iterdir()):
-            tar.add(child, arcname=child.name)
-    return archive.stat().st_size
-
-
-def _keep_read_only(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
-    """tarfile's data filter, except that a file the archive holds read-only stays read-only
-    (the filter adds the owner's write bit): committed files are 0444, as in the local store."""
-    kept = tarfile.data_filter(member, dest)
-    if kept is not None and kept.isreg() and kept.mode is not None and not member.mode & 0o200:
-        kept = kept.replace(mode=kept.mode & ~0o222, deep=False)
-    return kept
-
-
-def unpack(archive: Path, directory: Path) -> None:
-    """Extract into a fresh `directory` (must not exist) through a sibling temporary one,
-    refusing absolute names, `..`, links out of it and device files (tarfile's data filter):
-    an archive that fails half-way leaves nothing behind."""
-    if not hasattr(tarfile, "data_filter"):
-        raise CacheServiceError(
-            "this Python lacks tarfile's extraction filters (3.10.12+ / 3.11.4+ needed): "
-            "not extracting a downloaded archive"
-        )
-    import zstandard
-
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
-    dctx = zstandard.ZstdDecompressor(max_window_size=ARCHIVE_WINDOW)
-    try:
-        # tarfile's stream buffer is re-sliced per read: a large one costs a copy per member
-        # (1 MiB: 2.8 s for 4,318 files; the default 10 KiB: 1.6 s, measured).
-        with archive.open("rb") as raw, dctx.stream_reader(raw) as stream, \
-                tarfile.open(fileobj=stream, mode="r|") as tar:  # fmt: skip
-            tar.extractall(staging, filter=_keep_read_only)
-        staging.rename(directory)
-    except (tarfile.TarError, EOFError, zstandard.ZstdError) as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise CacheServiceError(f"unusable cache archive: {exc}") from exc
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        try:
+            yield read
+        finally:
+            response.close()
 
 
 _RUN_PART = re.compile(r"run[0-9]+\.[0-9]+")
@@ -306,24 +276,37 @@ def entry_of(matched: str, key: str, prefixes: list[str]) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class Restored:
+    """An entry restored: its key, and what its archive wrote (archive.Unpacked)."""
+
+    matched: str
+    unpacked: archive.Unpacked
+
+
 def save_directory(service: CacheService, directory: Path, key: str) -> dict[str, Any]:
-    """Upload `directory` as a new entry `key`: {"uploaded": bool, "key", "bytes"?, "reason"?}."""
+    """Upload committed scope `directory` as a new entry `key`: {"uploaded": bool, "key",
+    "bytes"?, "reason"?}. CacheServiceError when the scope is not as its manifest says."""
     url = service.create(key)
     if url is None:
         return {"uploaded": False, "key": key, "reason": "the key exists or was refused"}
     with tempfile.TemporaryDirectory(prefix="fxcache-upload-") as tmp:
-        archive = Path(tmp) / "scope.tar.zst"
-        size = pack(directory, archive)
-        service.upload(url, archive)
+        path = Path(tmp) / "scope.fxscope"
+        try:
+            size = archive.write(directory, path)
+        except archive.ArchiveError as exc:
+            raise CacheServiceError(f"not uploaded: {exc}") from None
+        service.upload(url, path)
         entry = service.finalize(key, size)
     return {"uploaded": True, "key": key, "bytes": size, "entry_id": entry}
 
 
 def restore_directory(
     service: CacheService, directory: Path, key: str, restore_keys: list[str]
-) -> str | None:
+) -> Restored | None:
     """Download the entry for `key` (else the newest by prefix) into `directory`, which must
-    not exist yet; the matched key, or None for no entry."""
+    not exist yet, unpacking it as it arrives; None for no entry. A download or an archive
+    that fails half-way leaves nothing behind."""
     found = service.lookup(key, restore_keys)
     if found is None:
         return None
@@ -333,8 +316,20 @@ def restore_directory(
             f"the newest entry under the prefix, {matched}, has a longer key suffix than this "
             "job's (another workflow's): not restoring it"
         )
-    with tempfile.TemporaryDirectory(prefix="fxcache-download-") as tmp:
-        archive = Path(tmp) / "scope.tar.zst"
-        service.download(url, archive)
-        unpack(archive, directory)
-    return matched
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with service.reading(url) as read:
+            unpacked = archive.extract(read, directory)
+    except archive.ArchiveError as exc:
+        _remove(directory)
+        raise CacheServiceError(f"unusable cache archive: {exc}") from None
+    except BaseException:
+        _remove(directory)
+        raise
+    return Restored(matched, unpacked)
+
+
+def _remove(directory: Path) -> None:
+    """What a failed restore wrote (read-only files in writable directories)."""
+    if os.path.lexists(directory):
+        shutil.rmtree(directory, ignore_errors=True)

@@ -12,8 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache.store import manifest as mf
-from ci_fxcache.store.layout import MANIFEST, Layout
+from ci_fxcache.store.layout import Layout
 from ci_fxcache.store.remote.github import cache_service
 from ci_fxcache.store.remote.tier import Fetched, RemoteCorrupt, RemoteUnavailable
 
@@ -40,25 +39,22 @@ class GitHubTier:
     def fetch(
         self, layout: Layout, key: str, target: Path, signing_key: str | None
     ) -> Fetched | None:
-        """Download the newest entry of the scope into `target` (the local restore that
-        follows checks every file against the archive's manifest)."""
+        """Download the newest entry of the scope into `target`, every file checked against
+        the archive's manifest as it is written (the local restore that follows checks the
+        manifest itself: its signature with a signing key)."""
         try:
-            matched = cache_service.restore_directory(
+            restored = cache_service.restore_directory(
                 self._service, target, self.save_key, [self.restore_prefix]
             )
         except cache_service.CacheServiceError as exc:
             if _BROKEN_ARCHIVE in str(exc):
                 raise RemoteCorrupt(str(exc)) from None
             raise RemoteUnavailable(str(exc)) from None
-        if matched is None:
+        if restored is None:
             return None
-        self.matched = matched
-        try:
-            listed = mf.listed(mf.load(target / MANIFEST))
-            files, size = len(listed.names), sum(listed.sizes)
-        except mf.ManifestError:
-            files, size = 0, 0  # the local restore quarantines it
-        return Fetched(files, size, {"matched_key": matched})
+        self.matched = restored.matched
+        done = restored.unpacked
+        return Fetched(done.files, done.total_bytes, {"matched_key": self.matched}, done.seal)
 
     def publish(self, layout: Layout, key: str, signing_key: str | None) -> dict[str, Any]:
         """Upload the committed scope as entry `save_key`."""

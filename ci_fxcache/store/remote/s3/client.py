@@ -2,9 +2,12 @@
 sorted into "the bucket is unusable" (warn, go local-only) and "an object is missing".
 
 Endpoint, region and credentials come from the standard AWS chain (`AWS_ENDPOINT_URL_S3` /
-`AWS_ENDPOINT_URL`, `AWS_REGION`, access keys, profiles, web identity): boto3 reads them, so
-AWS S3, R2, GCS's S3 API, MinIO, Ceph and SeaweedFS work without options of ours. No message
-of this module carries a credential: errors are reported by their S3 code and HTTP status.
+`AWS_ENDPOINT_URL`, `AWS_REGION`, access keys, profiles, web identity): botocore (boto3's
+core, which reads the same chain) reads them, so AWS S3, R2, GCS's S3 API, MinIO, Ceph and
+SeaweedFS work without options of ours. The client is botocore's own, without boto3's layer:
+importing boto3 also imports its transfer manager (s3transfer), ~0.1 s of every restore for
+nothing the tier calls. No message of this module carries a credential: errors are reported by
+their S3 code and HTTP status.
 """
 
 from __future__ import annotations
@@ -144,12 +147,12 @@ def _code(exc: BaseException) -> tuple[str, int]:
 
 
 class Bucket:
-    """One bucket through one thread-safe boto3 client; every request within `deadline`
+    """One bucket through one thread-safe botocore client; every request within `deadline`
     (replaced per operation by `use`)."""
 
     def __init__(self, where: Location, deadline: Deadline | None = None) -> None:
         try:
-            import boto3
+            import botocore.session
             from botocore.config import Config
         except ImportError as exc:
             raise S3Unavailable(
@@ -175,7 +178,7 @@ class Bucket:
         self.sent_bytes = 0
         self.received_bytes = 0
         try:
-            self._s3 = boto3.session.Session().client(
+            self._s3 = botocore.session.get_session().create_client(
                 "s3", config=config, region_name=region or "us-east-1"
             )
         except Exception as exc:  # botocore's configuration errors (a bad profile, ...)

@@ -4,25 +4,30 @@ file checked against the (signed) index first, plus a local manifest.
 Round trips before the first pack byte: the head, then every segment at once (a runner keeps
 copies of segments, which are immutable). Then ranged GETs of about RANGE_BYTES on
 FETCH_WORKERS connections; each worker decodes and writes its frames as they arrive, so
-file creation overlaps the downloads, and holds one frame stored and one decoded at a time
-(store.remote.s3.parallel states the bound).
+file and directory creation overlap the downloads. Decoding, hashing and writing take one of
+`usable_cpus()` slots: more connections than CPUs keep the link busy, and no more threads
+than CPUs compete for them (store.remote.s3.parallel states the memory bound).
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
+from ci_fxcache.env.cpus import usable_cpus
 from ci_fxcache.store import manifest as mf
-from ci_fxcache.store import overlay, scopes
-from ci_fxcache.store.layout import LOCKS, MANIFEST, Layout
+from ci_fxcache.store import scopes, seal
+from ci_fxcache.store.layout import CACHE_DIRS, LOCKS, MANIFEST, Layout
 from ci_fxcache.store.remote import packs
 from ci_fxcache.store.remote.s3 import parallel
 from ci_fxcache.store.remote.s3.client import S3Missing, S3TooLarge, S3Unavailable
 from ci_fxcache.store.remote.s3.index import check_signature
 from ci_fxcache.store.remote.s3.objects import S3Objects
 from ci_fxcache.store.remote.tier import Fetched, RemoteCorrupt, RemoteUnavailable
+from ci_fxcache.store.stat_batch import Dirs
 
 # Bytes per ranged GET (AWS advises 8-16 MB): enough ranges to keep FETCH_WORKERS busy on a
 # 256 MiB scope, few enough that per-request costs stay small.
@@ -33,6 +38,20 @@ def fetch(
     objects: S3Objects, layout: Layout, key: str, target: Path, signing_key: str | None
 ) -> Fetched | None:
     """Download scope `key` into `target` (store.remote.tier.RemoteTier.fetch)."""
+    # A restore allocates ~10 objects per file and frees few: the collector would walk every
+    # live object (botocore's models included) many times over, for no garbage.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _fetch(objects, layout, key, target, signing_key)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _fetch(
+    objects: S3Objects, layout: Layout, key: str, target: Path, signing_key: str | None
+) -> Fetched | None:
     head, _etag = objects.read_head(key)
     if head is None:
         return None
@@ -41,21 +60,19 @@ def fetch(
     entries = objects.index(layout, head)
     objects.refuse_remembered(layout, entries)  # a broken copy is downloaded once per runner
     target.mkdir()
-    scope_dir = str(target)
-    # Every directory first, spread over processes by parent (overlay's measured way):
-    # the pack workers then only create files, one open each, no failed open + makedirs.
-    overlay.make_parents(scope_dir, entries)
+    tree = packs.Tree(str(target))
     stats: dict[str, os.stat_result] = {}
-    problems = packs.write_empty(entries, scope_dir, stats)
+    problems = packs.write_empty(entries, tree, stats)
     spans = packs.spans(entries, RANGE_BYTES)
     bad: set[str] = set()
     lock = threading.Lock()
     local = threading.local()
+    cpu = threading.BoundedSemaphore(usable_cpus())
 
     def read(span: packs.Span) -> None:
         if not hasattr(local, "decoder"):
             local.decoder = packs.Decoder()
-        found = _unpack(objects, span, scope_dir, stats, local.decoder)
+        found = _unpack(objects, span, tree, stats, local.decoder, cpu)
         if found:
             with lock:
                 bad.add(span.pack)
@@ -76,7 +93,7 @@ def fetch(
     }
     mf.make_read_only(target, stats)
     now = scopes.utc_now()
-    manifest = {
+    manifest: dict[str, Any] = {
         "schema": mf.SCHEMA,
         "scope_key": key,
         "fingerprint": head.get("fingerprint"),
@@ -90,23 +107,30 @@ def fetch(
     }
     if signing_key:  # the head was signed with this key and every byte matched it
         mf.sign(manifest, signing_key)
-    mf.write_atomic(target / MANIFEST, manifest, layout.root / LOCKS)
+    digest = mf.write_atomic(target / MANIFEST, manifest, layout.root / LOCKS)
+    for name in CACHE_DIRS:  # as the local restore makes them: the seal covers every one
+        tree.make(name)
+    # Every directory and file here was made by this fetch, and each file checked as written:
+    # the local restore need not list them again (store.seal; a full check ignores seals).
+    made = seal.Seal(Dirs.of(tree.stamps()), mf.listed(manifest), bool(signing_key))
     used = {e["pack"] for e in entries.values() if e["size"]}
-    return Fetched(len(files), manifest["total_bytes"], {"packs": len(used), "ranges": len(spans)})
+    detail = {"packs": len(used), "ranges": len(spans)}
+    return Fetched(len(files), manifest["total_bytes"], detail, (digest, made))
 
 
 def _unpack(
     objects: S3Objects,
     span: packs.Span,
-    root: str,
+    tree: packs.Tree,
     stats: dict[str, os.stat_result],
     decoder: packs.Decoder,
+    cpu: threading.BoundedSemaphore,
 ) -> list[str]:
-    """One ranged GET of `span`, its files written under `root` as its frames arrive
+    """One ranged GET of `span`, its files written into `tree` as its frames arrive
     (packs.unpack_span); the problems found."""
     try:
         with objects.bucket.get_range(objects.pack_key(span.pack), span.start, span.end) as read:
-            return packs.unpack_span(span, read, root, stats, decoder)
+            return packs.unpack_span(span, read, tree, stats, decoder, cpu)
     except S3Missing:
         return [f"missing: pack {span.pack} ({len(span.files)} files)"]
     except S3TooLarge:

@@ -58,6 +58,22 @@ class S3Objects:
         self.where = where
         self._bucket = bucket
         self.deadline = Deadline(configured_seconds())
+        # The client takes ~0.2 s to make (botocore's import and its S3 model): made on a
+        # thread of its own from now on, while the caller takes the fingerprint or commits
+        # locally, so that the first request need not wait for it.
+        self._made: list[Bucket | Exception] = []
+        self._making: threading.Thread | None = None
+        if bucket is None:
+            self._making = threading.Thread(
+                target=self._make_bucket, name="fxcache-s3 client", daemon=True
+            )
+            self._making.start()
+
+    def _make_bucket(self) -> None:
+        try:
+            self._made.append(Bucket(self.where, self.deadline))
+        except Exception as exc:  # handed to the first user of the client
+            self._made.append(exc)
 
     def start(self, seconds: float | None = None) -> Deadline:
         """Start the time bound of one operation (a restore, save or invalidate: `seconds`,
@@ -70,12 +86,18 @@ class S3Objects:
     # -- plumbing ----------------------------------------------------------------------------
     @property
     def bucket(self) -> Bucket:
-        """The client, made on first use (boto3 is imported only by S3 operations)."""
+        """The client (botocore is imported only by S3 operations), made on its thread since
+        this object was; its requests honour the operation's deadline."""
         if self._bucket is None:
-            try:
-                self._bucket = Bucket(self.where, self.deadline)
-            except S3Unavailable as exc:
-                raise RemoteUnavailable(str(exc)) from None
+            if self._making is not None:
+                self._making.join()
+            made = self._made[0] if self._made else S3Unavailable("the S3 client was not made")
+            if isinstance(made, S3Unavailable):
+                raise RemoteUnavailable(str(made))
+            if isinstance(made, Exception):
+                raise made
+            self._bucket = made
+            self._bucket.use(self.deadline)
         return self._bucket
 
     def describe(self) -> str:

@@ -9,8 +9,10 @@ from typing import TypeVar
 # A save: packs built and uploaded at once (each worker holds one pack, up to 32 MiB).
 WORKERS = 8
 # A restore: ranged reads at once. A link's bandwidth is filled by many connections (AWS:
-# ~85-90 MB/s each, so ~15 for 10 Gbit/s); each worker holds at most one frame stored and
-# one decoded (store.remote.packs.FRAME_BYTES each): 16 x 8 MiB = 128 MiB of pack data.
+# ~85-90 MB/s each, so ~15 for 10 Gbit/s). Each worker holds at most one frame as stored
+# (store.remote.packs.FRAME_BYTES), and one decoded only while it holds one of the fetch's
+# usable_cpus() slots: at most 16 x 4 MiB + CPUs x 4 MiB of pack data (72 MiB on 2 CPUs,
+# never more than 128 MiB).
 FETCH_WORKERS = 16
 T = TypeVar("T")
 
