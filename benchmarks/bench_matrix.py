@@ -90,18 +90,21 @@ def product(python: str, work: Path) -> tuple[float, dict[str, int]]:
     return elapsed, doc["summary"]
 
 
-def naive(python: str, work: Path) -> float:
-    """Wall time of the naive baseline over the same combinations (those this torch has the
-    mechanism for: verify skips the others, e.g. precompile-api before torch 2.15)."""
+def runnable(python: str) -> list[matrix.Combo]:
+    """The default CPU matrix's combinations this torch has the mechanism for (verify skips
+    the others, e.g. precompile-api before torch 2.15)."""
     combos = matrix.build(dict.fromkeys(matrix.FLAGS), None)
     combos.devices = ["cpu"]
     version = fingerprint.collect(python).torch_version
+    return [c for c in combos.combos() if not torch_support.skip(version, c.to_dict())]
+
+
+def naive(python: str, work: Path) -> float:
+    """Wall time of the naive baseline over the combinations verify runs (`runnable`)."""
     env, private = forkserver.worker_env({**os.environ, **ENV})
     start = time.perf_counter()
     try:
-        for combo in combos.combos():
-            if torch_support.skip(version, combo.to_dict()):
-                continue
+        for combo in runnable(python):
             cdir = work / "naive" / combo.id
             cdir.mkdir(parents=True)
             for phase in ("cold", "hot"):
@@ -149,6 +152,7 @@ def main() -> None:
     parser.add_argument("--python", default=sys.executable, help="interpreter with torch")
     parser.add_argument("--order", choices=("naive-first", "product-first"), default="naive-first")
     args = parser.parse_args()
+    load_at_start = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="bench-matrix-"))
     try:
         if args.order == "naive-first":
@@ -161,7 +165,7 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     cores = len(os.sched_getaffinity(0))
-    print(f"default CPU matrix, 12 combos, {cores} cores")
+    print(f"default CPU matrix, {len(runnable(args.python))} combos run, {cores} cores")
     print(f"naive baseline (fresh python per phase, sequential): {base:7.1f} s")
     print(f"fxcache verify (fork server, parallel):              {prod:7.1f} s  {summary}")
     print(
@@ -174,7 +178,7 @@ def main() -> None:
     print(f"  default (no-gain carried where unchanged):    {policy:7.1f} s  {policy_summary}")
     print(f"  ratio default / full re-check: {policy / full:.2f}")
     print(f"  ratio default hot-only / naive first run: {policy / base:.3f}")
-    print(f"load average (1, 5, 15 min) at the end: {os.getloadavg()}")
+    print(f"load average (1, 5, 15 min): {load_at_start} at the start, {os.getloadavg()} now")
 
 
 if __name__ == "__main__":
