@@ -88,13 +88,14 @@ def _populate_inductor(scope: Path, size_mib: int, seed: int = 0) -> tuple[int, 
                   if not p.is_symlink() and p.is_file() and p.stat().st_size > 2**20)  # fmt: skip
     code = b"".join(p.read_bytes() for p in libs[:60])
     total = size_mib * 2**20
-    files = written = at = 0
+    files = written = end = 0
     while written < total * 0.4:
         n = rng.randint(64, 1024) * 1024
-        at = at + n if at + 2 * n < len(code) else 0  # consecutive slices: no shared bytes
+        start = end if end + n <= len(code) else 0  # consecutive slices: no shared bytes
+        end = start + n
         path = scope / "triton" / f"{rng.getrandbits(64):016x}" / "kernel.so"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(code[at : at + n])
+        path.write_bytes(code[start:end])
         files, written = files + 1, written + n
     ops = ["add", "mul", "sub", "div", "relu", "sigmoid", "tanh", "exp", "mean", "sum"]
     while written < total:

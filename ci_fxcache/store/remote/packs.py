@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator
@@ -58,6 +59,28 @@ class Frame(NamedTuple):
 
 class FrameError(Exception):
     """A frame whose bytes do not decode to what the frame table says."""
+
+
+class TooLarge(Exception):
+    """Bytes that would decode to more than their reader accepts."""
+
+
+def inflate_bounded(stored: bytes, limit: int, window: int) -> bytes:
+    """The zstd frame `stored` decoded, reading at most `limit` bytes of it with a window of
+    at most `window` (a small object: a header, a segment); zstandard.ZstdError when it does
+    not decode, TooLarge when it would decode to more than `limit`."""
+    import zstandard
+
+    dctx = zstandard.ZstdDecompressor(max_window_size=window)
+    pieces: list[bytes] = []
+    total = 0
+    with dctx.stream_reader(io.BytesIO(stored), read_across_frames=False) as reader:
+        while total <= limit and (piece := reader.read(1 << 20)):
+            pieces.append(piece)
+            total += len(piece)
+    if total > limit:
+        raise TooLarge(f"decodes to more than {limit} bytes")
+    return b"".join(pieces)
 
 
 def sha256_hex(data: bytes | memoryview) -> str:

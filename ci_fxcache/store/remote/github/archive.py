@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -130,19 +129,12 @@ def write(scope: Path, archive: Path) -> int:
 def _inflate(stored: bytes) -> bytes:
     import zstandard
 
-    dctx = zstandard.ZstdDecompressor(max_window_size=_HEADER_WINDOW)
-    pieces: list[bytes] = []
-    total = 0
     try:
-        with dctx.stream_reader(io.BytesIO(stored), read_across_frames=False) as reader:
-            while total <= MAX_HEADER_JSON and (piece := reader.read(1 << 20)):
-                pieces.append(piece)
-                total += len(piece)
+        return packs.inflate_bounded(stored, MAX_HEADER_JSON, _HEADER_WINDOW)
     except zstandard.ZstdError as exc:
         raise ArchiveError(f"header does not decode ({exc})") from None
-    if total > MAX_HEADER_JSON:
-        raise ArchiveError("header is larger than any save writes")
-    return b"".join(pieces)
+    except packs.TooLarge:
+        raise ArchiveError("header is larger than any save writes") from None
 
 
 def _header(

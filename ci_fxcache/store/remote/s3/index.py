@@ -15,7 +15,6 @@ decoded to at most MAX_SEGMENT_JSON bytes: a bomb is refused, never expanded.
 
 from __future__ import annotations
 
-import io
 import json
 import zlib
 from typing import Any
@@ -241,17 +240,10 @@ def _inflate(raw: bytes) -> bytes | None:
         return text if inflater.eof and len(text) <= MAX_SEGMENT_JSON else None
     if not raw.startswith(_ZSTD_MAGIC):
         return None
-    dctx = zstandard.ZstdDecompressor(max_window_size=_SEGMENT_WINDOW)
-    pieces: list[bytes] = []
-    total = 0
     try:
-        with dctx.stream_reader(io.BytesIO(raw), read_across_frames=False) as reader:
-            while total <= MAX_SEGMENT_JSON and (piece := reader.read(1 << 20)):
-                pieces.append(piece)
-                total += len(piece)
-    except zstandard.ZstdError:
+        return packs.inflate_bounded(raw, MAX_SEGMENT_JSON, _SEGMENT_WINDOW)
+    except (zstandard.ZstdError, packs.TooLarge):
         return None
-    return b"".join(pieces) if total <= MAX_SEGMENT_JSON else None
 
 
 def decode_segment(raw: bytes, digest: str, packs_of_head: set[str]) -> dict[str, Any]:
