@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 # Appended to Inductor's generated wrapper modules: every floating output gets +1, as a
@@ -43,6 +44,8 @@ def tamper_sine(path: Path) -> int:
 
 
 def truncate(path: Path, keep: float = 0.5) -> None:
-    """Cut the file at `path` to a fraction of its size, as an interrupted copy would."""
+    """Cut the file at `path` to a fraction of its size, as an interrupted copy would; a
+    read-only file (as the store leaves them) is made writable first, as its owner can."""
     data = path.read_bytes()
+    path.chmod(path.stat().st_mode | stat.S_IWUSR)
     path.write_bytes(data[: int(len(data) * keep)])

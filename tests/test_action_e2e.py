@@ -32,6 +32,7 @@ import pytest
 from tests.conftest import ROOT, TORCH_PYTHON
 from tests.fake_cache_service import FakeCacheService
 from tests.fake_github import FakeGitHub
+from tests.faults import truncate
 from tests.nonroot import NOBODY_GID, NonRoot, pip_env
 
 pytestmark = pytest.mark.slow
@@ -375,8 +376,7 @@ def test_action_end_to_end(
     victims = sorted(p for p in (scope / "verify").rglob("*") if p.is_file())
     assert victims, "nothing stored under verify/"
     victim = max(victims, key=lambda p: p.stat().st_size)
-    data = victim.read_bytes()
-    victim.write_bytes(data[: len(data) // 2])
+    truncate(victim)
     tampered = harness.run("tampered")
     assert tampered.succeeded, tampered.log()
     out3 = tampered.json("outputs.json")
