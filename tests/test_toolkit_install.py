@@ -58,6 +58,41 @@ def _imports(exe: str, module: str) -> bool:
                           check=False).returncode == 0  # fmt: skip
 
 
+# Every interpreter and machine the lock is for (toolkit/lock.py; requires-python >= 3.11):
+# 3.11's patch releases apart, since a dependency may differ below one (redis below 3.11.3).
+LOCKED_FOR = [
+    {"python_version": v.rsplit(".", 1)[0], "python_full_version": v, "platform_machine": m}
+    for v in ("3.11.0", "3.11.2", "3.11.3", "3.12.0", "3.13.0")
+    for m in ("x86_64", "aarch64")
+]
+
+
+def _missing_dependencies(exe: str) -> list[str]:
+    """What an installed toolkit's distributions require on any interpreter the lock is for
+    that the toolkit's environment lacks (a dependency the lock left out)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    script = (
+        "import json, importlib.metadata as m\n"
+        "print(json.dumps({d.metadata['Name']: d.requires or [] for d in m.distributions()}))"
+    )
+    python = Path(exe).with_name("python")
+    found = json.loads(subprocess.run([str(python), "-c", script], capture_output=True,
+                                      text=True, check=True).stdout)  # fmt: skip
+    installed = {canonicalize_name(name) for name in found}
+    missing = set()
+    for name, requires in found.items():
+        for text in requires:
+            req = Requirement(text)
+            needed = req.marker is None or any(
+                req.marker.evaluate({**env, "extra": ""}) for env in LOCKED_FOR
+            )
+            if needed and canonicalize_name(req.name) not in installed:
+                missing.add(f"{name} needs {req}")
+    return sorted(missing)
+
+
 def test_install_is_isolated_locked_and_reused_after_an_integrity_check(
     action: Path, tmp_path: Path
 ) -> None:
@@ -73,6 +108,7 @@ def test_install_is_isolated_locked_and_reused_after_an_integrity_check(
     # The toolkit's venv never sees the user's torch, and the redis extra only with store redis.
     assert not _imports(exe, "torch") and not _imports(exe, "redis")
     assert _imports(exe, "yaml") and _imports(exe, "jinja2")
+    assert _missing_dependencies(exe) == []
     # Its commands run (and may write bytecode) without breaking the recorded hash.
     subprocess.run([exe, "key", "--python", TORCH_PYTHON], capture_output=True, check=True)
 
@@ -100,12 +136,14 @@ def test_store_redis_installs_the_redis_extra(action: Path, tmp_path: Path) -> N
     proc, exe = install(action, tmp_path, FXCACHE_STORE="redis")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _imports(exe, "redis")
+    assert _missing_dependencies(exe) == []  # async-timeout, below Python 3.11.3
 
 
 def test_store_s3_installs_the_s3_extra(action: Path, tmp_path: Path) -> None:
     proc, exe = install(action, tmp_path, FXCACHE_STORE="s3")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _imports(exe, "boto3")
+    assert _missing_dependencies(exe) == []
 
 
 def test_a_wrong_hash_in_the_lock_stops_the_install(action: Path, tmp_path: Path) -> None:
