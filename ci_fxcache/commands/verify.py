@@ -19,7 +19,7 @@ from ci_fxcache.results import writer
 from ci_fxcache.store import state_file
 from ci_fxcache.store.layout import VERIFY_DIR_ENV
 from ci_fxcache.store.remote import redis_cache
-from ci_fxcache.verify import causes, matrix, runner
+from ci_fxcache.verify import causes, matrix, runner, versions
 from ci_fxcache.verify.forkserver import ForkServer
 
 
@@ -204,10 +204,16 @@ def line(combo: dict[str, Any]) -> str:
     if combo.get("speedup") is not None:
         speed = labels.fmt_speedup(combo["speedup"], str(combo.get("cause")))
     judged_at = labels.carried_from(combo)
-    carried = f"[{labels.NOT_RECHECKED}, judged {judged_at}] " if judged_at else ""
+    carried = (
+        f"[{labels.NOT_RECHECKED}, judged {judged_at}{labels.carried_age(combo)}] "
+        if judged_at
+        else ""
+    )
+    why = labels.changed_why(combo)
+    changed = f"[{versions.changed_note_text(why)}] " if why else ""
     return (
         f"{label:<44} {combo['verdict']:<8} cold {_secs(combo.get('cold')):>6} "
-        f"hot {_secs(combo.get('hot')):>6} {speed:>6}  {carried}{combo['reason']}"
+        f"hot {_secs(combo.get('hot')):>6} {speed:>6}  {carried}{changed}{combo['reason']}"
     )
 
 
@@ -276,6 +282,7 @@ def run(
         share_cold=not separate_cold,
         recheck_all=recheck_all,
         deterministic=deterministic,
+        scope_key=scopekey.scope_key(fp),
     )
     try:
         server = ForkServer(interpreter_path, run_dir)
@@ -294,7 +301,7 @@ def run(
     settings.phase = phase_run
     doc = writer.document(
         fingerprint=fp.to_dict(),
-        scope_key=scopekey.scope_key(fp),
+        scope_key=settings.scope_key,
         cache=state,
         settings=settings.to_dict(),
         matrix=plan.to_dict(),
