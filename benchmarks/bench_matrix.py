@@ -13,6 +13,10 @@ Then the job after: `fxcache verify` hot-only on the cache the product run built
 re-checking every combination (`--recheck-all`) and once as every later job does (carrying the
 no-gain verdicts whose inputs cannot have changed; docs/verify.md), side by side.
 
+And what the hot-only job spends on the workload identity check (issue 38: a workload edited
+since its reference is verified again, never judged by it): the same `Runner.match_versions`
+call the job makes, timed on its own against the same cache, beside the job's wall time.
+
 Usage: python benchmarks/bench_matrix.py [--python PY] [--order naive-first|product-first]
 Prints the wall times and the ratios (targets: the first run <= 0.25x naive; the hot-only job
 after it no slower than before issue 34: 0.094x naive, 10.8 s on a quiet 2-core machine).
@@ -32,8 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache.env import fingerprint, torch_support
-from ci_fxcache.verify import forkserver, matrix
+from ci_fxcache.env import fingerprint, interpreter, torch_support
+from ci_fxcache.verify import forkserver, matrix, runner
 
 ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 TARGET = 0.25
@@ -83,6 +87,27 @@ def hot_only(python: str, work: Path) -> dict[str, tuple[float, dict[str, Any]]]
         )
         timed[name] = (elapsed, {**doc["summary"], "carried": carried})
     return timed
+
+
+def identity_check(python: str, work: Path) -> tuple[float, int]:
+    """Wall time of the identity check a hot-only job makes before its phases (one fork
+    server, as in the job; its start is not counted, the job has one anyway) on the product's
+    cache, and how many combinations it checked; every one must match its reference."""
+    combos = runnable(python)
+    scratch = Path(tempfile.mkdtemp(prefix="bench-identity-", dir=work))
+    server = forkserver.ForkServer(interpreter.resolve(python), scratch)
+    try:
+        settings = runner.Settings(cache_dir=work / "cache", run_dir=scratch)
+        checker = runner.Runner(server, settings, lambda _: None)
+        os.environ.update(ENV)
+        start = time.perf_counter()
+        matched = checker.match_versions(combos, runner.default_jobs(combos, server.info))
+        elapsed = time.perf_counter() - start
+    finally:
+        server.close()
+    if len(matched) != len(combos):
+        raise SystemExit(f"identity check: {sorted(checker.changed.items())} did not match")
+    return elapsed, len(combos)
 
 
 def product(python: str, work: Path) -> tuple[float, dict[str, int]]:
@@ -163,6 +188,7 @@ def main() -> None:
             prod, summary = product(args.python, work)
             base = naive(args.python, work)
         hot = hot_only(args.python, work)
+        identity_s, checked = identity_check(args.python, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     cores = len(os.sched_getaffinity(0))
@@ -179,6 +205,10 @@ def main() -> None:
     print(f"  default (no-gain carried where unchanged):    {policy:7.1f} s  {policy_summary}")
     print(f"  ratio default / full re-check: {policy / full:.2f}")
     print(f"  ratio default hot-only / naive first run: {policy / base:.3f}")
+    print(
+        f"  of which the workload identity check ({checked} combinations): {identity_s:5.2f} s, "
+        f"{identity_s / policy:.2f}x of the default hot-only job"
+    )
     print(f"load average (1, 5, 15 min): {load_at_start} at the start, {os.getloadavg()} now")
 
 

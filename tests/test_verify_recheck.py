@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from ci_fxcache.commands.verify import line as build_line
 from ci_fxcache.report import render
 from ci_fxcache.verify import recheck
-from ci_fxcache.commands.verify import line as build_line
 from tests.conftest import RunFxcache
 from tests.test_report import build
 from tests.test_verify import load, verify
