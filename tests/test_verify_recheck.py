@@ -219,9 +219,12 @@ def test_hot_only_run_carries_no_gain_rechecks_safe_and_recheck_all_rechecks_eve
     assert (full["mega"]["verdict"], full["mega"]["cause"]) == ("no-gain", "rebuilt")
     assert all(n["kind"] != "carried" for n in full["mega"]["notes"])
     # a hot-only run does not replace the record of the run that built the cache
-    assert recheck.carried(
-        cache / ids["mega"], "mega", full["doc"]["settings"], "", recheck.context(None)
-    ) is None
+    assert (
+        recheck.carried(
+            cache / ids["mega"], "mega", full["doc"]["settings"], "", recheck.context(None)
+        )
+        is None
+    )
     assert json.loads((cache / ids["mega"] / recheck.VERDICT_FILE).read_text())["run_id"] == "77"
 
 

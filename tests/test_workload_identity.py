@@ -82,8 +82,8 @@ def test_the_identity_is_stable_and_each_part_names_its_own_change(
         patched.setattr(
             importlib.metadata, "version", lambda d: "99.0" if d == "torch" else real(d)
         )
-        upgraded = identity.libraries_digest([("torch", torch)])
-    assert upgraded != identity.libraries_digest([("torch", torch)])
+        upgraded = identity.libraries_digest([("m", sys.modules["idmodels.net"], "")])
+    assert upgraded != identity.libraries_digest([("m", sys.modules["idmodels.net"], "")])
     # the inputs of a dynamic combination include the second input shape
     _forget()
     dynamic, _, _ = _identity(dynamic="true")

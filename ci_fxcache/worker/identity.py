@@ -8,8 +8,8 @@ The identity holds, each as a sha256:
 - `source`: the bytes of every module the workload imported from outside the interpreter's
   installation (the user's package, a module it imports; fxcache's own `workloads.py` for a
   built-in workload): an edited line changes it, whatever it does to the numbers;
-- `libraries`: the name and version of each installed distribution whose modules the workload
-  imported (a transformers upgrade);
+- `libraries`: the name and version of each installed distribution the workload's own modules
+  use (a transformers upgrade);
 - `state`, `inputs`: the factory's initial weights and buffers, and its inputs (with the second
   input shape where the combination is dynamic), names, dtypes, shapes and bits;
 - `eager`: the outputs (and gradients when training) of one eager step on them, from the
@@ -37,6 +37,7 @@ import sys
 import sysconfig
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -85,13 +86,20 @@ def _own(path: str) -> bool:
     return not path.startswith(_installed_roots()) and not path.startswith(str(_WORKER) + os.sep)
 
 
-def source_digest(workload: str, imported: list[tuple[str, Any]]) -> str:
-    """sha256 over the names and bytes of the workload's own modules, in name order."""
-    digest = hashlib.sha256()
-    files = [(n, f) for n, m in imported if (f := _module_file(m)) is not None and _own(f)]
+def own_modules(workload: str, imported: list[tuple[str, Any]]) -> list[tuple[str, Any, str]]:
+    """The workload's own modules among `imported` (name, module, file), in name order: those
+    whose file lies outside the interpreter's installation and fxcache's worker, and
+    fxcache's `workloads.py` for a built-in workload."""
+    found = [(n, m, f) for n, m in imported if (f := _module_file(m)) is not None and _own(f)]
     if workload in workloads.BUILTINS:
-        files.append((workloads.__name__, os.path.realpath(workloads.__file__)))
-    for name, path in sorted(files):
+        found.append((workloads.__name__, workloads, os.path.realpath(workloads.__file__)))
+    return sorted(found, key=lambda item: item[0])
+
+
+def source_digest(own: list[tuple[str, Any, str]]) -> str:
+    """sha256 over the names and bytes of the workload's own modules (`own_modules`)."""
+    digest = hashlib.sha256()
+    for name, _, path in own:
         digest.update(f"{name}\0{os.path.getsize(path)}\0".encode())
         with open(path, "rb") as stream:
             for block in iter(lambda: stream.read(1 << 20), b""):
@@ -104,9 +112,25 @@ def _distributions() -> dict[str, list[str]]:
     return dict(importlib.metadata.packages_distributions())
 
 
-def libraries_digest(imported: list[tuple[str, Any]]) -> str:
-    """sha256 over `name==version` of the distributions whose modules the workload imported."""
-    tops = {n.partition(".")[0] for n, m in imported if (f := _module_file(m)) and not _own(f)}
+def _referenced(module: Any) -> set[str]:
+    """The top-level packages a module's globals come from (`import transformers`, `from
+    transformers import AutoModel`)."""
+    tops = set()
+    for value in list(vars(module).values()):
+        try:
+            name = value.__name__ if isinstance(value, ModuleType) else value.__module__
+        except Exception:  # an object whose attribute access raises, or has none
+            continue
+        if isinstance(name, str) and name:
+            tops.add(name.partition(".")[0])
+    return tops
+
+
+def libraries_digest(own: list[tuple[str, Any, str]]) -> str:
+    """sha256 over `name==version` of the installed distributions the workload's own modules
+    use (their globals' packages). Read from the code, not from what happens to be imported
+    in the process: a phase imports more (its mechanism's setup) than the identity check."""
+    tops = set().union(*(_referenced(m) for _, m, _ in own)) if own else set()
     pairs: set[str] = set()
     for top in tops:
         for dist in _distributions().get(top, []):
@@ -141,10 +165,10 @@ def of(
     eager: list[torch.Tensor],
 ) -> dict[str, str]:
     """The identity of a workload built and stepped since `modules` was started."""
-    imported = modules.imported()
+    own = own_modules(workload, modules.imported())
     return {
-        "source": source_digest(workload, imported),
-        "libraries": libraries_digest(imported),
+        "source": source_digest(own),
+        "libraries": libraries_digest(own),
         "state": tensors_digest(sorted((state or {}).items())),
         "inputs": tensors_digest(
             [(f"input {i}", t) for i, t in enumerate(inputs)]
