@@ -13,15 +13,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from . import identity, phase
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     """Answer one `identity` request (never raises: an error is the answer's `error`)."""
     if spec.get("deterministic"):
-        torch.use_deterministic_algorithms(True)
+        phase.deterministic_algorithms()
     modules = identity.Modules()
     answers: dict[str, Any] = {}
     for variant in spec["variants"]:

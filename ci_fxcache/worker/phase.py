@@ -83,9 +83,15 @@ def _deterministic(inductor_config: Any) -> None:
     fill_uninitialized_memory) and the Inductor config, `deterministic` included (not in
     `_cache_config_ignore_prefix`; torch 2.13.0 and 2.14.1). cuBLAS needs its workspace setting
     before its first use, which comes later in this process."""
+    deterministic_algorithms()
+    set_option(inductor_config, "deterministic", True)
+
+
+def deterministic_algorithms() -> None:
+    """torch's deterministic algorithms, with the cuBLAS workspace they need (eager too: the
+    identity check's eager step runs as the cold phase's did)."""
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
-    set_option(inductor_config, "deterministic", True)
 
 
 def _counters() -> dict[str, int]:
