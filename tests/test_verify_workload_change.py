@@ -15,6 +15,7 @@ import os
 import shlex
 import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -122,9 +123,15 @@ class Job:
         self.count = 0
 
     def __call__(
-        self, *restore: str, env: dict[str, str] | None = None, rc: int = 0
+        self,
+        *restore: str,
+        env: dict[str, str] | None = None,
+        rc: int = 0,
+        after_restore: Callable[[Path], None] | None = None,
     ) -> dict[str, Any]:
-        """One job: its results document (`stdout` and `verify_dir` added)."""
+        """One job: its results document (`stdout` and `verify_dir` added). `after_restore`
+        gets the verify dir between the restore (and its integrity check) and verify, and
+        the job then does not save (the save would find the change and quarantine)."""
         self.count += 1
         common = {
             "FXCACHE_ROOT": str(self.root),
@@ -136,14 +143,17 @@ class Job:
         restored = run("restore", "--python", TORCH_PYTHON, *restore, env=common, cwd=self.work)
         assert restored.returncode == 0, restored.stderr
         job_env = {**common, **_exports(restored.stdout)}
+        if after_restore is not None:
+            after_restore(Path(job_env["FXCACHE_VERIFY_DIR"]))
         out = self.base / f"results-{self.count}.json"
         verified = run(
             "verify", "--python", TORCH_PYTHON, *MATRIX, "--json", str(out),
             env=job_env, timeout=900, cwd=self.work,
         )  # fmt: skip
         assert verified.returncode == rc, verified.stdout + verified.stderr
-        saved = run("save", env=job_env, cwd=self.work)
-        assert saved.returncode == 0, saved.stderr
+        if after_restore is None:
+            saved = run("save", env=job_env, cwd=self.work)
+            assert saved.returncode == 0, saved.stderr
         doc = json.loads(out.read_text())
         from tests.test_results_schema import validate
 
@@ -255,14 +265,22 @@ def test_a_graph_that_changed_with_the_same_outputs_is_verified_again(job: Job) 
 
 
 def test_a_cache_tampered_after_the_edit_is_still_unsafe(job: Job) -> None:
+    """The edited model's new reference and cache, committed by the save; then a co-tenant
+    rewrites its generated code after the next job's restore checked the store (a change
+    before that check is the store's to catch: it quarantines the scope)."""
     job.edit("source")
     doc = job()
+    fxgraph_id = _by_mechanism(doc)["fxgraph"]["id"]
     assert _by_mechanism(doc)["fxgraph"]["verdict"] == "safe"
-    (newest, _) = _references(doc["verify_dir"], _by_mechanism(doc)["fxgraph"]["id"])
-    for path in newest.rglob("*.py"):
-        path.chmod(path.stat().st_mode | stat.S_IWUSR)  # committed read-only: its owner can
-    assert tamper_generated_code(newest / "inductor") >= 1
-    fxgraph = _by_mechanism(job(rc=1))["fxgraph"]
+
+    def tamper(verify_dir: Path) -> None:
+        newest = _references(str(verify_dir), fxgraph_id)[0]
+        assert newest.parent.name == versions.VERSIONS
+        for path in newest.rglob("*.py"):
+            path.chmod(path.stat().st_mode | stat.S_IWUSR)  # committed read-only: its owner can
+        assert tamper_generated_code(newest / "inductor") >= 1
+
+    fxgraph = _by_mechanism(job(after_restore=tamper, rc=1))["fxgraph"]
     assert (fxgraph["verdict"], fxgraph["cause"]) == ("unsafe", "hot-mismatch")
     assert "workload-changed" not in _kinds(fxgraph)  # judged by the edited model's reference
 
@@ -278,12 +296,18 @@ def test_a_cache_tampered_between_the_phases_of_a_changed_workload_is_unsafe(job
 
 def test_a_read_only_run_of_an_edited_workload_leaves_the_store_as_it_was(job: Job) -> None:
     """A pull request's run (read-only) against the references the default branch recorded:
-    verified again in its private overlay, the report names the workload, the store keeps only
-    the default branch's references."""
+    verified again in its private overlay, the report names the workload, the store's scope
+    keeps only the default branch's references."""
     why = job.edit("imported module")
-    store_before = sorted(str(p.relative_to(job.root)) for p in job.root.rglob("reference.json"))
+
+    def references() -> list[str]:
+        found = (str(p.relative_to(job.root)) for p in job.root.rglob("reference.json"))
+        return sorted(p for p in found if not p.startswith(".overlays/"))
+
+    before = references()
     doc = job("--read-only")
     assert all(c["verdict"] in ("safe", "no-gain") for c in doc["combos"]), doc["stdout"]
     assert build(doc).changed == [f"{WORKLOAD} ({why})"]
-    store_after = sorted(str(p.relative_to(job.root)) for p in job.root.rglob("reference.json"))
-    assert store_after == store_before
+    assert "/.overlays/" in doc["verify_dir"]  # where it recorded the new references
+    assert all(len(_references(doc["verify_dir"], c["id"])) == 2 for c in doc["combos"])
+    assert references() == before
