@@ -82,8 +82,15 @@ def test_the_identity_is_stable_and_each_part_names_its_own_change(
         patched.setattr(
             importlib.metadata, "version", lambda d: "99.0" if d == "torch" else real(d)
         )
-        upgraded = identity.libraries_digest([("m", sys.modules["idmodels.net"], "")])
-    assert upgraded != identity.libraries_digest([("m", sys.modules["idmodels.net"], "")])
+        upgraded = identity.libraries_digest("m:f", [("m", sys.modules["idmodels.net"], "")])
+    assert upgraded != identity.libraries_digest("m:f", [("m", sys.modules["idmodels.net"], "")])
+    # a workload whose package is installed: its own version counts
+    with monkeypatch.context() as patched:
+        patched.setattr(
+            importlib.metadata, "version", lambda d: "99.0" if d == "torch" else real(d)
+        )
+        installed = identity.libraries_digest("torch.nn:Linear", [])
+    assert installed != identity.libraries_digest("torch.nn:Linear", [])
     # the inputs of a dynamic combination include the second input shape
     _forget()
     dynamic, _, _ = _identity(dynamic="true")

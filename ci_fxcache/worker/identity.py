@@ -9,7 +9,7 @@ The identity holds, each as a sha256:
   installation (the user's package, a module it imports; fxcache's own `workloads.py` for a
   built-in workload): an edited line changes it, whatever it does to the numbers;
 - `libraries`: the name and version of each installed distribution the workload's own modules
-  use (a transformers upgrade);
+  use (a transformers upgrade), and of the workload's package where it is installed;
 - `state`, `inputs`: the factory's initial weights and buffers, and its inputs (with the second
   input shape where the combination is dynamic), names, dtypes, shapes and bits;
 - `eager`: the outputs (and gradients when training) of one eager step on them, from the
@@ -126,11 +126,14 @@ def _referenced(module: Any) -> set[str]:
     return tops
 
 
-def libraries_digest(own: list[tuple[str, Any, str]]) -> str:
+def libraries_digest(workload: str, own: list[tuple[str, Any, str]]) -> str:
     """sha256 over `name==version` of the installed distributions the workload's own modules
-    use (their globals' packages). Read from the code, not from what happens to be imported
-    in the process: a phase imports more (its mechanism's setup) than the identity check."""
-    tops = set().union(*(_referenced(m) for _, m, _ in own)) if own else set()
+    use (their globals' packages), and of the workload's own package where it is installed.
+    Read from the code, not from what happens to be imported in the process: a phase imports
+    more (its mechanism's setup) than the identity check."""
+    tops = {workload.partition(":")[0].partition(".")[0]}
+    for _, module, _ in own:
+        tops |= _referenced(module)
     pairs: set[str] = set()
     for top in tops:
         for dist in _distributions().get(top, []):
@@ -168,7 +171,7 @@ def of(
     own = own_modules(workload, modules.imported())
     return {
         "source": source_digest(own),
-        "libraries": libraries_digest(own),
+        "libraries": libraries_digest(workload, own),
         "state": tensors_digest(sorted((state or {}).items())),
         "inputs": tensors_digest(
             [(f"input {i}", t) for i, t in enumerate(inputs)]
