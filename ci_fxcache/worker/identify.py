@@ -21,37 +21,48 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("deterministic"):
         phase.deterministic_algorithms()
     modules = identity.Modules()
+    built: dict[tuple[bool, bool], Current] = {}
     answers: dict[str, Any] = {}
     for variant in spec["variants"]:
         combo = {k: spec[k] for k in ("workload", "device", "dtype", "training")}
         combo.update(dynamic=variant["dynamic"], mechanism=variant["mechanism"])
+        # What the identity depends on besides the request's workload, device, dtype and
+        # training mode: whether the inputs hold a second shape, and the training loss.
+        same = (combo["dynamic"] != "false", combo["mechanism"] == "precompile-api")
         try:
-            answers[variant["key"]] = _match(combo, modules, variant["candidates"])
+            if same not in built:
+                built[same] = Current(combo, modules)
+            answers[variant["key"]] = built[same].match(variant["candidates"])
         except Exception as exc:
             traceback.print_exc()
             answers[variant["key"]] = {"match": None, "why": identity.build_error(exc)}
     return {"status": "ok", "variants": answers}
 
 
-def _match(
-    combo: dict[str, Any], modules: identity.Modules, candidates: list[dict[str, Any]]
-) -> dict[str, Any]:
-    run, _ = phase.build({"combo": combo, "phase": "identity"}, modules)
-    eager = phase.eager_step(run)
-    current = phase.workload_identity(run, modules, eager)
-    runs = [eager]
-    why: str | None = None
-    for index, candidate in enumerate(candidates):
-        found = identity.exact_change(candidate.get("identity"), current)
-        if found is None and candidate["identity"].get("eager") != current["eager"]:
-            if len(runs) == 1:
-                runs.append(phase.eager_step(run))  # a first call can be off (identity.py)
-            recorded = _recorded_eager(Path(candidate["dir"]))
-            found = identity.eager_change(recorded, runs, run.tol)
-        if found is None:
-            return {"match": index, "identity": current}
-        why = why or found  # the newest reference's difference is the one to tell
-    return {"match": None, "why": why, "identity": current}
+class Current:
+    """The workload as it is now, for one kind of combination: built, stepped once eagerly,
+    its identity; a second eager step taken only when a comparison needs one."""
+
+    def __init__(self, combo: dict[str, Any], modules: identity.Modules) -> None:
+        self.run, _ = phase.build({"combo": combo, "phase": "identity"}, modules)
+        eager = phase.eager_step(self.run)
+        self.identity = phase.workload_identity(self.run, modules, eager)
+        self.eager_runs = [eager]
+
+    def match(self, candidates: list[dict[str, Any]]) -> dict[str, Any]:
+        """The index of the first recorded version this workload matches, or why none."""
+        why: str | None = None
+        for index, candidate in enumerate(candidates):
+            found = identity.exact_change(candidate.get("identity"), self.identity)
+            if found is None and candidate["identity"].get("eager") != self.identity["eager"]:
+                if len(self.eager_runs) == 1:  # a first call can be off (identity.py)
+                    self.eager_runs.append(phase.eager_step(self.run))
+                recorded = _recorded_eager(Path(candidate["dir"]))
+                found = identity.eager_change(recorded, self.eager_runs, self.run.tol)
+            if found is None:
+                return {"match": index, "identity": self.identity}
+            why = why or found  # the newest reference's difference is the one to tell
+        return {"match": None, "why": why, "identity": self.identity}
 
 
 def _recorded_eager(directory: Path) -> Any:
