@@ -259,3 +259,21 @@ def test_the_report_comment_and_text_name_the_changed_workloads(tmp_path: Path) 
         assert labels.CHANGED_HEADING in shown and "<b>" not in shown, shown
     text = " ".join(render.text(report).split())  # wrapped at 100 columns
     assert f"{labels.CHANGED_HEADING}: {workload} ({why})" in text
+
+
+def test_a_builtin_workload_changes_identity_with_fxcache_s_own_workloads_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A newer fxcache that changes a built-in workload (worker/workloads.py) re-verifies it:
+    that file is the built-in workload's source."""
+    from ci_fxcache.worker import workloads
+
+    own = identity.own_modules("sin_matmul", [])
+    assert [name for name, _, _ in own] == [workloads.__name__]
+    copy = tmp_path / "workloads.py"
+    copy.write_bytes(Path(workloads.__file__).read_bytes())
+    monkeypatch.setattr(workloads, "__file__", str(copy))
+    before = identity.source_digest(identity.own_modules("sin_matmul", []))
+    copy.write_text(copy.read_text().replace("x.sin() @ y", "x.cos() @ y"))
+    assert identity.source_digest(identity.own_modules("sin_matmul", [])) != before
+    assert identity.own_modules("idmodels.net:factory", []) == []  # a user's: its own modules
