@@ -16,6 +16,10 @@ And once:
   scope): bytes uploaded versus the new files' bytes, and requests;
 - with `--clients`: the transfer alone (every pack, 8 MiB ranged GETs on 16 threads, bytes
   discarded) with boto3 and with obstore (if installed), through the fastest link.
+With `--save-memory` (`--save-memory-only`: nothing else), a save's peak RSS (the whole
+`fxcache save` process: local commit, packs, upload; measured by a small launcher that waits
+for it) for one 1 GiB file (128 KiB of random bytes per MiB, holes between) and for 100,000
+small files (1-4 KiB, Inductor-shaped paths); issue 40's bound: docs/store.md.
 Fleet rows (`_fleet`, same run, no link):
 - N runners saving one scope at once (`--savers 8,16,24,32`; one process each running the
   real publish path, released together): how many published, files that never reached the
@@ -25,7 +29,7 @@ Fleet rows (`_fleet`, same run, no link):
 
 Usage: python benchmarks/bench_s3.py [--python PY] [--size-mib 256] [--repeat 3]
            [--links 320,1000,10000] [--conn-mbit 720] [--rtt-ms 10] [--clients]
-           [--delete-between]
+           [--delete-between] [--save-memory | --save-memory-only]
 Everything (server, proxy, bucket, roots) lives in a temporary directory removed at the end
 (each try's files are kept until then: see `settle`). The machine's load average is printed
 at the start and the end: on a busy machine compare ratios, not times.
@@ -225,6 +229,8 @@ def main() -> None:
                         help="generated source + machine code, or bench_restore's")  # fmt: skip
     parser.add_argument("--delete-between", action="store_true",
                         help="remove each try's files before the next (see settle)")  # fmt: skip
+    parser.add_argument("--save-memory", action="store_true", help="also a save's peak RSS")
+    parser.add_argument("--save-memory-only", action="store_true", help="only that")
     parser.add_argument("--savers", default="8,16,24,32",
                         help="concurrent savers of one scope to try, comma-separated")  # fmt: skip
     args = parser.parse_args()
@@ -250,6 +256,11 @@ def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) ->
     url = f"s3://{bucket}/fxcache"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "FXCACHE_"))}
     env.update(server.env(), FXCACHE_S3_URL=url, TORCHINDUCTOR_COMPILE_THREADS="1")
+    if args.save_memory or args.save_memory_only:
+        _save_memory(args, work, env)
+        if args.save_memory_only:
+            print(f"load average at the end: {_load()}")
+            return
     base = ["--python", args.python, "--store", "s3", "--json"]
 
     def restore(root: Path, state: Path, endpoint: str | None = None,
@@ -493,6 +504,59 @@ def _transfer(client: str, bucket: str) -> None:
     with ThreadPoolExecutor(16) as pool:
         total = sum(pool.map(get, ranges))
     print(f"{total / 2**20:.0f} MiB in {len(ranges)} ranges")
+
+
+# -- a save's memory ------------------------------------------------------------------------
+
+_PEAK = """import os, subprocess, sys
+proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)
+_pid, status, usage = os.wait4(proc.pid, 0)
+print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)
+"""
+
+
+def _one_gib(where: Path) -> None:
+    path = where / "inductor" / "aotinductor" / "big" / "model.so"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        for _ in range(1024):
+            f.write(os.urandom(128 << 10))
+            f.seek((1 << 20) - (128 << 10), os.SEEK_CUR)
+        f.truncate(1 << 30)
+
+
+def _small_files(where: Path, count: int = 100_000) -> None:
+    import random
+
+    rng = random.Random(3)
+    for i in range(count):
+        folder = f"{rng.getrandbits(256):064x}"[:52]
+        rel = (f"inductor/fxgraph/{folder[:2]}/f{folder[:51]}/{rng.getrandbits(256):064x}"
+               if i % 3 else f"triton/{folder}/triton_poi_fused_{i}.py")  # fmt: skip
+        path = where / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        n = rng.randint(1, 4) * 1024
+        path.write_bytes((KERNEL * (n // len(KERNEL) + 1)).encode()[: n - 16] + rng.randbytes(16))
+
+
+def _save_memory(args: argparse.Namespace, work: Path, env: dict[str, str]) -> None:
+    """A save's peak RSS for one 1 GiB file and for 100,000 small files (a scope each)."""
+    print("\na save's peak RSS (fxcache save: local commit, packs, upload):")
+    for n, (what, populate) in enumerate(
+        (("one 1 GiB file", _one_gib), ("100,000 small files", _small_files))
+    ):
+        root, state = work / f"mem{n}", work / f"mem{n}.json"
+        got, _ = _fxcache("restore", "--root", str(root), "--python", args.python, "--store",
+                          "s3", "--json", "--state-file", str(state), "--salt", f"mem{n}",
+                          env=env)  # fmt: skip
+        populate(Path(got["inductor_dir"]).parent)
+        save = [sys.executable, "-m", "ci_fxcache", "save", "--json", "--state-file", str(state)]
+        run = _run([sys.executable, "-c", _PEAK, *save], env)
+        code, peak_kib = run.stdout.split()
+        assert code == "0", code
+        print(f"  {what:20s} peak RSS {int(peak_kib) / 1024:6.0f} MiB, {run.wall:.1f} s, "
+              f"CPU {run.cpu:.1f} s")  # fmt: skip
+        shutil.rmtree(root, onerror=_force)
 
 
 # -- fleet rows: concurrent savers, a hung endpoint ---------------------------------------------
