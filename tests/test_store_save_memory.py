@@ -127,3 +127,19 @@ def test_a_one_gib_file_goes_to_the_github_cache_within_the_memory_bound(tmp_pat
     print(f"GitHub tier save of a 1 GiB file: peak RSS {peak:.0f} MiB")  # docs/store.md
     assert code == "0" and sent["uploaded"] and sent["bytes"] > 100 << 20, sent
     assert peak < SAVE_PEAK_MIB, f"peak RSS {peak:.0f} MiB"
+
+
+def test_the_github_tier_never_uploads_a_header_a_restore_would_refuse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer enforces the reader's header bounds (here lowered below what 300 files
+    take): the archive is refused before anything is uploaded, one clear reason."""
+    from ci_fxcache.store.remote.github import archive
+
+    files = {f"inductor/fxgraph/{i:03d}/entry": b"e%d" % i for i in range(300)}
+    scope = _committed(tmp_path / "s" / "fxcache-v1-linux-x", files)
+    monkeypatch.setattr(archive, "MAX_HEADER_JSON", 20_000)
+    with pytest.raises(archive.ArchiveError, match="larger than a restore reads"):
+        archive.write(scope, tmp_path / "entry")
+    monkeypatch.setattr(archive, "MAX_HEADER_JSON", 64 << 20)
+    assert archive.write(scope, tmp_path / "entry") > 0
