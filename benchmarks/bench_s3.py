@@ -27,6 +27,11 @@ Fleet rows (`_fleet`, same run, no link):
 - a restore of the valid local scope against a healthy endpoint and against one that
   accepts connections and never answers (the last-used marker's bound, deadline.TOUCH_S).
 
+With `--cpu-per-gib`: restore CPU seconds per GiB, an empty runner's `fxcache restore` (no
+link, download included) beside `zstd -d -T0 | tar -x` of the archive on disk. With
+`--fleet-only`: only the concurrent savers (`--savers`). benchmarks/sim_savers.py goes
+beyond what one machine's processes can (100 / 500 / 1,000 savers, in process).
+
 Usage: python benchmarks/bench_s3.py [--python PY] [--size-mib 256] [--repeat 3]
            [--links 320,1000,10000] [--conn-mbit 720] [--rtt-ms 10] [--clients]
            [--delete-between] [--save-memory | --save-memory-only]
@@ -231,6 +236,10 @@ def main() -> None:
                         help="remove each try's files before the next (see settle)")  # fmt: skip
     parser.add_argument("--save-memory", action="store_true", help="also a save's peak RSS")
     parser.add_argument("--save-memory-only", action="store_true", help="only that")
+    parser.add_argument("--cpu-per-gib", action="store_true",
+                        help="also restore CPU s per GiB beside zstd -d | tar -x")  # fmt: skip
+    parser.add_argument("--fleet-only", action="store_true",
+                        help="only the concurrent savers (--savers)")  # fmt: skip
     parser.add_argument("--savers", default="8,16,24,32",
                         help="concurrent savers of one scope to try, comma-separated")  # fmt: skip
     args = parser.parse_args()
@@ -269,6 +278,11 @@ def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) ->
         return _fxcache("restore", "--root", str(root), *base, "--state-file", str(state),
                         *extra_args, env={**env, **extra})  # fmt: skip
 
+    if args.fleet_only:
+        _saver_rounds(args, work, env, restore)
+        print(f"load average at the end: {_load()}")
+        return
+
     # Runner A: the first job fills the scope and saves it (the initial upload, no link).
     a_root = work / "a"
     first, _ = restore(a_root, work / "a0.json")
@@ -285,6 +299,8 @@ def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) ->
     s3: Any = server.client()
     s3.upload_file(str(archive), bucket, ARCHIVE_KEY)
     archive_bytes = archive.stat().st_size
+    if args.cpu_per_gib:
+        _cpu_per_gib(args, work, archive, files, size, restore)
     archive.unlink()
     plain = subprocess.run(f"tar -cf - -C {scope} inductor triton | zstd -3 -T0 | wc -c",
                            shell=True, capture_output=True, text=True, check=True)  # fmt: skip
@@ -573,16 +589,7 @@ def _fleet(
     restore with a valid local scope against a hung endpoint."""
     from tests.stalling_server import StallingServer
 
-    rounds = [_savers(work, env, restore, int(n)) for n in args.savers.split(",")]
-    print("\nconcurrent saves of one scope (one process each, released together):")
-    print("  savers  published  files lost  attempts (median / max)  wall")
-    for r in rounds:
-        tries = f"{r['attempts_median']:g} / {r['attempts_max']}"
-        print(f"  {r['savers']:6d}  {r['published']:9d}  {r['lost']:10d}  {tries:>23s}  "
-              f"{r['wall']:.1f} s")  # fmt: skip
-    clean = [r["savers"] for r in rounds if r["lost"] == 0 and r["published"] == r["savers"]]
-    print(f"concurrent-saver count that loses nothing: {max(clean) if clean else 'none'} "
-          f"(largest tried: {max(r['savers'] for r in rounds)})")  # fmt: skip
+    _saver_rounds(args, work, env, restore)
 
     healthy = [restore(a_root, work / f"h{n}.json")[1].wall for n in range(args.repeat)]
     with StallingServer("silent") as hung:
@@ -592,6 +599,56 @@ def _fleet(
           f"{statistics.median(healthy):.2f} s; endpoint that accepts and never answers "
           f"{statistics.median(stalled):.2f} s (medians of {args.repeat}; the last-used "
           f"marker is given up after its bound)")  # fmt: skip
+
+
+def _saver_rounds(
+    args: argparse.Namespace,
+    work: Path,
+    env: dict[str, str],
+    restore: Callable[..., tuple[dict[str, Any], Run]],
+) -> None:
+    """The concurrent savers' rows: one round per count of --savers."""
+    rounds = [_savers(work, env, restore, int(n)) for n in args.savers.split(",")]
+    print("\nconcurrent saves of one scope (one process each, released together):")
+    print("  savers  published  files lost  attempts (median / max)  requests (median)  wall")
+    for r in rounds:
+        tries = f"{r['attempts_median']:g} / {r['attempts_max']}"
+        print(f"  {r['savers']:6d}  {r['published']:9d}  {r['lost']:10d}  {tries:>23s}  "
+              f"{r['requests_median']:17g}  {r['wall']:.1f} s")  # fmt: skip
+    clean = [r["savers"] for r in rounds if r["lost"] == 0 and r["published"] == r["savers"]]
+    print(f"concurrent-saver count that loses nothing: {max(clean) if clean else 'none'} "
+          f"(largest tried: {max(r['savers'] for r in rounds)})")  # fmt: skip
+
+
+def _cpu_per_gib(
+    args: argparse.Namespace,
+    work: Path,
+    archive: Path,
+    files: int,
+    size: int,
+    restore: Callable[..., tuple[dict[str, Any], Run]],
+) -> None:
+    """Restore CPU seconds per GiB restored, side by side, no link: an empty runner's
+    `fxcache restore` from the bucket (download included) and `zstd -d -T0 | tar -x` of the
+    archive already on disk (download excluded), taking turns; medians."""
+    gib = size / 2**30
+    runs: dict[str, list[Run]] = {"fxcache": [], "zstd | tar": []}
+    for n in range(args.repeat):
+        os.sync()
+        got, run = restore(work / f"cpu{n}", work / f"cpu{n}.json")
+        assert got["hit"] and got["files"] == files, got
+        runs["fxcache"].append(run)
+        os.sync()
+        dest = work / f"cpux{n}"
+        dest.mkdir()
+        runs["zstd | tar"].append(_run(["sh", "-c", f"zstd -d -T0 --long=30 -c {archive} | "
+                                        f"tar -xf - -C {dest}"], dict(os.environ)))  # fmt: skip
+    print(f"\nrestore CPU per GiB ({files} files, {size / 2**20:.0f} MiB, no link, medians of "
+          f"{args.repeat}):")  # fmt: skip
+    for name, rs in runs.items():
+        cpu = statistics.median(r.cpu for r in rs)
+        wall = statistics.median(r.wall for r in rs)
+        print(f"  {name:12s} {cpu / gib:6.2f} CPU s/GiB ({cpu:.2f} s CPU, {wall:.2f} s wall)")
 
 
 def _savers(
@@ -645,7 +702,9 @@ def _savers(
     got = set(_manifest_files(Path(reader["scope_dir"])))
     wanted = {f"inductor/fxgraph/r{n}/e{i}" for n in range(count) for i in range(2)}
     attempts = [r.get("attempts", 0) for r in results]
+    requests = [sum((r.get("requests") or {}).values()) for r in results]
     return {
+        "requests_median": statistics.median(requests),
         "savers": count,
         "published": sum(1 for r in results if r.get("published")),
         "lost": len(wanted - got),

@@ -26,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -111,7 +111,7 @@ def _runner(base: Path, n: int) -> Layout:
     """Runner n: scope KEY committed with two files of its own."""
     layout = Layout(base / f"runner{n}")
     scope = layout.scope(KEY)
-    listed = {}
+    listed: dict[str, dict[str, Any]] = {}
     for i in range(2):
         rel = f"inductor/fxgraph/r{n}/e{i}"
         data = f"runner {n} entry {i}\n".encode() * 40
@@ -123,7 +123,7 @@ def _runner(base: Path, n: int) -> Layout:
         "schema": mf.SCHEMA, "scope_key": KEY, "fingerprint": {}, "torch_paths": [],
         "created_at": "2026-12-04T00:00:00Z", "updated_at": "2026-12-04T00:00:00Z",
         "last_used_at": "2026-12-04T00:00:00Z", "verification": {"references": []},
-        "files": listed, "total_bytes": sum(e["size"] for e in listed.values()),
+        "files": listed, "total_bytes": sum(int(e["size"]) for e in listed.values()),
     }  # fmt: skip
     (layout.root / ".locks").mkdir(parents=True, exist_ok=True)
     mf.write_atomic(layout.manifest(KEY), manifest, layout.root / ".locks")
@@ -133,7 +133,7 @@ def _runner(base: Path, n: int) -> Layout:
 def _objects(store: Store) -> Any:
     from ci_fxcache.store.remote.s3.objects import S3Objects
 
-    return S3Objects(client.Location("sim", "fxcache"), SimBucket(store))
+    return S3Objects(client.Location("sim", "fxcache"), cast(Any, SimBucket(store)))
 
 
 def _head_design(store: Store, layout: Layout, out: dict[str, Any], t0: float) -> None:
