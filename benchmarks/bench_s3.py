@@ -300,7 +300,7 @@ def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) ->
     s3.upload_file(str(archive), bucket, ARCHIVE_KEY)
     archive_bytes = archive.stat().st_size
     if args.cpu_per_gib:
-        _cpu_per_gib(args, work, archive, files, size, restore)
+        _cpu_per_gib(args, work, env, archive, files, size, restore)
     archive.unlink()
     if not args.links:  # `--links ''`: no link rows (and so no report or fleet rows)
         print(f"load average at the end: {_load()}")
@@ -626,6 +626,7 @@ def _saver_rounds(
 def _cpu_per_gib(
     args: argparse.Namespace,
     work: Path,
+    env: dict[str, str],
     archive: Path,
     files: int,
     size: int,
@@ -633,14 +634,22 @@ def _cpu_per_gib(
 ) -> None:
     """Restore CPU seconds per GiB restored, side by side, no link: an empty runner's
     `fxcache restore` from the bucket (download included) and `zstd -d -T0 | tar -x` of the
-    archive already on disk (download excluded), taking turns; medians."""
+    archive already on disk (download excluded), taking turns; medians. Then `fxcache,
+    local`: the same restore again with the scope already there (start-up, fingerprint,
+    check, marker), the part of the first that is not the fetch."""
     gib = size / 2**30
-    runs: dict[str, list[Run]] = {"fxcache": [], "zstd | tar": []}
+    runs: dict[str, list[Run]] = {"fxcache": [], "zstd | tar": [], "fxcache, local": []}
     for n in range(args.repeat):
         os.sync()
         got, run = restore(work / f"cpu{n}", work / f"cpu{n}.json")
         assert got["hit"] and got["files"] == files, got
         runs["fxcache"].append(run)
+        # What a restore costs besides the fetch: the same restore with the scope local, after
+        # a save that releases the first one's lease (else the second gets an overlay).
+        _fxcache("save", "--json", "--state-file", str(work / f"cpu{n}.json"), env=env)
+        local, run = restore(work / f"cpu{n}", work / f"cpl{n}.json")
+        assert local["mode"] == "in-place" and local["remote"]["local"], local
+        runs["fxcache, local"].append(run)
         os.sync()
         dest = work / f"cpux{n}"
         dest.mkdir()

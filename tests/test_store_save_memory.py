@@ -143,3 +143,36 @@ def test_the_github_tier_never_uploads_a_header_a_restore_would_refuse(
         archive.write(scope, tmp_path / "entry")
     monkeypatch.setattr(archive, "MAX_HEADER_JSON", 64 << 20)
     assert archive.write(scope, tmp_path / "entry") > 0
+
+
+@pytest.mark.parametrize("changed", ["small", "large", "grown", "gone"])
+def test_a_file_changed_since_its_commit_is_left_out_of_a_streamed_pack(
+    tmp_path: Path, changed: str
+) -> None:
+    """The pack is built as it streams, so a large file is in the pack before its sha256 is
+    known: one that no longer matches its manifest (altered, grown, gone) is named by no
+    entry, and every other file still unpacks exactly (the offsets after it hold)."""
+    from ci_fxcache.store.remote import packs
+    from tests.test_store_packs import _scope, _unpack
+
+    big = packs.FRAME_BYTES * 2 + 5
+    sizes = {"a/first": 1000, "b/large.so": big, "c/small": 3000, "d/last.so": big + 1}
+    files = _scope(tmp_path / "src", sizes)
+    rel = "c/small" if changed == "small" else "b/large.so"
+    path = tmp_path / "src" / rel
+    if changed == "gone":
+        path.unlink()
+    elif changed == "grown":
+        path.write_bytes(path.read_bytes() + b"x")
+    else:
+        data = bytearray(path.read_bytes())
+        data[-1] ^= 1
+        path.write_bytes(bytes(data))
+    body, placed = packs.build(tmp_path / "src", packs.by_kind(files), files)
+    assert set(placed) == set(files) - {rel}
+    name = packs.sha256_hex(body)
+    entries = {r: {**e, "pack": name} for r, e in placed.items()}
+    _stats, problems = _unpack(entries, {name: body}, tmp_path / "out", 1 << 20)
+    assert problems == []
+    for r in placed:
+        assert (tmp_path / "out" / r).read_bytes() == (tmp_path / "src" / r).read_bytes()

@@ -178,7 +178,7 @@ def publish(
         objects.set_bad(layout, bad - sent)
     named = {p for seg in composed["segments"] for p in seg["packs"]}
     objects.forget_sent(layout, key, named & (sent | {e["pack"] for e in orphans.values()}))
-    dropped = _warn_dropped(objects, key, index, files)
+    dropped = _warn_dropped(objects, key, index, len(entries))
     return {
         "published": True,
         "files": len(entries),
@@ -197,23 +197,20 @@ def publish(
 
 
 def _warn_dropped(
-    objects: S3Objects, key: str, index: _Index, files: dict[str, Any]
+    objects: S3Objects, key: str, index: _Index, published: int
 ) -> list[dict[str, Any]]:
     """One warning per segment of the head that could not be read: its entries are gone
-    from the bucket's index; this save published this runner's own files again."""
+    from the bucket's index; this save published what this runner has of them (`published`:
+    every file of this runner's that the readable index lacked)."""
     dropped = []
     for digest, (count, why) in sorted(index.unreadable.items()):
         gha.warn(
             f"{objects.describe()}: {why}; the {count:,} file(s) it listed are left out of "
-            f"the index of {key}, and this save published this runner's {len(files):,} "
-            "file(s) again"
+            f"the index of {key}; this save published the {published:,} file(s) of this "
+            "runner's that the index lacked, and later saves publish those of theirs"
         )
         dropped.append({"sha256": digest, "files": count, "why": why})
     return dropped
-
-
-def _packs_of(entries: dict[str, dict[str, Any]]) -> list[str]:
-    return sorted({e["pack"] for e in entries.values()})
 
 
 def _pause(objects: S3Objects, losses: int) -> None:
