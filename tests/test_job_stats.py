@@ -228,3 +228,20 @@ def test_a_huge_trace_is_read_to_its_byte_limit_only(tmp_path: Path) -> None:
     assert notes.stopped == [f"read {1 << 20} bytes, the limit"]
     assert notes.bytes <= (1 << 20) + len(line)
     assert 0 < len(got) < (8 << 20) // len(line)
+
+
+def test_a_run_that_may_not_write_records_nothing(tmp_path: Path) -> None:
+    from ci_fxcache.jobstats import history
+
+    reader = Job(tmp_path, "reader")
+    reader.restore("--read-only")
+    assert "not saved" in reader.save()
+    assert not (tmp_path / "root" / history.LOCAL_DIR).exists()
+    assert reader.stats()["recorded"] is False
+
+    writer = Job(tmp_path, "writer")
+    writer.restore()
+    writer.save()  # compiled nothing: a history row, and no file added to the scope
+    key = writer.stats()["scope_key"]
+    assert len(json.loads(history.local_file(tmp_path / "root", key).read_text())) == 1
+    assert not list((tmp_path / "root").glob("*/inductor/fxcache-jobs/*"))

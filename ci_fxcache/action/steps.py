@@ -16,7 +16,7 @@ from typing import Any
 
 from ci_fxcache import cli, gha, names
 from ci_fxcache.action import inputs as inp
-from ci_fxcache.action import job_stats
+from ci_fxcache.action import job_compiles, job_stats
 from ci_fxcache.action.inputs import Input
 from ci_fxcache.action.settings import (
     DIGEST_STATE,
@@ -325,6 +325,8 @@ def restore() -> int:
         argv.append("--remote-read-only")
     if not values["invalidate-on-upgrade"]:
         argv.append("--no-invalidate-on-upgrade")
+    if not values["job-stats"]:
+        argv.append("--no-job-trace")
     _set_env(names.SIGNING_ENV, values["signing-key"])
     _set_env(redis_cache.URL_ENV, values["redis-url"] if s.remote else None)
     _set_env(s3_client.URL_ENV, values["s3-url"] if s.remote else None)
@@ -491,6 +493,7 @@ def save(post: bool = False) -> int:
         print(f"fxcache: already saved in this job (saved: {str(done['saved']).lower()})")
         return gha_upload(s, values["run-event"], key)
     scope = _scope_key(s)
+    compiles = job_compiles.at_save(s, key, write_refusal(s, values["run-event"]) is None)
     before = job_stats.committed_files(Path(s.root), scope) if scope else {}
     started = time.monotonic()
     result = _save_result(s, key, values["run-event"])
@@ -508,6 +511,7 @@ def save(post: bool = False) -> int:
     after = job_stats.committed_files(Path(s.root), scope) if scope else {}
     stats = job_stats.compute(before, after, result, _timings(s))
     job_stats.publish(stats, s.job_stats)
+    job_compiles.publish(compiles)
     return gha_upload(s, values["run-event"], key)
 
 

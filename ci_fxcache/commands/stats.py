@@ -57,10 +57,11 @@ def _scope(python: str, root: Path | None) -> dict[str, Any]:
     from ci_fxcache.store.layout import Layout, resolve_root
 
     key = scopekey.scope_key(fingerprint.collect(python))
-    scope = Layout(resolve_root(root)).scope(key)
+    layout = Layout(resolve_root(root))
+    scope = layout.scope(key)
     if not scope.is_dir():
         raise UsageError(f"no scope {key} under {scope.parent}: run 'fxcache restore' first")
-    rows = history.rows(scope / "inductor", None)
+    rows = history.rows(layout.root, key, scope / "inductor", None)
     return {"schema": job.SCHEMA, "scope_key": key, "history": rows}
 
 
@@ -78,9 +79,5 @@ def run(*, state_file: Path | None, root: Path | None, python: str, as_json: boo
     elif "graphs" in doc:
         gha.print_untrusted(job_line.text(doc))
     else:
-        rows = doc["history"]
-        gha.print_untrusted(
-            f"scope {doc['scope_key']}: {len(rows)} recorded job(s)\n"
-            + job_line.text({"trace": [{"files": 1}], "history": rows}).split("\n", 3)[-1]
-        )
+        gha.print_untrusted(f"scope {doc['scope_key']}\n" + job_line.history_text(doc["history"]))
     return 0

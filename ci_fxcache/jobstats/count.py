@@ -43,6 +43,7 @@ def _lookup(record: Record, kind: tuple[str, str]) -> dict[str, Any]:
         "rank": record.head.get("rank") if isinstance(record.head.get("rank"), int) else None,
         "compile_id": _compile_id(record.head),
         "cold_ns": int(_number(cold)),
+        "at_ns": int(_number(info.get("cache_event_time"))),
     }
     if kind[0] == "fxgraph":
         lines = info.get("components")
@@ -56,15 +57,19 @@ def _lookup(record: Record, kind: tuple[str, str]) -> dict[str, Any]:
 
 
 def lookups(records: list[Record]) -> list[dict[str, Any]]:
-    """Every cache lookup, in the order each process made them."""
-    out = []
+    """Every cache lookup, in the order the job's processes made them (torch's lookup time;
+    a lookup without one keeps its place after the previous one of its process)."""
+    out: list[tuple[int, int, dict[str, Any]]] = []
+    last: dict[str, int] = {}
     for record in records:
         artifact = record.head.get("artifact")
         name = artifact.get("name") if isinstance(artifact, dict) else None
         kind = keylines.lookup_kind(name) if isinstance(name, str) else None
         if kind is not None and kind[1] in keylines.STATES:
-            out.append(_lookup(record, kind))
-    return out
+            lookup = _lookup(record, kind)
+            last[record.process] = lookup["at_ns"] or last.get(record.process, 0)
+            out.append((last[record.process], len(out), lookup))
+    return [lookup for *_, lookup in sorted(out, key=lambda x: (x[0], x[1]))]
 
 
 def _short(text: Any) -> str:

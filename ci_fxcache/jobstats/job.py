@@ -67,7 +67,10 @@ def saved_seconds(
 
 
 def observe(
-    state: dict[str, Any], state_file: Path, limits: trace.Limits | None = None
+    state: dict[str, Any],
+    state_file: Path,
+    limits: trace.Limits | None = None,
+    job_id: str = "current",
 ) -> dict[str, Any]:
     """The job's figures from its trace so far, each miss explained against the scope."""
     all_records: list[trace.Record] = []
@@ -90,7 +93,11 @@ def observe(
         "misses": misses[: causes.MISSES_SHOWN],
         "saved_s": saved_seconds(all_records, found, recorded),
     }
-    doc["history"] = history.rows(inductor, history.row(doc)) if state.get("inductor_dir") else []
+    doc["job_id"] = job_id
+    doc["history"] = history.rows(
+        Path(str(state.get("root") or "")), str(state.get("scope_key")),
+        inductor if state.get("inductor_dir") else None, history.row(doc),
+    )  # fmt: skip
     doc["_entries"] = _new_entries(found)
     return doc
 
@@ -121,14 +128,16 @@ def finish(state: dict[str, Any], state_file: Path, *, may_record: bool) -> dict
     ours = trace.job_trace_dir(state_file)
     if kept is not None and not ours.exists():
         return kept
-    doc = observe(state, state_file)
-    if may_record and state.get("inductor_dir") and not state.get("read_only"):
-        name = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{secrets.token_hex(4)}.json"
-        body = {"figures": history.row(doc), **records.encode(doc["_entries"])}
-        records.write(Path(state["inductor_dir"]), name, body)
-        doc["recorded"] = True
-    else:
-        doc["recorded"] = False
+    job_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{secrets.token_hex(4)}"
+    doc = observe(state, state_file, job_id=job_id)
+    doc["recorded"] = bool(may_record and state.get("root") and not state.get("read_only"))
+    if doc["recorded"]:
+        history.save_local(Path(state["root"]), str(state["scope_key"]), doc["history"])
+        if doc["_entries"] and state.get("inductor_dir"):
+            # Only with entries it adds: a job that compiled nothing new adds no file to the
+            # scope (no new GitHub cache entry, no publish, for a history row).
+            body = {"history": doc["history"], **records.encode(doc["_entries"])}
+            records.write(Path(state["inductor_dir"]), f"{job_id}.json", body)
     doc = public(doc)
     stats_file(state_file).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     trace.remove(ours)

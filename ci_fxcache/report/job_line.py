@@ -125,7 +125,7 @@ def history(rows: list[dict[str, Any]]) -> str:
     """The scope's last runs: a mermaid chart (hit rate) and a compact table."""
     if not rows:
         return ""
-    rates = [round(100 * r["hits"] / r["graphs"]) if r["graphs"] else 0 for r in rows]
+    rates = [_rate(r) for r in rows]
     labels = ", ".join(f'"{_mermaid_label(str(r["at"])[5:16])}"' for r in rows)
     chart = [
         "```mermaid",
@@ -191,7 +191,24 @@ def text(doc: dict[str, Any]) -> str:
             lines.append(plain(f"  {title.replace('_', ' ')}: {r['count']}x {r['reason']}"))
     for r in doc.get("bypass_reasons") or []:
         lines.append(plain(f"  bypassed: {r['count']}x {r['reason']}"))
-    for row in doc.get("history") or []:
-        rate = round(100 * row["hits"] / row["graphs"]) if row["graphs"] else 0
-        lines.append(plain(f"  history {row['at']}: {rate} % of {row['graphs']} graphs"))
+    return "\n".join(lines) + "\n" + history_text(doc.get("history") or [])
+
+
+def _rate(row: dict[str, Any]) -> int:
+    return round(100 * row["hits"] / row["graphs"]) if row["graphs"] else 0
+
+
+def history_text(rows: list[dict[str, Any]]) -> str:
+    """The scope's last runs for the terminal, one line each."""
+    lines = [f"history (last {len(rows)} runs of the scope):"] if rows else ["no history yet"]
+    for row in rows:
+        m = row.get("misses") or {}
+        lines.append(
+            plain(
+                f"  {row['at']}  {_rate(row):3d} % of {row['graphs']} graphs; misses: "
+                f"{m.get('new graph', 0)} new, {m.get('key changed', 0)} key changed, "
+                f"{m.get('entry gone', 0)} gone; compile {duration(float(row['compile_s']))}, "
+                f"saved {duration(float(row['saved_s']))}"
+            )
+        )
     return "\n".join(lines) + "\n"
