@@ -245,3 +245,49 @@ def test_a_run_that_may_not_write_records_nothing(tmp_path: Path) -> None:
     key = writer.stats()["scope_key"]
     assert len(json.loads(history.local_file(tmp_path / "root", key).read_text())) == 1
     assert not list((tmp_path / "root").glob("*/inductor/fxcache-jobs/*"))
+
+
+def _figures(tmp_path: Path) -> Path:
+    """A job's figures as `fxcache stats --json` writes them, with markup in a changed value."""
+    doc = {
+        "schema": "fxcache-stats/1",
+        "trace": [{"files": 2}],
+        "graphs": 38,
+        "fxgraph": {"hit": 35, "miss": 3, "bypass": 0},
+        "aotautograd": {"hit": 17, "miss": 2, "bypass": 0},
+        "miss_causes": {"new graph": 2, "key changed": 1, "entry gone": 0},
+        "misses": [
+            {"key": "fabc", "cause": "key changed", "changed": [
+                {"component": "inductor_config[epilogue_fusion]", "was": "True", "now": MARKUP}
+            ]},
+            *({"key": f"f{i}", "cause": "new graph", "changed": []} for i in range(30)),
+        ],
+        "saved_s": 150.0,
+        "history": [],
+    }  # fmt: skip
+    path = tmp_path / "stats.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+def test_the_pr_comment_gets_the_job_line_under_its_status(
+    fake_github: Any, run_fxcache: Any, tmp_path: Path
+) -> None:
+    from ci_fxcache.report import pr_comment
+    from tests.test_comment import PR, RESULTS, _env
+
+    fake_github.add_pull(PR)
+    env = _env(fake_github, tmp_path)
+    done = run_fxcache("comment", RESULTS, "--job-stats", str(_figures(tmp_path)), env=env)
+    assert done.returncode == 0, done.stderr
+    (body,) = [str(c["body"]) for c in fake_github.comments[PR]]
+    assert pr_comment.is_ours(body, "fxcache")
+    lines = body.splitlines()
+    status = next(i for i, line in enumerate(lines) if line.startswith("### fxcache:"))
+    assert lines[status + 2] == (
+        "**your job: 35 of 38 graphs from the cache, 1 key changed: "
+        "inductor\\_config\\[epilogue\\_fusion\\], 2 new graphs; the cache saved about 2.5 min "
+        "of compile**"
+    )
+    assert "<details><summary>your job: detail</summary>" in body
+    assert "<img" not in body and "… 21 more" in body  # ten misses shown, the rest counted

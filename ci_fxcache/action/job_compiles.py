@@ -10,6 +10,12 @@ from typing import Any
 from ci_fxcache import gha
 from ci_fxcache.action.settings import Settings
 from ci_fxcache.jobstats.finish import at_save as _at_save
+from ci_fxcache.jobstats.job import stats_file
+
+
+def figures_file(s: Settings) -> Path:
+    """Where the save kept the job's figures."""
+    return stats_file(s.state_file)
 
 
 def at_save(s: Settings, signing_key: str | None, may_write: bool) -> dict[str, Any] | None:

@@ -136,6 +136,12 @@ RUNS: dict[str, Run] = {
                     f"STATE_{DIGEST_STATE}",
                 ),
             ),
+            StepSpec(
+                "post-comment",
+                "Add the job's own compiles to the pull-request comment",
+                ("github-token",),
+                (f"STATE_{SETTINGS_STATE}", f"STATE_{DIGEST_STATE}"),
+            ),
         ),
         withheld=(names.LOADER_PREFIX,),
         from_main=names.LOADER_PATH_ENV,
@@ -417,6 +423,28 @@ def post_comment() -> int:
     return cli.main(argv)
 
 
+def post_job_comment() -> int:
+    """At the end of the job: the sticky comment again, with the job's own compiles under its
+    status (when setup decided on a comment and the save kept the job's figures). A failure is
+    a warning: the job's result stands."""
+    if not os.environ.get(f"STATE_{SETTINGS_STATE}"):
+        return 0
+    values = inp.from_env(inp.MAIN)
+    s = load(post=True)
+    figures = job_compiles.figures_file(s)
+    if not (s.comment and figures.is_file() and s.results.is_file()):
+        return 0
+    _set_env(names.TOKEN_ENV, values["github-token"])
+    argv = ["comment", str(s.results), "--report-id", s.report_id, "--job-stats", str(figures)]
+    argv += ["--token-env", names.TOKEN_ENV]
+    number = values["run-event"].number
+    if number is not None:
+        argv += ["--pr", str(number)]
+    if cli.main(argv) != 0:
+        gha.warn("the pull-request comment was not updated with the job's own compiles")
+    return 0
+
+
 def conclude() -> int:
     """Fail the step when verify's fail-on check failed (verify said why, once)."""
     s = load()
@@ -634,6 +662,7 @@ STEPS: dict[str, Callable[[], int]] = {
     "conclude": conclude,
     "save": save,
     "post-save": lambda: save(post=True),
+    "post-comment": post_job_comment,
     "gha-restore": gha_restore,
     "invalidate": invalidate,
 }

@@ -83,8 +83,8 @@ def _miss_row(miss: dict[str, Any]) -> str:
     return f"| {md_text(miss['cause'])} | {md_text(miss['key'])} | {md_text(changes or '-')} |"
 
 
-def detail(doc: dict[str, Any]) -> str:
-    """The job's figures as markdown."""
+def detail(doc: dict[str, Any], misses_shown: int = 50) -> str:
+    """The job's figures as markdown (the first `misses_shown` misses)."""
     fx, aot = doc.get("fxgraph") or {}, doc.get("aotautograd") or {}
     lines = [
         "| | hits | misses | bypasses |",
@@ -100,7 +100,9 @@ def detail(doc: dict[str, Any]) -> str:
     misses = doc.get("misses") or []
     if misses:
         lines += ["| miss | key | what changed (was -> now) |", "|---|---|---|"]
-        lines += [_miss_row(m) for m in misses]
+        lines += [_miss_row(m) for m in misses[:misses_shown]]
+        if len(misses) > misses_shown:
+            lines.append(f"| … {len(misses) - misses_shown} more | | |")
         lines.append("")
     bypass = {
         "count": fx.get("bypass", 0) + aot.get("bypass", 0),
@@ -212,3 +214,25 @@ def history_text(rows: list[dict[str, Any]]) -> str:
             )
         )
     return "\n".join(lines) + "\n"
+
+
+COMMENT_MISSES = 10
+
+
+def under_status(body: str, doc: dict[str, Any]) -> str:
+    """A rendered PR comment with the job's line under its status line (the first) and the
+    job's detail collapsed; the body unchanged when the figures cannot be rendered."""
+    try:
+        section = [
+            f"**{md_text(headline(doc))}**",
+            "",
+            f"<details><summary>{html_text('your job: detail')}</summary>",
+            "",
+            detail(doc, COMMENT_MISSES),
+            "</details>",
+            "",
+        ]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return body
+    status, _, rest = body.partition("\n")
+    return "\n".join([status, "", *section]) + rest
