@@ -40,6 +40,7 @@ class Job:
             if not k.startswith(("GITHUB_", "FXCACHE_", "TORCH"))
         }
         self.env.update({"FXCACHE_ROOT": str(tmp / "root"), **(extra_env or {})})
+        tmp.mkdir(parents=True, exist_ok=True)
         self.script = tmp / "job.py"
         self.script.write_text(JOB, encoding="utf-8")
 
@@ -291,3 +292,27 @@ def test_the_pr_comment_gets_the_job_line_under_its_status(
     )
     assert "<details><summary>your job: detail</summary>" in body
     assert "<img" not in body and "… 21 more" in body  # ten misses shown, the rest counted
+
+
+@pytest.mark.slow
+def test_the_history_survives_a_restore_on_an_empty_runner_from_s3(
+    tmp_path: Path, seaweed: Any
+) -> None:
+    import uuid
+
+    name = f"t-{uuid.uuid4().hex[:16]}"
+    seaweed.make_bucket(name)
+    s3 = {**seaweed.env(), "FXCACHE_S3_URL": f"s3://{name}/ci"}
+    first = Job(tmp_path / "a", "first", s3)
+    first.restore("--store", "s3")
+    first.step()
+    assert "published to" in first.save()
+    row = first.stats()["history"][-1]
+    assert row["graphs"] == 2 and row["id"] != "current"
+
+    empty = Job(tmp_path / "b", "second", s3)  # another runner: its own, empty store root
+    assert not (tmp_path / "b" / "root").exists()
+    empty.restore("--store", "s3")
+    history = empty.stats()["history"]
+    assert [r["id"] for r in history] == [row["id"], "current"]
+    assert history[0]["misses"]["new graph"] == 2
