@@ -316,3 +316,34 @@ def test_the_history_survives_a_restore_on_an_empty_runner_from_s3(
     history = empty.stats()["history"]
     assert [r["id"] for r in history] == [row["id"], "current"]
     assert history[0]["misses"]["new graph"] == 2
+
+
+@pytest.mark.slow
+def test_the_matrix_compiles_are_not_the_jobs_own(tmp_path: Path) -> None:
+    job = Job(tmp_path, "verify")
+    job.restore()
+    job.fxcache(
+        "verify", "--python", sys.executable, "--dtypes", "float32", "--dynamic", "false",
+        "--mechanisms", "fxgraph", "--training", "false",
+    )  # fmt: skip
+    assert job.stats()["graphs"] == 0
+
+
+def test_without_a_state_file_stats_shows_the_scopes_history(tmp_path: Path) -> None:
+    from ci_fxcache.jobstats import history
+
+    job = Job(tmp_path, "job")
+    job.restore()
+    job.save()
+    rows = json.loads(history.local_file(tmp_path / "root", job.stats()["scope_key"]).read_text())
+    job.env.pop("FXCACHE_STATE_FILE")
+    shown = json.loads(job.fxcache("stats", "--python", sys.executable, "--json").stdout)
+    assert shown["history"] == rows
+    text = job.fxcache("stats", "--python", sys.executable).stdout
+    assert "history (last 1 runs of the scope):" in text
+    job.env["FXCACHE_ROOT"] = str(tmp_path / "elsewhere")
+    done = subprocess.run(
+        [sys.executable, "-m", "ci_fxcache", "stats", "--python", sys.executable],
+        capture_output=True, text=True, env=job.env, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "run 'fxcache restore' first" in done.stderr

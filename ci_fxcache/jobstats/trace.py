@@ -93,6 +93,13 @@ def job_env(state_file: Path, enabled: bool) -> dict[str, str]:
     return {TRACE_ENV: str(directory)}
 
 
+def keep_out_of_job_trace() -> None:
+    """The matrix's compiles are not the job's own: verify's workers never write into the
+    job-private trace restore set up (a TORCH_TRACE the job named itself is left as it is)."""
+    if os.environ.get(TRACE_ENV, "").endswith(TRACE_SUFFIX):
+        del os.environ[TRACE_ENV]
+
+
 def trace_files(directory: Path, limits: Limits, notes: ReadNotes) -> list[Path]:
     """The regular files directly in `directory` (never a symlink), sorted; at most
     `limits.files`."""
