@@ -103,6 +103,14 @@ def main() -> None:
             "compile_s_without": round(base, 2),
             "compile_s_with": round(with_trace, 2),
             "overhead_pct": round(100 * (with_trace - base) / base, 1),
+            # Each pair ran back to back: the median of the pairs' ratios moves less with load.
+            "paired_overhead_pct": round(
+                100
+                * (statistics.median(t[0] / p[0] for p, t in zip(plain, traced, strict=True)) - 1),
+                1,
+            ),
+            # torch's own clock on its structured logging, against the traced compile time.
+            "torch_logging_pct": round(100 * statistics.median(t[4] / t[0] for t in traced), 2),
             "samples_without": [round(s[0], 2) for s in plain],
             "samples_with": [round(s[0], 2) for s in traced],
             "trace_bytes": int(statistics.median(s[1] for s in traced)),
