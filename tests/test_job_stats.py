@@ -92,6 +92,7 @@ def test_a_job_run_again_hits_then_names_the_changed_inductor_setting(tmp_path: 
     assert hit["fxgraph"] == {"hit": 2, "miss": 0, "bypass": 0}
     assert hit["aotautograd"]["hit"] == 1
     assert hit["saved_s"] > 0
+    assert hit["cpp_builds"] < seen["cpp_builds"], "the hot load builds (almost) no C++"
     assert "2 of 2 graphs from the cache" in second.save()
 
     third = Job(tmp_path, "third")

@@ -94,6 +94,27 @@ def _break_reason(payload: str) -> str:
     return _short(f"{where}: {why.strip()}" if where else why.strip() or "unknown")
 
 
+CPP_BUILD = "compile_file"  # Inductor's timed C++ build (a kernel or its wrapper), torch 2.13
+
+
+def cpp_builds(records: list[Record]) -> int:
+    """C++ builds torch timed (`compile_file` begin events): a hot load that hit builds none."""
+    builds = 0
+    for record in records:
+        if "chromium_event" in record.head and f'"{CPP_BUILD}"' in record.payload:
+            try:
+                event = json.loads(record.payload)
+            except (ValueError, RecursionError):
+                continue
+            if (
+                isinstance(event, dict)
+                and event.get("name") == CPP_BUILD
+                and event.get("ph") == "B"
+            ):
+                builds += 1
+    return builds
+
+
 def frame_seconds(records: list[Record]) -> dict[tuple[str, str], float]:
     """(process, compile id) -> the seconds torch spent compiling (or loading) that frame,
     forward and backward."""
@@ -140,4 +161,5 @@ def figures(records: list[Record], found: list[dict[str, Any]]) -> dict[str, Any
         "graph_breaks": {"count": len(breaks), "reasons": _top(breaks)},
         "failures": {"count": len(failures), "reasons": _top(failures)},
         "compile_s": round(sum(frame_seconds(records).values()), 3),
+        "cpp_builds": cpp_builds(records),
     }

@@ -30,6 +30,7 @@ WANTED = (
     b'"fx_graph_cache_',
     b'"aotautograd_cache_',
     b'"dynamo_graph_break_reason"',
+    b'"chromium_event"',  # timed phases; their payload names them (`compile_file`: a C++ build)
 )
 _HEADER = re.compile(rb"^[VIWEC]\d{4} [\d:.]+ +(?P<pid>\d+) [^\]\n]*\] (?P<json>\{.*)$", re.S)
 

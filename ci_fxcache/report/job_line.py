@@ -93,7 +93,8 @@ def detail(doc: dict[str, Any], misses_shown: int = 50) -> str:
         f"| AOTAutograd | {aot.get('hit', 0)} | {aot.get('miss', 0)} | {aot.get('bypass', 0)} |",
         "",
         f"{int(doc.get('frames') or 0)} frames compiled in {int(doc.get('processes') or 0)} "
-        f"process(es); compile {duration(float(doc.get('compile_s') or 0))}, "
+        f"process(es), {int(doc.get('cpp_builds') or 0)} C++ builds; "
+        f"compile {duration(float(doc.get('compile_s') or 0))}, "
         f"saved about {duration(float(doc.get('saved_s') or 0))}",
         "",
     ]
@@ -178,6 +179,7 @@ def text(doc: dict[str, Any]) -> str:
         f"{fx.get('bypass', 0)} bypass; AOTAutograd: {aot.get('hit', 0)} hit, "
         f"{aot.get('miss', 0)} miss, {aot.get('bypass', 0)} bypass",
         f"  {int(doc.get('frames') or 0)} frames, {int(doc.get('processes') or 0)} process(es), "
+        f"{int(doc.get('cpp_builds') or 0)} C++ builds, "
         f"compile {duration(float(doc.get('compile_s') or 0))}, "
         f"saved about {duration(float(doc.get('saved_s') or 0))}",
     ]
