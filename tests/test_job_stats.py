@@ -348,3 +348,24 @@ def test_without_a_state_file_stats_shows_the_scopes_history(tmp_path: Path) -> 
         capture_output=True, text=True, env=job.env, check=False,
     )  # fmt: skip
     assert done.returncode == 2 and "run 'fxcache restore' first" in done.stderr
+
+
+def test_jobs_saving_side_by_side_each_add_their_history_row(tmp_path: Path) -> None:
+    from ci_fxcache.jobstats import history
+
+    jobs = [Job(tmp_path, f"job{i}") for i in range(4)]
+    for job in jobs:
+        job.restore()
+    running = [
+        subprocess.Popen(
+            [sys.executable, "-m", "ci_fxcache", "save", "--state-file", str(job.state)],
+            env=job.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for job in jobs
+    ]
+    assert [p.wait() for p in running] == [0] * 4
+    key = jobs[0].stats()["scope_key"]
+    rows = json.loads(history.local_file(tmp_path / "root", key).read_text())
+    assert sorted(r["id"] for r in rows) == sorted(job.stats()["job_id"] for job in jobs)

@@ -132,7 +132,7 @@ def finish(state: dict[str, Any], state_file: Path, *, may_record: bool) -> dict
     doc = observe(state, state_file, job_id=job_id)
     doc["recorded"] = bool(may_record and state.get("root") and not state.get("read_only"))
     if doc["recorded"]:
-        history.save_local(Path(state["root"]), str(state["scope_key"]), doc["history"])
+        doc["history"] = _append_local(state, doc)
         if doc["_entries"] and state.get("inductor_dir"):
             # Only with entries it adds: a job that compiled nothing new adds no file to the
             # scope (no new GitHub cache entry, no publish, for a history row).
@@ -142,6 +142,20 @@ def finish(state: dict[str, Any], state_file: Path, *, may_record: bool) -> dict
     stats_file(state_file).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     trace.remove(ours)
     return doc
+
+
+def _append_local(state: dict[str, Any], doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """This job's row added to the local history under the scope's lock (jobs sharing a runner
+    save side by side); the rows as written."""
+    from ci_fxcache.store import scopes
+    from ci_fxcache.store.layout import Layout
+
+    root, key = Path(state["root"]), str(state["scope_key"])
+    inductor = Path(str(state["inductor_dir"])) if state.get("inductor_dir") else None
+    with scopes.lock(Layout(root), key):
+        rows = history.rows(root, key, inductor, history.row(doc))
+        history.save_local(root, key, rows)
+    return rows
 
 
 def load(state_file: Path) -> dict[str, Any] | None:
