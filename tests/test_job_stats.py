@@ -369,3 +369,16 @@ def test_jobs_saving_side_by_side_each_add_their_history_row(tmp_path: Path) -> 
     key = jobs[0].stats()["scope_key"]
     rows = json.loads(history.local_file(tmp_path / "root", key).read_text())
     assert sorted(r["id"] for r in rows) == sorted(job.stats()["job_id"] for job in jobs)
+
+
+def test_one_endless_line_is_read_to_the_byte_limit_only(tmp_path: Path) -> None:
+    from ci_fxcache.jobstats import trace
+
+    d = tmp_path / "trace"
+    d.mkdir()
+    with (d / "endless.log").open("wb") as out:
+        out.write(b"\t" + b"x" * (6 << 20))  # no newline: one line of 6 MiB
+    got, notes = trace.read(d, trace.Limits(total_bytes=2 << 20, line_bytes=4096))
+    assert got == [] and notes.skipped_lines == 1
+    assert notes.bytes <= (3 << 20), notes.bytes
+    assert notes.stopped == [f"read {2 << 20} bytes, the limit"]

@@ -114,16 +114,19 @@ def trace_files(directory: Path, limits: Limits, notes: ReadNotes) -> list[Path]
     return files[: limits.files]
 
 
-def _line(stream: BinaryIO, limit: int) -> tuple[bytes, bool]:
-    """The next line (b'' at the end) and whether it was cut: the rest of an overlong line is
-    read through and dropped, never held."""
+def _line(stream: BinaryIO, limit: int, budget: int) -> tuple[bytes, bool, int]:
+    """The next line (b'' at the end), whether it was cut, and the bytes consumed: the rest of
+    an overlong line is read through and dropped, never held, and never past `budget`."""
     line = stream.readline(limit + 1)
     if len(line) <= limit or line.endswith(b"\n"):
-        return line, False
-    while True:
+        return line, False, len(line)
+    consumed = len(line)
+    while consumed <= budget:
         more = stream.readline(1 << 20)
+        consumed += len(more)
         if not more or more.endswith(b"\n"):
-            return line[:limit], True
+            break
+    return line[:limit], True, consumed
 
 
 def _header(line: bytes) -> tuple[int, dict[str, Any]] | None:
@@ -148,8 +151,8 @@ def _records_of(path: Path, stream: BinaryIO, limits: Limits, notes: ReadNotes) 
         if notes.bytes > limits.total_bytes:
             notes.stopped.append(f"read {limits.total_bytes} bytes, the limit")
             break
-        line, cut = _line(stream, limits.line_bytes)
-        notes.bytes += len(line)
+        line, cut, consumed = _line(stream, limits.line_bytes, limits.total_bytes - notes.bytes)
+        notes.bytes += consumed
         if cut:
             notes.skipped_lines += 1
             over = over or current is not None
