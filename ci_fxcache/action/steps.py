@@ -16,7 +16,7 @@ from typing import Any
 
 from ci_fxcache import cli, gha, names
 from ci_fxcache.action import inputs as inp
-from ci_fxcache.action import job_stats
+from ci_fxcache.action import job_compiles, job_stats
 from ci_fxcache.action.inputs import Input
 from ci_fxcache.action.settings import (
     DIGEST_STATE,
@@ -135,6 +135,12 @@ RUNS: dict[str, Run] = {
                     f"STATE_{SETTINGS_STATE}",
                     f"STATE_{DIGEST_STATE}",
                 ),
+            ),
+            StepSpec(
+                "post-comment",
+                "Add the job's own compiles to the pull-request comment",
+                ("github-token",),
+                (f"STATE_{SETTINGS_STATE}", f"STATE_{DIGEST_STATE}"),
             ),
         ),
         withheld=(names.LOADER_PREFIX,),
@@ -325,6 +331,8 @@ def restore() -> int:
         argv.append("--remote-read-only")
     if not values["invalidate-on-upgrade"]:
         argv.append("--no-invalidate-on-upgrade")
+    if not values["job-stats"]:
+        argv.append("--no-job-trace")
     _set_env(names.SIGNING_ENV, values["signing-key"])
     _set_env(redis_cache.URL_ENV, values["redis-url"] if s.remote else None)
     _set_env(s3_client.URL_ENV, values["s3-url"] if s.remote else None)
@@ -415,6 +423,28 @@ def post_comment() -> int:
     return cli.main(argv)
 
 
+def post_job_comment() -> int:
+    """At the end of the job: the sticky comment again, with the job's own compiles under its
+    status (when setup decided on a comment and the save kept the job's figures). A failure is
+    a warning: the job's result stands."""
+    if not os.environ.get(f"STATE_{SETTINGS_STATE}"):
+        return 0
+    values = inp.from_env(inp.MAIN)
+    s = load(post=True)
+    figures = job_compiles.figures_file(s)
+    if not (s.comment and figures.is_file() and s.results.is_file()):
+        return 0
+    _set_env(names.TOKEN_ENV, values["github-token"])
+    argv = ["comment", str(s.results), "--report-id", s.report_id, "--job-stats", str(figures)]
+    argv += ["--token-env", names.TOKEN_ENV]
+    number = values["run-event"].number
+    if number is not None:
+        argv += ["--pr", str(number)]
+    if cli.main(argv) != 0:
+        gha.warn("the pull-request comment was not updated with the job's own compiles")
+    return 0
+
+
 def conclude() -> int:
     """Fail the step when verify's fail-on check failed (verify said why, once)."""
     s = load()
@@ -491,6 +521,7 @@ def save(post: bool = False) -> int:
         print(f"fxcache: already saved in this job (saved: {str(done['saved']).lower()})")
         return gha_upload(s, values["run-event"], key)
     scope = _scope_key(s)
+    compiles = job_compiles.at_save(s, key, write_refusal(s, values["run-event"]) is None)
     before = job_stats.committed_files(Path(s.root), scope) if scope else {}
     started = time.monotonic()
     result = _save_result(s, key, values["run-event"])
@@ -508,6 +539,7 @@ def save(post: bool = False) -> int:
     after = job_stats.committed_files(Path(s.root), scope) if scope else {}
     stats = job_stats.compute(before, after, result, _timings(s))
     job_stats.publish(stats, s.job_stats)
+    job_compiles.publish(compiles)
     return gha_upload(s, values["run-event"], key)
 
 
@@ -630,6 +662,7 @@ STEPS: dict[str, Callable[[], int]] = {
     "conclude": conclude,
     "save": save,
     "post-save": lambda: save(post=True),
+    "post-comment": post_job_comment,
     "gha-restore": gha_restore,
     "invalidate": invalidate,
 }

@@ -63,6 +63,13 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "id is not <id> (default: none, RESULTS is a local file)",
     )
     parser.add_argument(
+        "--job-stats",
+        default=None,
+        metavar="FILE",
+        help="the job's own figures (fxcache stats --json): their line goes under the status, "
+        "their detail collapsed (default: none)",
+    )
+    parser.add_argument(
         "--template",
         metavar="T",
         help="jinja2 template for the markdown (default: the built-in one)",

@@ -80,6 +80,13 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "'fxcache save' commits locally only (for runs that must not write what others read)",
     )
     parser.add_argument(
+        "--no-job-trace",
+        dest="job_trace",
+        action="store_false",
+        help="do not set TORCH_TRACE for the job's later steps (no figures in 'fxcache stats'; "
+        "a TORCH_TRACE the job set itself is read either way)",
+    )
+    parser.add_argument(
         "--redis-writers-run-code",
         action="store_true",
         help="with FXCACHE_SIGNING_KEY, still use store redis: torch unpickles its entries, "
@@ -146,6 +153,7 @@ def run(
     s3_url: str | None,
     redis_writers_run_code: bool,
     remote_read_only: bool,
+    job_trace: bool,
 ) -> int:
     """Restore, write the state file, export the environment."""
     taking = Pending(python, salt)
@@ -213,6 +221,9 @@ def run(
         VERIFY_DIR_ENV: state["verify_dir"],
         states.STATE_FILE_ENV: str(state_path),
     }
+    from ci_fxcache.jobstats.trace import job_env
+
+    env.update(job_env(state_path, job_trace))  # the job's own compiles, for `fxcache stats`
     state["redis"] = None
     if redis_url is not None:
         problem = redis_cache.probe(redis_url)

@@ -252,6 +252,9 @@ def run(
     salt: str | None,
 ) -> int:
     """Plan, run, judge, print, write JSON; exit status by --fail-on."""
+    from ci_fxcache.jobstats.trace import keep_out_of_job_trace
+
+    keep_out_of_job_trace()
     flags = matrix_flags(devices, dtypes, dynamic, mechanisms, training, workloads)
     plan = matrix.build(flags, matrix_file)
     if phase == "hot" and not cache_dir:

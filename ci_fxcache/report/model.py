@@ -516,7 +516,15 @@ def top_lines(rows: list[Row]) -> list[TopLine]:
 
 
 def _advice_lines(rows: list[Row]) -> list[str]:
-    lines = [f"{r.label} ({r.verdict}): {r.advice}" for r in rows if r.advice]
+    """Each piece of advice once, with every combination it serves (in the rows' order)."""
+    served: dict[str, list[Row]] = {}
+    for r in rows:
+        if r.advice:
+            served.setdefault(r.advice, []).append(r)
+    lines = []
+    for advice, group in served.items():
+        verdicts = "/".join(dict.fromkeys(r.verdict for r in group))
+        lines.append(f"{', '.join(r.label for r in group)} ({verdicts}): {advice}")
     if any(r.advice and r.cause not in labels.COMPILER_CAUSES for r in rows):
         lines.append(recommendations.DISABLE_LINE)
     return lines
