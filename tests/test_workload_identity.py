@@ -277,3 +277,45 @@ def test_a_builtin_workload_changes_identity_with_fxcache_s_own_workloads_module
     copy.write_text(copy.read_text().replace("x.sin() @ y", "x.cos() @ y"))
     assert identity.source_digest(identity.own_modules("sin_matmul", [])) != before
     assert identity.own_modules("idmodels.net:factory", []) == []  # a user's: its own modules
+
+
+def test_a_recompile_for_the_second_shape_is_not_a_changed_graph() -> None:
+    """Only the first call's lookups tell whether the traced graph changed: a graph compiled
+    later (a recompile only the hot phase needs) stays the cache's failure to judge."""
+    first = {"cache": "fxgraph", "state": "hit", "components": {"gm": ["aaa", None]}}
+    cold = {"keyinfo": {"lookups": [{**first, "state": "miss"}]}}
+    later = {"cache": "fxgraph", "state": "miss", "components": {"gm": ["bbb", None]}}
+    hot = {"keyinfo": {"lookups": [first, later]}, "first_call_lookups": 1}
+    assert not versions.graph_changed(cold, hot)
+    assert versions.graph_changed(cold, {**hot, "first_call_lookups": 2})
+    assert versions.graph_changed(cold, {"keyinfo": hot["keyinfo"]})  # an older worker: all
+
+
+class _CrashingIdentity:
+    """A fork server whose identity request dies (SIGABRT): nothing else is asked of it."""
+
+    def __init__(self) -> None:
+        self.info: dict[str, Any] = {"torch": "2.13.0", "cuda_capabilities": []}
+
+    def run(self, kind: str, *args: Any, **kwargs: Any) -> Any:
+        from ci_fxcache.verify.forkserver import Outcome
+
+        assert kind == "identity"
+        return Outcome(None, None, "SIGABRT", False, "Fatal Python error: Aborted")
+
+
+def test_an_identity_check_that_dies_is_unknown_not_a_changed_model(tmp_path: Path) -> None:
+    from ci_fxcache.verify import matrix, runner
+
+    plan = matrix.build({**dict.fromkeys(matrix.FLAGS), "mechanisms": "fxgraph"}, None)
+    plan.devices = ["cpu"]
+    combo = plan.combos()[0]
+    _reference(tmp_path / "cache" / combo.id, "2026-01-01T00:00:00Z")
+    settings = runner.Settings(cache_dir=tmp_path / "cache", run_dir=tmp_path / "run")
+    checker = runner.Runner(_CrashingIdentity(), settings, lambda _: None)  # type: ignore[arg-type]
+    assert checker.match_versions([combo], 1) == set()
+    assert combo.id in checker.unchecked
+    why = checker.changed[combo.id]
+    assert why == "the identity check ended with SIGABRT: Fatal Python error: Aborted"
+    text = versions.changed_note_text(why, unchecked=True)
+    assert text.startswith("the model could not be compared with the recorded reference (")

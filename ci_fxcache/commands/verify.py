@@ -210,7 +210,9 @@ def line(combo: dict[str, Any]) -> str:
         else ""
     )
     why = labels.changed_why(combo)
-    changed = f"[{versions.changed_note_text(why)}] " if why else ""
+    changed = (
+        f"[{versions.changed_note_text(why, labels.changed_unchecked(combo))}] " if why else ""
+    )
     return (
         f"{label:<44} {combo['verdict']:<8} cold {_secs(combo.get('cold')):>6} "
         f"hot {_secs(combo.get('hot')):>6} {speed:>6}  {carried}{changed}{combo['reason']}"

@@ -57,6 +57,11 @@ def fmt_age(seconds: float) -> str:
     return f"{int(seconds)} s"
 
 
+def changed_unchecked(combo: dict[str, Any]) -> bool:
+    """Whether the identity check of a `workload-changed` combination itself failed."""
+    return bool((_note(combo, "workload-changed") or {}).get("unchecked"))
+
+
 def changed_why(combo: dict[str, Any]) -> str | None:
     """What changed in the combination's workload since its recorded reference (note kind
     `workload-changed`: it was verified cold and hot again), else None."""

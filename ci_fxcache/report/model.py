@@ -871,6 +871,8 @@ def changed_workloads(rows: list[Row]) -> list[str]:
     found: dict[str, list[str]] = {}
     for row in rows:
         why = labels.changed_why(row.combo)
+        if why is not None and labels.changed_unchecked(row.combo):
+            why = f"could not be compared: {why}"
         if why is not None:
             whys = found.setdefault(str(row.combo.get("workload") or "?"), [])
             if why not in whys:

@@ -227,8 +227,10 @@ class Runner:
         # Combinations judged outside `cache_dir / id`, by id: the recorded version their
         # workload matches, a new version (`versions`), or this run's scratch (see `_cold`).
         self._dirs: dict[str, Path] = {}
-        # Combinations whose workload changed since their newest reference: why, by id.
+        # Combinations whose workload changed since their newest reference: why, by id; those
+        # whose identity check itself failed (it cannot tell) are also `unchecked`.
         self.changed: dict[str, str] = {}
+        self.unchecked: set[str] = set()
         self._cancelled = threading.Event()
 
     def cancel(self) -> None:
@@ -387,7 +389,9 @@ class Runner:
                     self._dirs[c.id] = recorded[c.id][index]
                     matched.add(c.id)
                     continue
-                self.changed[c.id] = str(found.get("why") or "its identity could not be checked")
+                self.changed[c.id] = str(found.get("why") or "no answer")
+                if found.get("unchecked") or not found.get("why"):
+                    self.unchecked.add(c.id)
                 self._dirs[c.id] = versions.fresh(self.settings.cache_dir / c.id)
         return matched
 
@@ -435,7 +439,8 @@ class Runner:
             if outcome.timed_out
             else f"ended with {outcome.signal or outcome.returncode}"
         )
-        return {c.id: {"match": None, "why": ": ".join([why, *tail])[:300]} for c in group}
+        why = ": ".join([why, *tail])[:300]
+        return {c.id: {"match": None, "why": why, "unchecked": True} for c in group}
 
     def run_combo(self, combo: Combo, hot_only: bool) -> dict[str, Any]:
         """Cold (unless hot-only) then hot, and the verdict; a hot-only run carries what
@@ -445,7 +450,7 @@ class Runner:
                 combo,
                 verdicts.not_judged(
                     "not-run",
-                    versions.changed_text(self.changed[combo.id])
+                    versions.changed_text(self.changed[combo.id], combo.id in self.unchecked)
                     + ": run --phase auto (or both) to verify it cold and hot again",
                 ),
             )
@@ -583,8 +588,9 @@ class Runner:
             combo.to_dict(), cold, hot, cold_result, hot_result, self.settings.to_dict()
         )
         if cold_ran and combo.id in self.changed:
-            text = versions.changed_note_text(self.changed[combo.id])
-            note = causes.note("workload-changed", text, why=self.changed[combo.id])
+            why, unchecked = self.changed[combo.id], combo.id in self.unchecked
+            text = versions.changed_note_text(why, unchecked)
+            note = causes.note("workload-changed", text, why=why, unchecked=unchecked)
             judged["notes"] = [*judged["notes"], note]
         # judge() calls a hot phase that never ran an error; here it was not asked for
         if self.settings.phase == "cold" and judged["cause"] == "not-run":

@@ -27,6 +27,8 @@ VERSIONS = "versions"
 # invalidated, and are never matched.
 MAX_COMPARED = 8
 CHANGED_TEXT = "the model changed since the recorded reference ({why})"
+# Where the identity check itself failed (a crash, a hang, a factory that raises): unknown.
+UNCHECKED_TEXT = "the model could not be compared with the recorded reference ({why})"
 REVERIFIED = "verified cold and hot again"
 GRAPH_WHY = "the graph torch traced differs from the recorded one"
 
@@ -72,14 +74,14 @@ def fresh(base: Path) -> Path:
     return base / VERSIONS / f"{stamp}-{uuid.uuid4().hex[:8]}"
 
 
-def changed_text(why: str) -> str:
-    """What changed, as the report and the progress line say it."""
-    return CHANGED_TEXT.format(why=why)
+def changed_text(why: str, unchecked: bool = False) -> str:
+    """What changed (or why it could not be told), as the report and progress line say it."""
+    return (UNCHECKED_TEXT if unchecked else CHANGED_TEXT).format(why=why)
 
 
-def changed_note_text(why: str) -> str:
+def changed_note_text(why: str, unchecked: bool = False) -> str:
     """The note of a combination whose workload changed and was verified again."""
-    return f"{changed_text(why)}: {REVERIFIED}"
+    return f"{changed_text(why, unchecked)}: {REVERIFIED}"
 
 
 def _graphs(result: dict[str, Any]) -> dict[str, set[str]]:
@@ -93,11 +95,17 @@ def _graphs(result: dict[str, Any]) -> dict[str, set[str]]:
 
 
 def graph_changed(cold_result: dict[str, Any], hot_result: dict[str, Any]) -> bool:
-    """Whether the hot phase traced a graph the recorded cold phase never did: a lookup that
-    missed whose `gm` (the traced graph) is not among the cold phase's of the same cache.
-    A hit proves its graph the same; a phase without lookups (a loaded artifact) says nothing."""
+    """Whether the hot phase's first call traced a graph the recorded cold phase never did: a
+    lookup that missed whose `gm` (the traced graph) is not among the cold phase's of the same
+    cache. A hit proves its graph the same; a phase without lookups (a loaded artifact) says
+    nothing; a graph compiled later, for the second input shape, is a recompile (`unsafe` when
+    only the hot phase needs it), never a changed model."""
     cold = _graphs(cold_result)
-    for lookup in (hot_result.get("keyinfo") or {}).get("lookups") or []:
+    lookups = (hot_result.get("keyinfo") or {}).get("lookups") or []
+    first = hot_result.get("first_call_lookups")
+    if isinstance(first, int) and not isinstance(first, bool) and first >= 0:
+        lookups = lookups[:first]
+    for lookup in lookups:
         if not isinstance(lookup, dict) or lookup.get("state") == "hit":
             continue
         gm = (lookup.get("components") or {}).get("gm")

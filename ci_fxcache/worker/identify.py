@@ -35,7 +35,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             answers[variant["key"]] = built[same].match(variant["candidates"])
         except Exception as exc:
             traceback.print_exc()
-            answers[variant["key"]] = {"match": None, "why": identity.build_error(exc)}
+            why = identity.build_error(exc)
+            answers[variant["key"]] = {"match": None, "why": why, "unchecked": True}
     return {"status": "ok", "variants": answers}
 
 

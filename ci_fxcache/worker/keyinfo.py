@@ -104,6 +104,11 @@ def _system(device: str) -> dict[str, Any]:
     return system
 
 
+def count() -> int:
+    """How many lookups were seen since `install()`."""
+    return len(_RECORDER[0].lookups) if _RECORDER else 0
+
+
 def collect(device: str) -> dict[str, Any]:
     """The lookups seen since `install()` and the system facts torch's caches check."""
     lookups = list(_RECORDER[0].lookups) if _RECORDER else []

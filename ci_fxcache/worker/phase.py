@@ -548,6 +548,8 @@ def timed_compile(run: PhaseRun, result: dict[str, Any]) -> tuple[Any, list[torc
     run.mark("torch.compile returned")
     outs = run.call(compiled, run.work.inputs, FIRST_SEED)
     run.mark("first call done")
+    # The graphs of the first call: what a recompile on the second shape adds comes after.
+    result["first_call_lookups"] = keyinfo.count()
     result["compile_s"] = round(time.perf_counter() - started, 4)
     result["load_s"] = round(load_s, 4)
     tracing = _tracing_s()
