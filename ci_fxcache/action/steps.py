@@ -31,6 +31,7 @@ from ci_fxcache.action.settings import (
     store_root,
 )
 from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
+from ci_fxcache.store import manifest as mf
 from ci_fxcache.store import save as store_save
 from ci_fxcache.store import state_file, tiered, trust
 from ci_fxcache.store.layout import Layout
@@ -438,12 +439,13 @@ def write_refusal(s: Settings, event: trust.RunEvent) -> str | None:
     return None
 
 
-def _save_result(s: Settings, key: str | None, event: trust.RunEvent) -> dict[str, Any]:
+def _save_result(s: Settings, key: str | None, event: trust.RunEvent) -> store_save.Outcome:
     refusal = write_refusal(s, event)
     if refusal is not None:
-        return {"saved": False, "reason": refusal}
+        return store_save.Outcome({"saved": False, "reason": refusal}, None)
     if not s.state_file.is_file():
-        return {"saved": False, "reason": "the fxcache action stopped before restoring"}
+        why = "the fxcache action stopped before restoring"
+        return store_save.Outcome({"saved": False, "reason": why}, None)
     state = state_file.read_state(s.state_file, Path(s.root), key)
     if state.get("nonce") != s.nonce:
         raise UsageError(
@@ -451,20 +453,18 @@ def _save_result(s: Settings, key: str | None, event: trust.RunEvent) -> dict[st
             "setup's): not saving"
         )
     if state["read_only"]:  # restore's own fallback (an unusable store): nothing to save
-        return {"saved": False, "reason": f"read-only restore ({state['read_only_reason']})"}
+        why = f"read-only restore ({state['read_only_reason']})"
+        return store_save.Outcome({"saved": False, "reason": why}, None)
     layout = Layout(Path(s.root))
     tier = tiered.remote_tier(state, s.store)  # malformed settings: before the commit
-    try:
-        result = store_save.save(layout, state, key)
-    except (OSError, TimeoutError) as exc:
-        gha.warn(f"could not save cache scope {state['scope_key']}: {exc}; continuing")
-        return {"saved": False, "reason": str(exc)}
+    result, committed = store_save.save_or_warn(layout, state, key)
     if s.store == "s3" and not s.upload:
         if result.get("saved") and isinstance(state.get("remote"), dict):
             result["remote"] = {"published": False, "reason": "this run reads the bucket only"}
             print("fxcache: not writing the bucket: the save policy does not publish this run")
-        return result
-    return tiered.publish_from_state(layout, state, result, key, tier)
+        return store_save.Outcome(result, committed)
+    published = tiered.publish_from_state(layout, state, result, committed, key, tier)
+    return store_save.Outcome(published, committed)
 
 
 def _scope_key(s: Settings) -> str | None:
@@ -493,7 +493,7 @@ def save(post: bool = False) -> int:
     scope = _scope_key(s)
     before = job_stats.committed_files(Path(s.root), scope) if scope else {}
     started = time.monotonic()
-    result = _save_result(s, key, values["run-event"])
+    result, committed = _save_result(s, key, values["run-event"])
     _record_time(s, "save_s", time.monotonic() - started)
     upload = bool(result["saved"]) and s.upload and int(result.get("added", 0)) > 0
     if s.store == "github" and result["saved"]:
@@ -508,25 +508,33 @@ def save(post: bool = False) -> int:
     after = job_stats.committed_files(Path(s.root), scope) if scope else {}
     stats = job_stats.compute(before, after, result, _timings(s))
     job_stats.publish(stats, s.job_stats)
-    return gha_upload(s, values["run-event"], key)
+    return gha_upload(s, values["run-event"], key, committed)
 
 
-def _unsigned_scope(scope: Path, signing_key: str) -> str | None:
-    """Why the scope's manifest is not one this key signed (None when it is): a keyed job
-    never uploads what its key did not sign, such as a manifest rewritten after its save."""
-    from ci_fxcache.store import manifest as mf
-
+def _recommitted(scope: Path, signing_key: str | None) -> tuple[mf.Committed | None, str | None]:
+    """For an upload retried by a later step (the save's manifest is no longer in memory):
+    the scope's manifest read once, and why it is not one this key signed (None when it is,
+    or without a key). A keyed job never uploads what its key did not sign, such as a
+    manifest rewritten after its save; what it checks is exactly what it uploads."""
     try:
-        manifest = mf.load(scope / "manifest.json")
+        committed = mf.Committed.read(scope / "manifest.json")
     except (mf.ManifestError, OSError) as exc:
-        return str(exc)
-    return mf.signature_problem(manifest, signing_key)
+        return None, str(exc)
+    if signing_key:
+        return committed, mf.signature_problem(committed.manifest, signing_key)
+    return committed, None
 
 
-def gha_upload(s: Settings, event: trust.RunEvent, signing_key: str | None) -> int:
-    """Upload the committed scope as this run's GitHub cache entry when `save` decided so
-    (with a signing key, only a scope whose manifest that key signed). A failed upload is a
-    warning: the job's own result stands, the next run compiles cold."""
+def gha_upload(
+    s: Settings,
+    event: trust.RunEvent,
+    signing_key: str | None,
+    committed: mf.Committed | None = None,
+) -> int:
+    """Upload the committed scope as this run's GitHub cache entry when `save` decided so:
+    `committed`, the manifest this step's save wrote; None (a retry by a later step): the
+    scope's, with a signing key only when that key signed it. A failed upload is a warning:
+    the job's own result stands, the next run compiles cold."""
     from ci_fxcache.store.remote.github import cache_service
     from ci_fxcache.store.remote.github.tier import GitHubTier
     from ci_fxcache.store.remote.tier import RemoteUnavailable
@@ -545,12 +553,14 @@ def gha_upload(s: Settings, event: trust.RunEvent, signing_key: str | None) -> i
         return 0
     tier = GitHubTier(cache_service.CacheService(where), s.gha_key, s.gha_prefix)
     scope = Path(s.gha_path)
-    unsigned = _unsigned_scope(scope, signing_key) if signing_key else None
-    if unsigned is not None:
+    unsigned = None
+    if committed is None:
+        committed, unsigned = _recommitted(scope, signing_key)
+    if committed is None or unsigned is not None:
         gha.warn(f"store github: not uploading {s.gha_key}: {unsigned} with this job's key")
         return 0
     try:
-        sent = tier.publish(Layout(scope.parent), scope.name, signing_key)
+        sent = tier.publish(Layout(scope.parent), scope.name, committed, signing_key)
     except (RemoteUnavailable, OSError) as exc:
         gha.warn(f"store github: uploading {s.gha_key} failed: {exc}")
         return 0

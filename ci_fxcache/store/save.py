@@ -51,6 +51,14 @@ def _inspect(
     return mf.inspect(scope, {"files": listed}, False, sealed) if strays else found
 
 
+class Outcome(NamedTuple):
+    """A save's summary (JSON), and the manifest it checked, signed and wrote under the scope's
+    lock (None when it wrote none): what a publish sends, never a re-read of the disk."""
+
+    summary: dict[str, Any]
+    committed: mf.Committed | None
+
+
 class _Committed(NamedTuple):
     manifest: dict[str, Any] | None
     inspection: mf.Inspection
@@ -139,8 +147,9 @@ def _release(layout: Layout, lease: Path | None) -> None:
         scopes.release_lease(layout, lease)
 
 
-def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict[str, Any]:
-    """Add the job's new files to the scope's manifest atomically; return a summary.
+def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> Outcome:
+    """Add the job's new files to the scope's manifest atomically; the summary and the
+    manifest written.
 
     Only new files are hashed and recorded: committed ones keep their entries. A job that had
     the scope in place adds the unlisted files of the scope; a job that got a private overlay
@@ -155,12 +164,13 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict
     with scopes.lock(layout, key):
         if scope.is_symlink() or not scope.is_dir():
             _release(layout, lease)
-            return {"saved": False, "reason": f"scope {key} no longer exists (quarantined?)"}
+            gone = f"scope {key} no longer exists (quarantined?)"
+            return Outcome({"saved": False, "reason": gone}, None)
         try:
             previous, found = _committed(layout, key, signing_key)
         except Refused as exc:
             _release(layout, lease)
-            return {"saved": False, "reason": f"scope {key} quarantined: {exc}"}
+            return Outcome({"saved": False, "reason": f"scope {key} quarantined: {exc}"}, None)
         committed: dict[str, Any] = dict(previous["files"]) if previous else {}
         # Entries an older save made of files torch writes in place are dropped (in_place).
         listed = {rel: committed[rel] for rel in in_place.committable(committed)}
@@ -194,7 +204,8 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict
         mf.make_read_only(scope, stats)
         modes.close_directories(scope, [*new, *found.locks])
         in_place.make_writable(scope, [*found.locks, *committed], modes.file_mode())
-        digest = _write(layout, key, manifest)
+        written = mf.Committed.of(manifest)
+        digest = _write(layout, key, written)
         # What the check listed is sealed for the new manifest, but for directories holding
         # files it does not list (another job's, when this one had an overlay).
         kept_out = {rel.rpartition("/")[0] for rel in set(unlisted) - set(new)}
@@ -208,7 +219,7 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict
         scopes.remove_tree(overlay_dir)
     if layout.spares.is_dir() and any(layout.spares.glob(f"{key}.*")):
         spare.build_in_background(layout, key)  # overlays are in use: refresh the spare
-    return {
+    summary = {
         "saved": True,
         "scope_key": key,
         "files": len(manifest["files"]),
@@ -216,6 +227,7 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict
         "bytes": manifest["total_bytes"],
         "signed": bool(signing_key),
     }
+    return Outcome(summary, written)
 
 
 def _fault_hook() -> Callable[[], None] | None:
@@ -238,19 +250,25 @@ def _fault_hook() -> Callable[[], None] | None:
     return None
 
 
-def _write(layout: Layout, key: str, manifest: dict[str, Any]) -> str:
-    return mf.write_atomic(layout.manifest(key), manifest, layout.root / LOCKS, _fault_hook())
+def _write(layout: Layout, key: str, committed: mf.Committed) -> str:
+    return mf.write_atomic(layout.manifest(key), committed, layout.root / LOCKS, _fault_hook())
 
 
-def save_from_state(path: Path, root: Path | None, signing_key: str | None) -> dict[str, Any]:
+def save_from_state(path: Path, root: Path | None, signing_key: str | None) -> Outcome:
     """Save the scope restore handed out (root: the state's unless given), or say why not."""
     scopes.check_env()
     state = state_file.read_state(path, root, signing_key)
     root = root if root is not None else Path(state["root"])
     if state.get("read_only"):
-        return {"saved": False, "reason": f"read-only restore ({state.get('read_only_reason')})"}
+        why = f"read-only restore ({state.get('read_only_reason')})"
+        return Outcome({"saved": False, "reason": why}, None)
+    return save_or_warn(Layout(root), state, signing_key)
+
+
+def save_or_warn(layout: Layout, state: dict[str, Any], signing_key: str | None) -> Outcome:
+    """`save`; a local failure (a full disk, a lock not had in time) is one warning."""
     try:
-        return save(Layout(root), state, signing_key)
+        return save(layout, state, signing_key)
     except (OSError, TimeoutError) as exc:
         gha.warn(f"could not save cache scope {state['scope_key']}: {exc}; continuing")
-        return {"saved": False, "reason": str(exc)}
+        return Outcome({"saved": False, "reason": str(exc)}, None)

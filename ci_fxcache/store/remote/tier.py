@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ci_fxcache.store.layout import Layout
+from ci_fxcache.store.manifest import Committed
 from ci_fxcache.store.seal import Seal
 
 # Fetches in progress (fresh directories renamed into a scope when complete) and what
@@ -59,8 +60,12 @@ class RemoteTier(Protocol):
         against the remote index first."""
         ...
 
-    def publish(self, layout: Layout, key: str, signing_key: str | None) -> dict[str, Any]:
-        """Upload what the remote copy of committed local scope `key` lacks."""
+    def publish(
+        self, layout: Layout, key: str, committed: Committed, signing_key: str | None
+    ) -> dict[str, Any]:
+        """Upload what the remote copy of local scope `key` lacks of the files `committed` (the
+        manifest its save checked and signed under the lock) lists, each file read from the
+        scope and left out unless it still matches its entry."""
         ...
 
     def touch(self, key: str) -> None:

@@ -233,13 +233,18 @@ def _touch(tier: RemoteTier, key: str, info: dict[str, Any]) -> None:
 
 
 def publish_scope(
-    layout: Layout, key: str, tier: RemoteTier, signing_key: str | None
+    layout: Layout,
+    key: str,
+    tier: RemoteTier,
+    committed: mf.Committed,
+    signing_key: str | None,
 ) -> dict[str, Any]:
-    """Publish committed scope `key`; the save result's `remote` object (one warning when the
-    remote is unusable, never an exception for its sake)."""
+    """Publish the files of scope `key` that `committed` (its save's manifest) lists; the save
+    result's `remote` object (one warning when the remote is unusable, never an exception for
+    its sake)."""
     info: dict[str, Any] = {"store": tier.name, "url": tier.describe()}
     try:
-        info.update(tier.publish(layout, key, signing_key))
+        info.update(tier.publish(layout, key, committed, signing_key))
     except (RemoteUnavailable, RemoteCorrupt) as exc:
         info.update(published=False, error=str(exc))
         gha.warn(f"publishing {key} to {tier.describe()} failed ({exc}); kept locally")

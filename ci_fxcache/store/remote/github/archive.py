@@ -88,17 +88,18 @@ def _read_committed(scope: Path, rel: str, meta: dict[str, Any]) -> bytes:
     return data
 
 
-def write(scope: Path, archive: Path) -> int:
-    """The archive of committed scope `scope` (its manifest and every file it lists) into
+def write(scope: Path, archive: Path, committed: mf.Committed | None = None) -> int:
+    """The archive of committed scope `scope` (manifest `committed`, as its save wrote it;
+    None: the scope's manifest.json, for tools without a save) and every file it lists into
     `archive`; its size in bytes. ArchiveError when the scope is not as committed."""
     import zstandard
 
-    try:
-        raw, _digest = mf.read_raw(scope / MANIFEST)
-        manifest = mf.parse(raw)
-    except mf.ManifestError as exc:
-        raise ArchiveError(str(exc)) from None
-    files: dict[str, dict[str, Any]] = manifest["files"]
+    if committed is None:
+        try:
+            committed = mf.Committed.read(scope / MANIFEST)
+        except mf.ManifestError as exc:
+            raise ArchiveError(str(exc)) from None
+    files: dict[str, dict[str, Any]] = committed.manifest["files"]
     offsets: dict[str, int] = {}
     with tempfile.TemporaryFile(dir=archive.parent) as frames:
         framer = packs.Framer(frames.write)
@@ -113,7 +114,7 @@ def write(scope: Path, archive: Path) -> int:
         framer.flush()
         header = {
             "schema": HEADER_SCHEMA,
-            "manifest": raw.decode("utf-8"),
+            "manifest": committed.text,
             "offsets": offsets,
             "frames": [list(f) for f in framer.frames],
         }

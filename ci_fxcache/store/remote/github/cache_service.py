@@ -40,6 +40,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ci_fxcache import __version__
 from ci_fxcache.errors import FxcacheError
+from ci_fxcache.store import manifest as mf
 from ci_fxcache.store.remote.github import archive
 
 if TYPE_CHECKING:
@@ -284,16 +285,19 @@ class Restored:
     unpacked: archive.Unpacked
 
 
-def save_directory(service: CacheService, directory: Path, key: str) -> dict[str, Any]:
-    """Upload committed scope `directory` as a new entry `key`: {"uploaded": bool, "key",
-    "bytes"?, "reason"?}. CacheServiceError when the scope is not as its manifest says."""
+def save_directory(
+    service: CacheService, directory: Path, key: str, committed: mf.Committed | None = None
+) -> dict[str, Any]:
+    """Upload committed scope `directory` (manifest `committed`: archive.write) as a new entry
+    `key`: {"uploaded": bool, "key", "bytes"?, "reason"?}. CacheServiceError when the scope
+    is not as its manifest says."""
     url = service.create(key)
     if url is None:
         return {"uploaded": False, "key": key, "reason": "the key exists or was refused"}
     with tempfile.TemporaryDirectory(prefix="fxcache-upload-") as tmp:
         path = Path(tmp) / "scope.fxscope"
         try:
-            size = archive.write(directory, path)
+            size = archive.write(directory, path, committed)
         except archive.ArchiveError as exc:
             raise CacheServiceError(f"not uploaded: {exc}") from None
         service.upload(url, path)

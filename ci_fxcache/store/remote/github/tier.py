@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ci_fxcache.store.layout import Layout
+from ci_fxcache.store.manifest import Committed
 from ci_fxcache.store.remote.github import cache_service
 from ci_fxcache.store.remote.tier import Fetched, RemoteCorrupt, RemoteUnavailable
 
@@ -56,10 +57,14 @@ class GitHubTier:
         done = restored.unpacked
         return Fetched(done.files, done.total_bytes, {"matched_key": self.matched}, done.seal)
 
-    def publish(self, layout: Layout, key: str, signing_key: str | None) -> dict[str, Any]:
-        """Upload the committed scope as entry `save_key`."""
+    def publish(
+        self, layout: Layout, key: str, committed: Committed, signing_key: str | None
+    ) -> dict[str, Any]:
+        """Upload the committed scope (`committed`, its save's manifest) as entry `save_key`."""
         try:
-            sent = cache_service.save_directory(self._service, layout.scope(key), self.save_key)
+            sent = cache_service.save_directory(
+                self._service, layout.scope(key), self.save_key, committed
+            )
         except cache_service.CacheServiceError as exc:
             raise RemoteUnavailable(str(exc)) from None
         return {"published": bool(sent.pop("uploaded")), **sent}

@@ -90,13 +90,15 @@ class _Index:
 
 
 def publish(
-    objects: S3Objects, layout: Layout, key: str, signing_key: str | None
+    objects: S3Objects,
+    layout: Layout,
+    key: str,
+    committed: mf.Committed,
+    signing_key: str | None,
 ) -> dict[str, Any]:
-    """Upload what the bucket lacks of committed scope `key` (store.remote.tier.RemoteTier)."""
-    try:
-        local = mf.load(layout.manifest(key))
-    except mf.ManifestError as exc:
-        return {"published": False, "reason": f"no committed local scope ({exc})"}
+    """Upload what the bucket lacks of committed scope `key` (store.remote.tier.RemoteTier):
+    the files `committed` lists, never what manifest.json says by now."""
+    local = committed.manifest
     files: dict[str, Any] = local["files"]
     bad = objects.bad_packs(layout)
     orphans = {

@@ -1,0 +1,94 @@
+"""Keyed jobs (FXCACHE_SIGNING_KEY) with `store: s3` against what a key-less writer of the
+runner's store can do between the steps of a job: a real SeaweedFS, the real CLI as jobs run
+it, faults injected on disk as a co-tenant would (issue 39)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import RunFxcache
+from tests.s3_server import SeaweedS3
+from tests.store_helpers import SAMPLE, tree_digest, write_files
+from tests.test_store_s3 import _compiles_into, _store, bucket  # noqa: F401 (a fixture)
+
+KEY = "fleet-key-1"
+PLANTED = "inductor/fxgraph/zz/planted"
+PLANTED_BYTES = b"not compiled by any keyed job" * 40
+
+
+def _writable(path: Path) -> None:
+    """What a co-tenant with the runner's user does first: give itself write permission."""
+    os.chmod(path, os.stat(path).st_mode | 0o700)
+
+
+def _swap_manifest(scope: Path) -> None:
+    """Plant a file in committed scope `scope` and swap its manifest for one that lists it
+    (unsigned: the swapper has no key), renamed into place as a save would."""
+    for directory in (scope, scope / "inductor", scope / "inductor" / "fxgraph"):
+        _writable(directory)
+    write_files(scope, {PLANTED: PLANTED_BYTES})
+    manifest = json.loads((scope / "manifest.json").read_text())
+    manifest["files"][PLANTED] = {
+        "sha256": hashlib.sha256(PLANTED_BYTES).hexdigest(),
+        "size": len(PLANTED_BYTES),
+        "mtime_ns": os.stat(scope / PLANTED).st_mtime_ns,
+    }
+    manifest["total_bytes"] += len(PLANTED_BYTES)
+    manifest.pop("signature", None)
+    swapped = scope / "manifest.json.swap"
+    swapped.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    os.replace(swapped, scope / "manifest.json")
+
+
+def _save_stopped_before_publish(env: dict[str, str], state: Path) -> subprocess.Popen[str]:
+    """`fxcache save --json`, stopped by the `stop-before-publish` test fault once its
+    manifest is committed and its lock released, before its publish."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ci_fxcache", "save", "--json", "--state-file", str(state)],
+        env={**os.environ, **env, "FXCACHE_TEST_FAULT": "stop-before-publish"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert "stopped before the publish" in line, (line, proc.stderr and proc.stderr.read())
+    _pid, status = os.waitpid(proc.pid, os.WUNTRACED)  # returns once it has stopped itself
+    assert os.WIFSTOPPED(status), status
+    return proc
+
+
+def test_a_manifest_swapped_between_a_keyed_save_and_its_publish_never_reaches_the_bucket(
+    tmp_path: Path, run_fxcache: RunFxcache, seaweed: SeaweedS3, bucket: str  # noqa: F811
+) -> None:
+    """Defect 1 of issue 39: the publish sends the manifest its save checked and signed under
+    the lock. A key-less co-tenant swaps manifest.json (and plants a file) the moment the
+    save has committed: the signed head lists only the job's own files, and an empty keyed
+    runner restores exactly those."""
+    a = _store(tmp_path, "a", run_fxcache, seaweed, bucket, FXCACHE_SIGNING_KEY=KEY)
+    state = a.restore("--store", "s3")
+    assert state["remote"]["found"] is False, state
+    write_files(_compiles_into(state), SAMPLE)
+    proc = _save_stopped_before_publish(a.env, a.root.parent / "state.json")
+    try:
+        _swap_manifest(a.root / state["scope_key"])
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    out, err = proc.communicate()
+    assert proc.returncode == 0, err
+    saved: dict[str, Any] = json.loads(out)
+    assert saved["saved"] and saved["signed"] and saved["remote"]["published"], saved
+
+    c = _store(tmp_path, "c", run_fxcache, seaweed, bucket, FXCACHE_SIGNING_KEY=KEY)
+    got = c.restore("--store", "s3")
+    assert got["hit"] and got["signature_checked"] and got["remote"]["fetched"], got
+    restored = tree_digest(c.root / got["scope_key"])
+    assert PLANTED not in restored
+    assert {rel for rel in restored if rel.startswith(("inductor/", "triton/"))} == set(SAMPLE)
+    assert saved["remote"]["head_files"] == len(SAMPLE), saved
+
