@@ -227,7 +227,9 @@ def test_store_github_keys(tmp_path: Path) -> None:
         check=True,
     ).stdout.strip()
     settings = s.settings()
-    assert settings["gha_path"] == str(tmp_path / "store" / scope)
+    # A run that may not upload keeps its commits in its own namespace (issue 39).
+    root = tmp_path / "store" / ("" if settings["upload"] else ".remote-readers")
+    assert settings["gha_path"] == str(root / scope)
     assert settings["gha_prefix"] == f"{scope}-llama-"
     assert settings["gha_key"] == f"{scope}-llama-run4242.2"
 
@@ -252,7 +254,11 @@ def test_store_github_save_policy(
     s = run_step(
         tmp_path, "setup", {"store": "github", "save": save}, event, event_name, GITHUB_REF=ref
     )
-    assert s.settings()["upload"] is upload
+    settings = s.settings()
+    assert settings["upload"] is upload
+    # Issue 39: what a run that may not upload commits stays out of what uploads read.
+    shared = tmp_path / "store"
+    assert Path(settings["root"]) == (shared if upload else shared / ".remote-readers")
 
 
 def test_untrusted_runs_never_upload_even_with_save_always(tmp_path: Path) -> None:
@@ -597,6 +603,12 @@ def test_store_s3_writes_only_from_the_default_branch(
     assert s.proc.returncode == 0, s.lines
     settings = s.settings()
     assert settings["remote"] is True and settings["upload"] is writes
+    # Issue 39: a run that commits but may not write the bucket commits into its own trust
+    # namespace of the runner's store, which no writing run reads or publishes (a fork's run
+    # is read-only: a private overlay of the shared root, never saved).
+    shared = tmp_path / "store"
+    own = writes or settings["read_only"]
+    assert Path(settings["root"]) == (shared if own else shared / ".remote-readers"), settings
 
 
 @pytest.mark.parametrize(

@@ -10,17 +10,28 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.conftest import RunFxcache
 from tests.s3_server import SeaweedS3
 from tests.store_helpers import SAMPLE, tree_digest, write_files
-from tests.test_store_s3 import _compiles_into, _store, bucket  # noqa: F401 (a fixture)
+from tests.test_store_s3 import _compiles_into, _store
 
 KEY = "fleet-key-1"
 PLANTED = "inductor/fxgraph/zz/planted"
 PLANTED_BYTES = b"not compiled by any keyed job" * 40
+
+
+@pytest.fixture
+def bucket(seaweed: SeaweedS3) -> str:
+    """A fresh bucket per test; its s3:// URL with a prefix."""
+    name = f"t-{uuid.uuid4().hex[:16]}"
+    seaweed.make_bucket(name)
+    return f"s3://{name}/fleet/ci"
 
 
 def _writable(path: Path) -> None:
@@ -64,7 +75,7 @@ def _save_stopped_before_publish(env: dict[str, str], state: Path) -> subprocess
 
 
 def test_a_manifest_swapped_between_a_keyed_save_and_its_publish_never_reaches_the_bucket(
-    tmp_path: Path, run_fxcache: RunFxcache, seaweed: SeaweedS3, bucket: str  # noqa: F811
+    tmp_path: Path, run_fxcache: RunFxcache, seaweed: SeaweedS3, bucket: str
 ) -> None:
     """Defect 1 of issue 39: the publish sends the manifest its save checked and signed under
     the lock. A key-less co-tenant swaps manifest.json (and plants a file) the moment the
@@ -92,3 +103,44 @@ def test_a_manifest_swapped_between_a_keyed_save_and_its_publish_never_reaches_t
     assert {rel for rel in restored if rel.startswith(("inductor/", "triton/"))} == set(SAMPLE)
     assert saved["remote"]["head_files"] == len(SAMPLE), saved
 
+
+PR_FILES = {
+    "inductor/fxgraph/pr/entry": b"compiled by a pull request's branch" * 30,
+    "triton/PRKERNEL/kernel.so": b"a pull request's kernel" * 30,
+}
+
+
+def test_a_read_only_runs_commits_never_reach_the_bucket_nor_a_later_keyed_job(
+    tmp_path: Path, run_fxcache: RunFxcache, seaweed: SeaweedS3, bucket: str
+) -> None:
+    """Defect 2 of issue 39: a run that may read the bucket but not write it (a pull
+    request's under `save: auto`, here with the fleet's key, as a same-repository pull
+    request has it) commits on a persistent runner; the next writing run on that runner
+    neither is served its files nor publishes them, and an empty keyed runner restores only
+    the writer's own."""
+    runner = _store(tmp_path, "a", run_fxcache, seaweed, bucket, FXCACHE_SIGNING_KEY=KEY)
+    pr = runner.restore("--store", "s3", "--remote-read-only")
+    write_files(_compiles_into(pr), PR_FILES)
+    kept = json.loads(runner.save().stdout)
+    assert kept["saved"] and kept["signed"] and kept["files"] == len(PR_FILES), kept
+    assert "remote" not in kept, kept  # the read-only run wrote nothing to the bucket
+
+    push = runner.restore("--store", "s3")
+    assert push["scope_key"] == pr["scope_key"]
+    assert not push["hit"] and push["files"] == 0, push  # not served the pull request's files
+    served = tree_digest(push["scope_dir"])
+    assert not set(PR_FILES) & set(served), served
+    write_files(_compiles_into(push), SAMPLE)
+    saved = json.loads(runner.save().stdout)
+    assert saved["saved"] and saved["remote"]["published"], saved
+    assert saved["files"] == len(SAMPLE) and saved["remote"]["head_files"] == len(SAMPLE), saved
+
+    c = _store(tmp_path, "c", run_fxcache, seaweed, bucket, FXCACHE_SIGNING_KEY=KEY)
+    got = c.restore("--store", "s3")
+    assert got["hit"] and got["signature_checked"] and got["remote"]["fetched"], got
+    restored = tree_digest(c.root / got["scope_key"])
+    assert {rel for rel in restored if rel.startswith(("inductor/", "triton/"))} == set(SAMPLE)
+
+    # The pull request's next run on this runner still has its own files (its namespace).
+    again = runner.restore("--store", "s3", "--remote-read-only")
+    assert again["hit"] and set(PR_FILES) <= set(tree_digest(again["scope_dir"])), again

@@ -34,7 +34,7 @@ from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store import save as store_save
 from ci_fxcache.store import state_file, tiered, trust
-from ci_fxcache.store.layout import Layout
+from ci_fxcache.store.layout import Layout, trust_root
 from ci_fxcache.store.remote import redis_cache
 from ci_fxcache.store.remote.s3 import client as s3_client
 
@@ -248,6 +248,7 @@ def setup() -> int:
             remote_tier = True  # runs that may not write read the bucket only (remote_write)
     for note in notes:
         gha.say("notice", note)
+    upload = remote_write_decision(values["save"], store, read_only, event)
     if store == "github" and read_only:
         # A read-only run never unpacks a GitHub cache entry (which an untrusted run can fill
         # itself) into the runner's shared store: it restores from a private root.
@@ -255,6 +256,9 @@ def setup() -> int:
         root.mkdir(parents=True, exist_ok=True)
     else:
         root, problem = store_root(values["cache-root"])
+        if store in ("github", "s3") and not read_only:
+            # What a run that may not write the remote commits stays in its own namespace.
+            root = trust_root(root, may_write_remote=upload)
     if problem:
         gha.warn(problem)
     work = runner_temp() / "fxcache" / values["report-id"]
@@ -274,7 +278,7 @@ def setup() -> int:
         untrusted=untrusted,
         comment=comment_decision(values["comment"], event.name, fork, number),
         save=values["save"],
-        upload=remote_write_decision(values["save"], store, read_only, event),
+        upload=upload,
         timeout_s=max(1, round(values["timeout-minutes"] * 60)),
         notes=notes,
         nonce=secrets.token_hex(16),

@@ -77,7 +77,8 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "--remote-read-only",
         action="store_true",
         help="read the remote tier (--store s3), never write it: no last-used marker, and "
-        "'fxcache save' commits locally only (for runs that must not write what others read)",
+        "'fxcache save' commits locally only, into a namespace of the store root that no run "
+        "writing the remote reads (for runs that must not write what others read)",
     )
     parser.add_argument(
         "--redis-writers-run-code",
@@ -160,7 +161,7 @@ def run(
     from ci_fxcache.store import restore as store_restore
     from ci_fxcache.store import scopes, trust
     from ci_fxcache.store import state_file as states
-    from ci_fxcache.store.layout import VERIFY_DIR_ENV, Layout, resolve_root
+    from ci_fxcache.store.layout import VERIFY_DIR_ENV, Layout, resolve_root, trust_root
     from ci_fxcache.store.remote import redis_cache
     from ci_fxcache.store.remote.transfer import fetch_scope
 
@@ -175,7 +176,7 @@ def run(
     fp = taking.result()
     torch_support.announce_newer(fp.torch_version)
     key = scopekey.scope_key(fp)
-    store_root = resolve_root(root)
+    store_root = trust_root(resolve_root(root), may_write_remote=not remote_read_only)
     reason = "--read-only" if read_only else trust.untrusted_reason()
     restore_options = store_restore.Options(
         read_only=reason is not None,
