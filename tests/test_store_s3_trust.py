@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import RunFxcache
 from tests.s3_server import SeaweedS3
 from tests.store_helpers import SAMPLE, tree_digest, write_files
-from tests.test_store_s3 import _compiles_into, _store
+from tests.test_store_s3 import _compiles_into, _kill_save_before_the_head, _store
 
 KEY = "fleet-key-1"
 PLANTED = "inductor/fxgraph/zz/planted"
@@ -144,3 +144,53 @@ def test_a_read_only_runs_commits_never_reach_the_bucket_nor_a_later_keyed_job(
     # The pull request's next run on this runner still has its own files (its namespace).
     again = runner.restore("--store", "s3", "--remote-read-only")
     assert again["hit"] and set(PR_FILES) <= set(tree_digest(again["scope_dir"])), again
+
+
+def _plant_sent_records(root: Path, bucket_url: str, key: str, files: dict[str, bytes]) -> None:
+    """What a key-less writer of the runner's store can write: a record of a pack "this
+    runner uploaded" for scope `key`, naming a pack the bucket does not have, with the right
+    sha256 and size of each of `files` (so a save that trusts it reuses it)."""
+    from ci_fxcache.store.layout import Layout
+    from ci_fxcache.store.remote import packs
+    from ci_fxcache.store.remote.s3 import client, tier
+
+    made = root.parent / "planted"
+    write_files(made, files)
+    entries = {rel: {"sha256": hashlib.sha256(b).hexdigest()} for rel, b in files.items()}
+    _blob, placed = packs.build(made, sorted(files), entries)
+    elsewhere = hashlib.sha256(b"a pack nobody uploaded").hexdigest()
+    tier.S3Tier(client.parse_url(bucket_url)).record_sent(Layout(root), key, elsewhere, placed)
+
+
+def test_a_keyed_save_never_signs_a_head_from_sent_records_a_keyless_writer_planted(
+    tmp_path: Path, run_fxcache: RunFxcache, seaweed: SeaweedS3, bucket: str
+) -> None:
+    """Lows of issue 39: the runner's records of the packs it sent are any local writer's to
+    rewrite. A keyed save reuses only records whose MAC its key verifies: a planted record
+    that names a pack the bucket lacks never reaches the signed head (the fleet would go
+    cold), while the keyed save's own records are still reused after a killed save."""
+    a = _store(tmp_path, "a", run_fxcache, seaweed, bucket, FXCACHE_SIGNING_KEY=KEY)
+    state = a.restore("--store", "s3")
+    write_files(_compiles_into(state), SAMPLE)
+    _plant_sent_records(a.root, bucket, state["scope_key"], SAMPLE)
+    saved = json.loads(a.save().stdout)
+    assert saved["remote"]["published"] and saved["remote"]["reused_orphans"] == 0, saved
+    c = _store(tmp_path, "c", run_fxcache, seaweed, bucket, FXCACHE_SIGNING_KEY=KEY)
+    got = c.restore("--store", "s3")
+    assert got["hit"] and got["files"] == len(SAMPLE) and got["remote"]["fetched"], got
+
+
+def test_a_keyed_save_still_reuses_the_packs_its_killed_predecessor_sent(
+    tmp_path: Path, run_fxcache: RunFxcache, seaweed: SeaweedS3, bucket: str
+) -> None:
+    a = _store(tmp_path, "a", run_fxcache, seaweed, bucket, FXCACHE_SIGNING_KEY=KEY)
+    state = a.restore("--store", "s3")
+    write_files(_compiles_into(state), SAMPLE)
+    _kill_save_before_the_head(a)
+    a.restore("--store", "s3")  # the runner's next keyed job: its save completes the publish
+    done = json.loads(a.save().stdout)["remote"]
+    assert done["published"] and done["reused_orphans"] >= 1, done
+    assert done["uploaded_files"] == 0, done
+    c = _store(tmp_path, "c", run_fxcache, seaweed, bucket, FXCACHE_SIGNING_KEY=KEY)
+    got = c.restore("--store", "s3")
+    assert got["hit"] and got["files"] == len(SAMPLE), got

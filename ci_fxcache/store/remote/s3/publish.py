@@ -103,7 +103,7 @@ def publish(
     bad = objects.bad_packs(layout)
     orphans = {
         rel: e
-        for rel, e in objects.sent_packs(layout, key, ORPHAN_REUSE_S).items()
+        for rel, e in objects.sent_packs(layout, key, ORPHAN_REUSE_S, signing_key).items()
         if e["pack"] not in bad
     }
     uploaded: dict[str, dict[str, Any]] = {}  # this save's packs: path -> entry
@@ -130,7 +130,7 @@ def publish(
             else:
                 upload.append(rel)
         if upload:
-            fresh, names = _upload_packs(objects, layout, key, upload, files)
+            fresh, names = _upload_packs(objects, layout, key, upload, files, signing_key)
             sent |= names
             uploaded.update(fresh)
             entries.update(fresh)
@@ -229,7 +229,12 @@ def _usable_index(
 
 
 def _upload_packs(
-    objects: S3Objects, layout: Layout, key: str, upload: list[str], files: dict[str, Any]
+    objects: S3Objects,
+    layout: Layout,
+    key: str,
+    upload: list[str],
+    files: dict[str, Any],
+    signing_key: str | None,
 ) -> tuple[dict[str, dict[str, Any]], set[str]]:
     """Upload `upload` (paths of scope `key`) as packs: their entries, and the packs' names.
     Each pack is remembered once in the bucket (objects.record_sent). A file that no longer
@@ -244,7 +249,7 @@ def _upload_packs(
         blob, placed = packs.build(scope, chunks[int(index)], files)
         name = packs.sha256_hex(blob)
         objects.bucket.put(objects.pack_key(name), blob)
-        objects.record_sent(layout, key, name, placed)
+        objects.record_sent(layout, key, name, placed, signing_key)
         with lock:
             names.add(name)
             for rel, e in placed.items():
