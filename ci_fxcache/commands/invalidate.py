@@ -124,8 +124,8 @@ def run(
         url = redis_cache.resolve_url(redis_url)
         try:
             result["redis"] = redis_cache.expire_idle(url, policy.max_age_s, dry_run)
-        except Exception as exc:  # redis errors: report, do not crash the scheduled job
-            raise UsageError(f"Redis at {redis_cache.redact(url)}: {exc}") from exc
+        except Exception as exc:  # redis errors: the network or the server, not the user's input
+            raise CheckFailed(f"Redis at {redis_cache.redact(url)}: {exc}") from exc
     if github:
         from ci_fxcache.store.remote.github.invalidate import run as github_run
 
