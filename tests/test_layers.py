@@ -169,6 +169,25 @@ def test_backends_import_no_other_backend_and_only_the_factory_picks_one() -> No
     assert wrong == []
 
 
+def test_a_tier_is_built_only_by_the_factory() -> None:
+    """Issue 39: the store is chosen once and one factory (store/remote/factory.py) builds
+    every remote tier; nothing outside store/remote/ constructs a backend itself."""
+    import re
+
+    built = re.compile(r"\b(S3Tier|GitHubTier)\(")
+    remote = PACKAGE / "store" / "remote"
+    wrong = [
+        f"{path.relative_to(PACKAGE.parent)}:{n}"
+        for _name, path in MODULES
+        if remote not in path.parents
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if built.search(line)
+    ]
+    assert wrong == []
+    made = (remote / "factory.py").read_text(encoding="utf-8")
+    assert "S3Tier(" in made and "GitHubTier(" in made  # the rule is not vacuous
+
+
 def test_the_store_has_no_import_cycle() -> None:
     """Imports inside functions count: a function-level import does not hide a circle here."""
     modules = {name for name, _ in MODULES}

@@ -287,13 +287,14 @@ def setup() -> int:
         # Actions cache entries are immutable: save under a unique key (scope, suffix, run,
         # attempt), restore the newest entry of this scope by prefix
         # (store/remote/github/cache_service.py).
+        from ci_fxcache.store.remote.github.cache_service import entry_key
+        from ci_fxcache.store.remote.github.tier import entry_prefix
+
         scope = scopekey.scope_key(fingerprint.collect(settings.python))
-        suffix = values["key-suffix"]
-        settings.gha_prefix = f"{scope}-{suffix + '-' if suffix else ''}"
+        settings.key_suffix = values["key-suffix"]
+        settings.gha_prefix = entry_prefix(scope, settings.key_suffix)
         run_id = os.environ.get("GITHUB_RUN_ID", "0")
         attempt = os.environ.get("GITHUB_RUN_ATTEMPT", "1")
-        from ci_fxcache.store.remote.github.cache_service import entry_key
-
         settings.gha_key = entry_key(settings.gha_prefix, run_id, attempt)
         settings.gha_path = str(root / scope)
     digest = settings.write()
@@ -539,8 +540,7 @@ def gha_upload(
     `committed`, the manifest this step's save wrote; None (a retry by a later step): the
     scope's, with a signing key only when that key signed it. A failed upload is a warning:
     the job's own result stands, the next run compiles cold."""
-    from ci_fxcache.store.remote.github import cache_service
-    from ci_fxcache.store.remote.github.tier import GitHubTier
+    from ci_fxcache.store.remote.factory import StoreChoice, tier_for
     from ci_fxcache.store.remote.tier import RemoteUnavailable
 
     if s.store != "github":
@@ -551,12 +551,14 @@ def gha_upload(
     if not done.get("upload") or write_refusal(s, event) is not None:
         print("fxcache: nothing to upload to the GitHub cache")
         return 0
-    where, problem = cache_service.runtime()
-    if where is None:
-        gha.warn(f"store github: this run added to the cache, but nothing was uploaded: {problem}")
-        return 0
-    tier = GitHubTier(cache_service.CacheService(where), s.gha_key, s.gha_prefix)
     scope = Path(s.gha_path)
+    choice = StoreChoice(kind="github", key_suffix=s.key_suffix)
+    try:
+        tier = tier_for(choice, scope.name)
+    except RemoteUnavailable as exc:
+        gha.warn(f"store github: this run added to the cache, but nothing was uploaded: {exc}")
+        return 0
+    assert tier is not None
     unsigned = None
     if committed is None:
         committed, unsigned = _recommitted(scope, signing_key)
@@ -580,26 +582,27 @@ def gha_upload(
 def gha_restore() -> int:
     """Store github: download the newest entry of this scope (by key prefix) into the store
     root before `restore` checks it. Nothing found, or a failed download, is a cold start."""
-    from ci_fxcache.store.remote.github import cache_service
-    from ci_fxcache.store.remote.github.tier import GitHubTier
+    from ci_fxcache.store.remote.factory import StoreChoice, tier_for
+    from ci_fxcache.store.remote.tier import RemoteUnavailable
     from ci_fxcache.store.remote.transfer import fetch_scope
 
     s = load()
     if s.store != "github":
         return 0
-    where, problem = cache_service.runtime()
-    if where is None:
-        gha.warn(f"store github: nothing restored from the GitHub cache: {problem}")
-        return 0
     target = Path(s.gha_path)
-    tier = GitHubTier(cache_service.CacheService(where), s.gha_key, s.gha_prefix)
-    got = fetch_scope(
-        Layout(target.parent), target.name, tier, read_only=True, signing_key=None
-    )  # read_only: touch sends nothing for this tier either way
+    # Read-only: touch sends nothing for this tier either way; the upload is the save's.
+    choice = StoreChoice(kind="github", key_suffix=s.key_suffix, may_write_remote=False)
+    try:
+        tier = tier_for(choice, target.name)
+    except RemoteUnavailable as exc:
+        gha.warn(f"store github: nothing restored from the GitHub cache: {exc}")
+        return 0
+    assert tier is not None
+    got = fetch_scope(Layout(target.parent), target.name, tier, signing_key=None)
     if got.get("local"):
         print(f"fxcache: {target} is already on this runner; not downloading")
     elif got.get("fetched"):
-        print(f"fxcache: restored GitHub cache entry {tier.matched} into {target}")
+        print(f"fxcache: restored GitHub cache entry {got['matched_key']} into {target}")
     elif "error" not in got:
         print(f"fxcache: no GitHub cache entry for {s.gha_prefix}*")
     return 0

@@ -131,9 +131,8 @@ def run(
 
         result["rows"] += github_run(policy, dry_run)
     if s3:
-        from ci_fxcache.store.remote.s3 import client as s3_client
+        from ci_fxcache.store.remote.factory import s3_tier
         from ci_fxcache.store.remote.s3 import invalidate as s3_invalidate
-        from ci_fxcache.store.remote.s3.tier import S3Tier
         from ci_fxcache.store.remote.tier import RemoteUnavailable
 
         grace = parse_duration(gc_grace)
@@ -142,7 +141,7 @@ def run(
                 f"--gc-grace {gc_grace}: at least {s3_invalidate.MIN_GRACE_S / 3600:g}h (a save "
                 "in flight uploads its packs before the head that names them)"
             )
-        tier = S3Tier(s3_client.resolve_url(s3_url))
+        tier = s3_tier(s3_url)
         try:
             done = s3_invalidate.run(tier, policy, dry_run, grace)
         except RemoteUnavailable as exc:  # the network, not the user's input: exit 1

@@ -150,16 +150,21 @@ def run(
 ) -> int:
     """Restore, write the state file, export the environment."""
     taking = Pending(python, salt)
-    from ci_fxcache.store.remote.factory import tier_for
+    from ci_fxcache.store import trust
+    from ci_fxcache.store.remote.factory import StoreChoice, tier_for
 
+    reason = "--read-only" if read_only else trust.untrusted_reason()
+    choice = StoreChoice(
+        kind=store, url=s3_url, may_write_remote=reason is None and not remote_read_only
+    )
     # Made first: a remote tier starts what its first request needs (the S3 client) while
     # the rest is imported and the job's interpreter reports its versions.
-    tier = tier_for(store, s3_url)
+    tier = tier_for(choice)
     # Imported while the job's interpreter reports its versions: a restore is on every job's
     # critical path (docs/store.md, Performance).
     from ci_fxcache.env import scopekey, torch_support
     from ci_fxcache.store import restore as store_restore
-    from ci_fxcache.store import scopes, trust
+    from ci_fxcache.store import scopes
     from ci_fxcache.store import state_file as states
     from ci_fxcache.store.layout import VERIFY_DIR_ENV, Layout, resolve_root, trust_root
     from ci_fxcache.store.remote import redis_cache
@@ -177,7 +182,6 @@ def run(
     torch_support.announce_newer(fp.torch_version)
     key = scopekey.scope_key(fp)
     store_root = trust_root(resolve_root(root), may_write_remote=not remote_read_only)
-    reason = "--read-only" if read_only else trust.untrusted_reason()
     restore_options = store_restore.Options(
         read_only=reason is not None,
         read_only_reason=reason,
@@ -189,10 +193,7 @@ def run(
     remote_info = None
     try:
         if tier is not None:  # tier 2 first: a scope it has becomes a local one
-            remote_info = fetch_scope(
-                Layout(store_root), key, tier, read_only=reason is not None or remote_read_only,
-                signing_key=key_for_signing,
-            )  # fmt: skip
+            remote_info = fetch_scope(Layout(store_root), key, tier, signing_key=key_for_signing)
             remote_info["read_only"] = remote_read_only
         state = store_restore.restore(Layout(store_root), key, fp, restore_options)
     except PermissionError as exc:

@@ -16,7 +16,7 @@ from ci_fxcache.store import manifest as mf
 from ci_fxcache.store import save as store_save
 from ci_fxcache.store import state_file
 from ci_fxcache.store.layout import Layout
-from ci_fxcache.store.remote.factory import check_settings, tier_for
+from ci_fxcache.store.remote.factory import StoreChoice, check_settings, tier_for
 from ci_fxcache.store.remote.tier import RemoteTier
 from ci_fxcache.store.remote.transfer import publish_scope
 
@@ -46,9 +46,13 @@ def remote_tier(state: dict[str, Any], store: str | None = None) -> RemoteTier |
     if store is not None and remote.get("store") != store:
         gha.warn(f"the restore state names store {remote.get('store')!r}, setup chose {store!r}")
         return None
-    check_settings(str(remote.get("store")))
+    if remote.get("store") != "s3":  # the only tier a restore state names (store.restore)
+        gha.warn(f"the restore state names store {remote.get('store')!r}; kept locally")
+        return None
+    choice = StoreChoice(kind="s3", url=str(remote.get("url") or "") or None)
+    check_settings(choice)
     try:
-        return tier_for(str(remote.get("store")), str(remote.get("url") or "") or None)
+        return tier_for(choice)
     except Exception as exc:  # a state file edited by hand: not a reason to fail the job
         gha.warn(f"remote tier of the restore unusable ({exc}); kept locally")
         return None

@@ -47,6 +47,7 @@ class RemoteTier(Protocol):
     """A backend of tier 2."""
 
     name: str
+    read_only: bool  # True only for the ReadOnly wrapper
 
     def describe(self) -> str:
         """Where it is, for messages (never a credential)."""
@@ -75,3 +76,38 @@ class RemoteTier(Protocol):
     def stats(self) -> dict[str, Any]:
         """Transfer counts so far (requests by kind, bytes each way), where the backend has them."""
         ...
+
+
+class ReadOnly:
+    """A backend this run reads and never writes (a pull request's run under `save: auto`):
+    the one way read-only is done for every tier. Its publish sends nothing, its touch
+    nothing (no last-used marker)."""
+
+    read_only = True
+
+    def __init__(self, tier: RemoteTier) -> None:
+        self.inner = tier
+        self.name = tier.name
+
+    def describe(self) -> str:
+        """The wrapped backend's."""
+        return self.inner.describe()
+
+    def fetch(
+        self, layout: Layout, key: str, target: Path, signing_key: str | None
+    ) -> Fetched | None:
+        """The wrapped backend's fetch."""
+        return self.inner.fetch(layout, key, target, signing_key)
+
+    def publish(
+        self, layout: Layout, key: str, committed: Committed, signing_key: str | None
+    ) -> dict[str, Any]:
+        """Nothing sent."""
+        return {"published": False, "reason": "this run reads the remote tier only"}
+
+    def touch(self, key: str) -> None:
+        """Nothing sent."""
+
+    def stats(self) -> dict[str, Any]:
+        """The wrapped backend's counts."""
+        return self.inner.stats()

@@ -20,10 +20,18 @@ from ci_fxcache.store.remote.tier import Fetched, RemoteCorrupt, RemoteUnavailab
 _BROKEN_ARCHIVE = "unusable cache archive"
 
 
+def entry_prefix(scope_key: str, key_suffix: str) -> str:
+    """The key prefix of scope `scope_key`'s entries (the one a restore looks up): the scope,
+    then the key suffix. Entries are immutable: each run saves under the prefix plus
+    `run<id>.<attempt>` (cache_service.entry_key)."""
+    return f"{scope_key}-{key_suffix + '-' if key_suffix else ''}"
+
+
 class GitHubTier:
     """The Actions cache as tier 2: save under `save_key`, restore by `restore_prefix`."""
 
     name = "github"
+    read_only = False
 
     def __init__(
         self, service: cache_service.CacheService, save_key: str, restore_prefix: str

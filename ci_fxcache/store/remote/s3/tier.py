@@ -19,6 +19,7 @@ class S3Tier(S3Objects):
     """The S3 backend of the remote tier (store.remote.tier.RemoteTier)."""
 
     name = "s3"
+    read_only = False
 
     def fetch(
         self, layout: Layout, key: str, target: Path, signing_key: str | None
