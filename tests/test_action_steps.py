@@ -475,18 +475,16 @@ def _post(runner: Path, settings: Path | str, **env: str) -> Step:
 def _github_job(
     runner: Path, fake: FakeCacheService, save: str = "always", **env: str
 ) -> tuple[Path, Step]:
-    """setup, gha-restore (the JavaScript step, with the cache service's variables) and
-    restore of a `store: github` job on a fresh runner; (settings file, restore step)."""
+    """setup and restore (with the cache service's variables: `fxcache restore --store
+    github`) of a `store: github` job on a fresh runner; (settings file, restore step)."""
     runner.mkdir(parents=True, exist_ok=True)
     inputs = {"store": "github", "save": save}
     setup = run_step(runner, "setup", inputs)
     settings = setup.outputs["settings"]
     POST_STATE[settings] = setup.post_env()
-    got = run_step(runner, "gha-restore", inputs, FXCACHE_ACTION_SETTINGS=settings,
-                   **fake.env(), **env)  # fmt: skip
-    assert got.proc.returncode == 0 and got.errors == [], got.lines
-    restored = run_step(runner, "restore", inputs, FXCACHE_ACTION_SETTINGS=settings)
-    assert restored.proc.returncode == 0, restored.lines
+    restored = run_step(runner, "restore", inputs, FXCACHE_ACTION_SETTINGS=settings,
+                        **fake.env(), **env)  # fmt: skip
+    assert restored.proc.returncode == 0 and restored.errors == [], restored.lines
     return Path(settings), restored
 
 
@@ -494,7 +492,7 @@ def test_store_github_end_of_job_save_uploads_and_the_next_runner_restores_it(
     tmp_path: Path,
 ) -> None:
     """The post step (no save sub-action) uploads through the cache service itself; a fresh
-    runner's gha-restore finds the entry by the scope prefix; a run that adds nothing, a
+    runner's restore finds the entry by the scope prefix; a run that adds nothing, a
     `save: never` run and a step without the service's variables upload nothing."""
     with FakeCacheService() as fake:
         settings, first = _github_job(tmp_path / "a", fake)
@@ -568,13 +566,11 @@ def test_store_github_a_corrupt_entry_is_a_warning_and_a_cold_start(tmp_path: Pa
         runner.mkdir()
         inputs = {"store": "github"}
         settings_b = run_step(runner, "setup", inputs).outputs["settings"]
-        got = run_step(runner, "gha-restore", inputs, FXCACHE_ACTION_SETTINGS=settings_b,
-                       **fake.env())  # fmt: skip
-        assert got.proc.returncode == 0, got.lines
-        assert any("restoring from the GitHub cache failed" in line for line in got.lines)
-        assert not Path(json.loads(Path(settings_b).read_text())["gha_path"]).exists()
-        restored = run_step(runner, "restore", inputs, FXCACHE_ACTION_SETTINGS=settings_b)
-        assert restored.proc.returncode == 0 and restored.outputs["cache-hit"] == "false"
+        restored = run_step(runner, "restore", inputs, FXCACHE_ACTION_SETTINGS=settings_b,
+                            **fake.env())  # fmt: skip
+        assert restored.proc.returncode == 0, restored.lines
+        assert any("restoring from the GitHub cache failed" in line for line in restored.lines)
+        assert restored.outputs["cache-hit"] == "false"
 
 
 @pytest.mark.parametrize(

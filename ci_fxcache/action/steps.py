@@ -108,12 +108,11 @@ RUNS: dict[str, Run] = {
                 ("GITHUB_STATE",),
                 (names.SETTINGS_ENV,),
             ),
-            StepSpec("gha-restore", "Restore from the GitHub cache", (), names.CACHE_SERVICE_ENV),
             StepSpec(
                 "restore",
                 "Restore the cache",
                 ("signing-key", "redis-url"),
-                names.OBJECT_STORE_ENV,
+                (*names.OBJECT_STORE_ENV, *names.CACHE_SERVICE_ENV),
             ),
             StepSpec("verify", "Verify hot loads", ("redis-url",)),
             StepSpec("report", "Report"),
@@ -322,12 +321,15 @@ def restore() -> int:
     values = inp.from_env(inp.MAIN)
     s = load()
     argv = ["restore", "--python", s.python, "--root", s.root, "--state-file", str(s.state_file)]
-    argv += ["--store", s.store if s.remote else "local"]
+    tier = s.store == "github" or (s.remote and s.store == "s3")
+    argv += ["--store", s.store if s.remote or s.store == "github" else "local"]
+    if s.store == "github":
+        argv += ["--key-suffix", s.key_suffix]
     if s.remote and s.store == "redis" and values["redis-writers-run-code"]:
         argv.append("--redis-writers-run-code")
     if s.read_only:
         argv.append("--read-only")
-    elif s.remote and s.store == "s3" and not s.upload:
+    elif tier and not s.upload:
         argv.append("--remote-read-only")
     if not values["invalidate-on-upgrade"]:
         argv.append("--no-invalidate-on-upgrade")
@@ -461,7 +463,9 @@ def _save_result(s: Settings, key: str | None, event: trust.RunEvent) -> store_s
         why = f"read-only restore ({state['read_only_reason']})"
         return store_save.Outcome({"saved": False, "reason": why}, None)
     layout = Layout(Path(s.root))
-    tier = tiered.remote_tier(state, s.store)  # malformed settings: before the commit
+    # Malformed settings: before the commit. The GitHub entry is uploaded by gha_upload, with
+    # the manifest this save returns.
+    tier = tiered.remote_tier(state, s.store) if s.store != "github" else None
     result, committed = store_save.save_or_warn(layout, state, key)
     if s.store == "s3" and not s.upload:
         if result.get("saved") and isinstance(state.get("remote"), dict):
@@ -552,7 +556,7 @@ def gha_upload(
         print("fxcache: nothing to upload to the GitHub cache")
         return 0
     scope = Path(s.gha_path)
-    choice = StoreChoice(kind="github", key_suffix=s.key_suffix)
+    choice = StoreChoice(kind="github", key_suffix=s.key_suffix, entry_key=s.gha_key)
     try:
         tier = tier_for(choice, scope.name)
     except RemoteUnavailable as exc:
@@ -576,35 +580,6 @@ def gha_upload(
         print(f"fxcache: GitHub cache entry {s.gha_key} saved ({sent['bytes']} bytes)")
     else:
         print(f"fxcache: GitHub cache entry {s.gha_key} not saved: {sent['reason']}")
-    return 0
-
-
-def gha_restore() -> int:
-    """Store github: download the newest entry of this scope (by key prefix) into the store
-    root before `restore` checks it. Nothing found, or a failed download, is a cold start."""
-    from ci_fxcache.store.remote.factory import StoreChoice, tier_for
-    from ci_fxcache.store.remote.tier import RemoteUnavailable
-    from ci_fxcache.store.remote.transfer import fetch_scope
-
-    s = load()
-    if s.store != "github":
-        return 0
-    target = Path(s.gha_path)
-    # Read-only: touch sends nothing for this tier either way; the upload is the save's.
-    choice = StoreChoice(kind="github", key_suffix=s.key_suffix, may_write_remote=False)
-    try:
-        tier = tier_for(choice, target.name)
-    except RemoteUnavailable as exc:
-        gha.warn(f"store github: nothing restored from the GitHub cache: {exc}")
-        return 0
-    assert tier is not None
-    got = fetch_scope(Layout(target.parent), target.name, tier, signing_key=None)
-    if got.get("local"):
-        print(f"fxcache: {target} is already on this runner; not downloading")
-    elif got.get("fetched"):
-        print(f"fxcache: restored GitHub cache entry {got['matched_key']} into {target}")
-    elif "error" not in got:
-        print(f"fxcache: no GitHub cache entry for {s.gha_prefix}*")
     return 0
 
 
@@ -647,7 +622,6 @@ STEPS: dict[str, Callable[[], int]] = {
     "conclude": conclude,
     "save": save,
     "post-save": lambda: save(post=True),
-    "gha-restore": gha_restore,
     "invalidate": invalidate,
 }
 

@@ -66,10 +66,17 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     options.state_file_option(parser)
     parser.add_argument(
         "--store",
-        choices=("local", "redis", "s3"),
+        choices=("local", "redis", "s3", "github"),
         default="local",
         help="local (default): the store on this runner's disk; redis: also torch's Redis "
-        "remote cache; s3: a bucket behind the local store (--s3-url)",
+        "remote cache; s3: a bucket behind the local store (--s3-url); github: the "
+        "repository's Actions cache behind it (inside a JavaScript action's step)",
+    )
+    parser.add_argument(
+        "--key-suffix",
+        default="",
+        help="--store github: a suffix of this job's entry keys, so that jobs of one scope "
+        "with different caches (several models) keep separate entries (default: none)",
     )
     options.redis_url_option(parser, "Redis URL")
     options.s3_url_option(parser)
@@ -147,6 +154,7 @@ def run(
     s3_url: str | None,
     redis_writers_run_code: bool,
     remote_read_only: bool,
+    key_suffix: str,
 ) -> int:
     """Restore, write the state file, export the environment."""
     taking = Pending(python, salt)
@@ -155,11 +163,15 @@ def run(
 
     reason = "--read-only" if read_only else trust.untrusted_reason()
     choice = StoreChoice(
-        kind=store, url=s3_url, may_write_remote=reason is None and not remote_read_only
+        kind=store,
+        url=s3_url,
+        key_suffix=key_suffix,
+        may_write_remote=reason is None and not remote_read_only,
     )
     # Made first: a remote tier starts what its first request needs (the S3 client) while
-    # the rest is imported and the job's interpreter reports its versions.
-    tier = tier_for(choice)
+    # the rest is imported and the job's interpreter reports its versions. The GitHub tier
+    # needs the scope key (its entries' keys): made once the key is known.
+    tier = tier_for(choice) if choice.kind != "github" else None
     # Imported while the job's interpreter reports its versions: a restore is on every job's
     # critical path (docs/store.md, Performance).
     from ci_fxcache.env import scopekey, torch_support
@@ -192,9 +204,14 @@ def run(
     )
     remote_info = None
     try:
+        if choice.kind == "github":
+            tier, remote_info = _github_tier(choice, key)
         if tier is not None:  # tier 2 first: a scope it has becomes a local one
             remote_info = fetch_scope(Layout(store_root), key, tier, signing_key=key_for_signing)
+        if remote_info is not None:
             remote_info["read_only"] = remote_read_only
+            if choice.kind == "github":
+                remote_info["key_suffix"] = key_suffix
         state = store_restore.restore(Layout(store_root), key, fp, restore_options)
     except PermissionError as exc:
         # Not tampering: another user's files in a shared store. Nothing is quarantined.
@@ -232,6 +249,21 @@ def run(
     states.write_state(state_path, state, key_for_signing)
     _publish(state, env, as_json)
     return 0
+
+
+def _github_tier(choice: Any, key: str) -> tuple[Any, dict[str, Any] | None]:
+    """The GitHub tier of scope `key`, or None and the state's `remote` object saying why
+    not (no Actions cache service in this step: one warning, local only)."""
+    from ci_fxcache.store.remote.factory import tier_for
+    from ci_fxcache.store.remote.tier import RemoteUnavailable
+
+    try:
+        return tier_for(choice, key), None
+    except RemoteUnavailable as exc:
+        gha.warn(f"restoring from the GitHub cache failed ({exc}); continuing with the local "
+                 "store only")  # fmt: skip
+        return None, {"store": "github", "url": "the GitHub cache", "fetched": False,
+                      "error": str(exc)}  # fmt: skip
 
 
 def _where(state: dict[str, Any]) -> str:

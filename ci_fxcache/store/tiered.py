@@ -46,13 +46,16 @@ def remote_tier(state: dict[str, Any], store: str | None = None) -> RemoteTier |
     if store is not None and remote.get("store") != store:
         gha.warn(f"the restore state names store {remote.get('store')!r}, setup chose {store!r}")
         return None
-    if remote.get("store") != "s3":  # the only tier a restore state names (store.restore)
+    if remote.get("store") not in ("s3", "github"):
         gha.warn(f"the restore state names store {remote.get('store')!r}; kept locally")
         return None
-    choice = StoreChoice(kind="s3", url=str(remote.get("url") or "") or None)
+    if remote.get("store") == "github":
+        choice = StoreChoice(kind="github", key_suffix=str(remote.get("key_suffix") or ""))
+    else:
+        choice = StoreChoice(kind="s3", url=str(remote.get("url") or "") or None)
     check_settings(choice)
     try:
-        return tier_for(choice)
+        return tier_for(choice, state["scope_key"])
     except Exception as exc:  # a state file edited by hand: not a reason to fail the job
         gha.warn(f"remote tier of the restore unusable ({exc}); kept locally")
         return None
@@ -69,9 +72,14 @@ def publish_from_state(
     """After the local save `result` of restore's `state`: publish what `tier` (remote_tier's,
     made before the save) lacks of `committed`, the manifest that save checked and signed
     under the scope's lock (never the disk's manifest.json, which is unlocked by now)."""
-    if tier is not None and result.get("saved") and committed is not None:
-        _fault_stop()
-        result["remote"] = publish_scope(layout, state["scope_key"], tier, committed, signing_key)
+    if tier is None or not result.get("saved") or committed is None:
+        return result
+    if not (tier.publishes_every_save or result.get("added")):
+        result["remote"] = {"store": tier.name, "url": tier.describe(), "published": False,
+                            "reason": "this run added nothing to the cache"}  # fmt: skip
+        return result
+    _fault_stop()
+    result["remote"] = publish_scope(layout, state["scope_key"], tier, committed, signing_key)
     return result
 
 

@@ -144,11 +144,12 @@ def event_payload() -> dict[str, Any] | None:
 
 
 def from_environment() -> RunEvent | None:
-    """The command line's view of the run (None outside Actions): $GITHUB_EVENT_NAME and the
-    payload file."""
-    if not gha.in_actions():
+    """The command line's view of the run (None outside Actions, or where no event is
+    named: the runner always names one): $GITHUB_EVENT_NAME and the payload file."""
+    name = os.environ.get("GITHUB_EVENT_NAME", "")
+    if not gha.in_actions() or not name:
         return None
-    return RunEvent.from_payload(os.environ.get("GITHUB_EVENT_NAME", ""), event_payload())
+    return RunEvent.from_payload(name, event_payload())
 
 
 def fork_reason(event: RunEvent) -> str | None:

@@ -25,12 +25,15 @@ TIER_KINDS = ("s3", "github")  # the kinds with a tier 2
 @dataclass(frozen=True, kw_only=True)
 class StoreChoice:
     """Which store a run uses: the kind, the bucket URL (s3; None: $FXCACHE_S3_URL), the
-    key suffix (github: entries of one scope told apart) and whether this run may write the
+    key suffix (github: entries of one scope told apart), the key this run's GitHub entry is
+    saved under when it was decided already (the action's setup; None: from the scope, the
+    suffix and $GITHUB_RUN_ID / $GITHUB_RUN_ATTEMPT) and whether this run may write the
     remote tier (False: it reads it only)."""
 
     kind: str
     url: str | None = None
     key_suffix: str = ""
+    entry_key: str | None = None
     may_write_remote: bool = True
 
     def __post_init__(self) -> None:
@@ -73,7 +76,7 @@ def tier_for(choice: StoreChoice, scope_key: str | None = None) -> RemoteTier | 
                 raise RemoteUnavailable(str(problem))
             prefix = github.entry_prefix(scope_key, choice.key_suffix)
             run = os.environ.get("GITHUB_RUN_ID", "0"), os.environ.get("GITHUB_RUN_ATTEMPT", "1")
-            key = cache_service.entry_key(prefix, *run)
+            key = choice.entry_key or cache_service.entry_key(prefix, *run)
             tier = github.GitHubTier(cache_service.CacheService(where), key, prefix)
         case other:
             raise UsageError(f"unknown store {other!r}")

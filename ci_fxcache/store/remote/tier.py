@@ -48,6 +48,9 @@ class RemoteTier(Protocol):
 
     name: str
     read_only: bool  # True only for the ReadOnly wrapper
+    # Whether a save that added nothing still publishes (S3: it completes what a killed save
+    # left half-sent); False where each publish makes a new immutable entry (GitHub).
+    publishes_every_save: bool
 
     def describe(self) -> str:
         """Where it is, for messages (never a credential)."""
@@ -84,6 +87,7 @@ class ReadOnly:
     nothing (no last-used marker)."""
 
     read_only = True
+    publishes_every_save = False
 
     def __init__(self, tier: RemoteTier) -> None:
         self.inner = tier

@@ -32,6 +32,7 @@ class GitHubTier:
 
     name = "github"
     read_only = False
+    publishes_every_save = False  # each publish is a new immutable entry
 
     def __init__(
         self, service: cache_service.CacheService, save_key: str, restore_prefix: str

@@ -20,6 +20,7 @@ class S3Tier(S3Objects):
 
     name = "s3"
     read_only = False
+    publishes_every_save = True  # a save that added nothing completes a killed one's upload
 
     def fetch(
         self, layout: Layout, key: str, target: Path, signing_key: str | None
