@@ -212,10 +212,60 @@ def _matrix_flags(values: dict[str, Any]) -> list[str]:
     return [arg for flag, value in flags if value for arg in (flag, value)]
 
 
+def _remote_cache(values: dict[str, Any], read_only: bool) -> tuple[bool, list[str]]:
+    """Whether torch's Redis remote cache is on (store redis: a URL, a run that may write)
+    or the S3 tier stands behind the local store (store s3 with a URL; runs that may not
+    write read the bucket only), and the notices saying why not."""
+    store, notes = values["store"], []
+    if store == "redis" and not values["redis-url"]:
+        notes.append("store redis without a redis-url (a fork's run has no secrets): local only")
+    elif store == "redis" and read_only:
+        notes.append(
+            "read-only run: torch's Redis remote cache stays off, so nothing reaches the "
+            "shared cache (local only)"
+        )
+    elif store == "s3" and not values["s3-url"]:
+        notes.append("store s3 without an s3-url: local only")
+    return store in ("redis", "s3") and not notes, notes
+
+
+def _root(store: str, cache_root: str, read_only: bool, upload: bool) -> Path:
+    """The store root of this run (a warning when the input's is not writable)."""
+    if store == "github" and read_only:
+        # A read-only run never unpacks a GitHub cache entry (which an untrusted run can fill
+        # itself) into the runner's shared store: it restores from a private root.
+        root = runner_temp() / "fxcache-read-only-store"
+        root.mkdir(parents=True, exist_ok=True)
+        return root
+    root, problem = store_root(cache_root)
+    if problem:
+        gha.warn(problem)
+    if store in ("github", "s3") and not read_only:
+        # What a run that may not write the remote commits stays in its own namespace.
+        root = trust_root(root, may_write_remote=upload)
+    return root
+
+
+def _github_keys(settings: Settings, key_suffix: str) -> None:
+    """Store github: the entry keys. Actions cache entries are immutable: save under a unique
+    key (scope, suffix, run, attempt), restore the newest entry of this scope by prefix
+    (store/remote/github/cache_service.py)."""
+    from ci_fxcache.env import fingerprint, scopekey
+    from ci_fxcache.store.remote.github.cache_service import entry_key
+    from ci_fxcache.store.remote.github.tier import entry_prefix
+
+    scope = scopekey.scope_key(fingerprint.collect(settings.python))
+    settings.key_suffix = key_suffix
+    settings.gha_prefix = entry_prefix(scope, key_suffix)
+    run_id = os.environ.get("GITHUB_RUN_ID", "0")
+    attempt = os.environ.get("GITHUB_RUN_ATTEMPT", "1")
+    settings.gha_key = entry_key(settings.gha_prefix, run_id, attempt)
+    settings.gha_path = str(Path(settings.root) / scope)
+
+
 def setup() -> int:
     """Check every input (and the verification matrix) before anything is touched, decide
     trust and defaults, write the settings file and the step outputs."""
-    from ci_fxcache.env import fingerprint, scopekey
     from ci_fxcache.fleet import plan
 
     values = inp.from_env(inp.MAIN)
@@ -226,40 +276,11 @@ def setup() -> int:
     fork = trust.fork_reason(event) if event.name.startswith("pull_request") else None
     read_only = values["read-only"] == "true" or untrusted is not None
     store = values["store"]
-    notes: list[str] = []
-    remote_tier = False
-    if store == "redis":
-        if not values["redis-url"]:
-            notes.append(
-                "store redis without a redis-url (a fork's run has no secrets): local only"
-            )
-        elif read_only:
-            notes.append(
-                "read-only run: torch's Redis remote cache stays off, so nothing reaches the "
-                "shared cache (local only)"
-            )
-        else:
-            remote_tier = True
-    if store == "s3":
-        if not values["s3-url"]:
-            notes.append("store s3 without an s3-url: local only")
-        else:
-            remote_tier = True  # runs that may not write read the bucket only (remote_write)
+    remote_tier, notes = _remote_cache(values, read_only)
     for note in notes:
         gha.say("notice", note)
     upload = remote_write_decision(values["save"], store, read_only, event)
-    if store == "github" and read_only:
-        # A read-only run never unpacks a GitHub cache entry (which an untrusted run can fill
-        # itself) into the runner's shared store: it restores from a private root.
-        root, problem = runner_temp() / "fxcache-read-only-store", None
-        root.mkdir(parents=True, exist_ok=True)
-    else:
-        root, problem = store_root(values["cache-root"])
-        if store in ("github", "s3") and not read_only:
-            # What a run that may not write the remote commits stays in its own namespace.
-            root = trust_root(root, may_write_remote=upload)
-    if problem:
-        gha.warn(problem)
+    root = _root(store, values["cache-root"], read_only, upload)
     work = runner_temp() / "fxcache" / values["report-id"]
     work.mkdir(parents=True, exist_ok=True)
     number = event.number
@@ -283,19 +304,7 @@ def setup() -> int:
         nonce=secrets.token_hex(16),
     )
     if store == "github":
-        # Actions cache entries are immutable: save under a unique key (scope, suffix, run,
-        # attempt), restore the newest entry of this scope by prefix
-        # (store/remote/github/cache_service.py).
-        from ci_fxcache.store.remote.github.cache_service import entry_key
-        from ci_fxcache.store.remote.github.tier import entry_prefix
-
-        scope = scopekey.scope_key(fingerprint.collect(settings.python))
-        settings.key_suffix = values["key-suffix"]
-        settings.gha_prefix = entry_prefix(scope, settings.key_suffix)
-        run_id = os.environ.get("GITHUB_RUN_ID", "0")
-        attempt = os.environ.get("GITHUB_RUN_ATTEMPT", "1")
-        settings.gha_key = entry_key(settings.gha_prefix, run_id, attempt)
-        settings.gha_path = str(root / scope)
+        _github_keys(settings, values["key-suffix"])
     digest = settings.write()
     path = settings.path
     # Runner-held, for the post step: it acts only on the settings exactly as written here.

@@ -35,6 +35,29 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     )
     options.python_option(parser)
     add_matrix_options(parser, "matrix (comma-separated; override --matrix-file)")
+    _where_options(parser)
+    _verdict_options(parser)
+    _run_options(parser)
+    parser.add_argument(
+        "--cache-state",
+        metavar="F",
+        default=os.environ.get(state_file.STATE_FILE_ENV) or None,
+        help="restore's state (JSON), embedded in the results (env FXCACHE_STATE_FILE, which "
+        "`fxcache restore` exports; default: none)",
+    )
+    options.redis_url_option(parser, "Redis for the remote mechanism")
+    options.report_id_option(
+        parser,
+        default="fxcache",
+        help="id of this report (default: fxcache); report, comment and merge keep one sticky "
+        "comment per id",
+    )
+    parser.add_argument("--salt", default=None, help=argparse.SUPPRESS)
+    parser.set_defaults(func=run)
+
+
+def _where_options(parser: argparse.ArgumentParser) -> None:
+    """Which phases run, where their caches live, where the results go."""
     parser.add_argument(
         "--phase",
         choices=("cold", "hot", "both", "auto"),
@@ -55,6 +78,10 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="write the results document (- = stdout; default: none, the table only)",
     )
+
+
+def _verdict_options(parser: argparse.ArgumentParser) -> None:
+    """What counts as safe, and what fails the command."""
     parser.add_argument(
         "--min-speedup",
         type=options.finite_float,
@@ -77,6 +104,10 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         help="exit 1 on: unsafe (default); error (unsafe or error); no-gain (unsafe, error or "
         "no-gain); never",
     )
+
+
+def _run_options(parser: argparse.ArgumentParser) -> None:
+    """How the phases run: time bound, determinism, parallelism, shared work."""
     parser.add_argument(
         "--timeout",
         type=options.seconds,
@@ -114,22 +145,6 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "one cold phase and a kernel is compiled once per run (docs/verify.md; env "
         "FXCACHE_SEPARATE_COLD=1)",
     )
-    parser.add_argument(
-        "--cache-state",
-        metavar="F",
-        default=os.environ.get(state_file.STATE_FILE_ENV) or None,
-        help="restore's state (JSON), embedded in the results (env FXCACHE_STATE_FILE, which "
-        "`fxcache restore` exports; default: none)",
-    )
-    options.redis_url_option(parser, "Redis for the remote mechanism")
-    options.report_id_option(
-        parser,
-        default="fxcache",
-        help="id of this report (default: fxcache); report, comment and merge keep one sticky "
-        "comment per id",
-    )
-    parser.add_argument("--salt", default=None, help=argparse.SUPPRESS)
-    parser.set_defaults(func=run)
 
 
 def add_matrix_options(parser: argparse.ArgumentParser, title: str) -> None:
@@ -248,12 +263,7 @@ def run(
     """Plan, run, judge, print, write JSON; exit status by --fail-on."""
     flags = matrix_flags(devices, dtypes, dynamic, mechanisms, training, workloads)
     plan = matrix.build(flags, matrix_file)
-    if phase == "hot" and not cache_dir:
-        raise UsageError("--phase hot needs --cache-dir (where the cold phase recorded references)")
-    if (jobs is not None and jobs < 1) or (min_speedup is not None and min_speedup < 0):
-        raise UsageError("--jobs must be positive, --min-speedup not negative")
-    if json_path and json_path != "-":
-        userfiles.output_file(json_path, "--json", make_parents=True)
+    _check_flags(phase, cache_dir, jobs, min_speedup, json_path)
     state = _cache_state(cache_state)
     interpreter_path = interpreter.resolve(python)
     fp = fingerprint.collect(interpreter_path, salt)
@@ -264,48 +274,55 @@ def run(
     cache_path.mkdir(parents=True, exist_ok=True)
     run_dir = Path(tempfile.mkdtemp(prefix="fxcache-run-"))
     settings = runner.Settings(
-        phase=phase,
-        cache_dir=cache_path,
-        run_dir=run_dir,
-        min_speedup=min_speedup,
-        compare=compare,
-        fail_on=fail_on,
-        timeout=timeout,
-        jobs=jobs,
-        redis_url=redis_cache.configured_url(redis_url),
-        share_cold=not separate_cold,
-        recheck_all=recheck_all,
-        deterministic=deterministic,
-    )
+        phase=phase, cache_dir=cache_path, run_dir=run_dir, min_speedup=min_speedup,
+        compare=compare, fail_on=fail_on, timeout=timeout, jobs=jobs,
+        redis_url=redis_cache.configured_url(redis_url), share_cold=not separate_cold,
+        recheck_all=recheck_all, deterministic=deterministic,
+    )  # fmt: skip
     try:
-        server = ForkServer(interpreter_path, run_dir)
-        try:
-            total = len(plan.combos())
-            if "auto" in plan.devices:
-                runner.expand_devices(plan, server.info)
-                total = len(plan.combos())
-            combos, phase_run = runner.run(server, plan, settings, _progress(total))
-        finally:
-            server.close()
+        combos, settings.phase = _phases(interpreter_path, plan, settings)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
         if temporary:
             shutil.rmtree(cache_path, ignore_errors=True)
-    settings.phase = phase_run
     doc = writer.document(
-        fingerprint=fp.to_dict(),
-        scope_key=scopekey.scope_key(fp),
-        cache=state,
-        settings=settings.to_dict(),
-        matrix=plan.to_dict(),
-        combos=combos,
-        report_id=report_id,
-    )
+        fingerprint=fp.to_dict(), scope_key=scopekey.scope_key(fp), cache=state,
+        settings=settings.to_dict(), matrix=plan.to_dict(), combos=combos, report_id=report_id,
+    )  # fmt: skip
     if json_path:
         writer.write(doc, json_path)
     if json_path != "-":
         _table(doc)
     return _exit_status(doc, fail_on)
+
+
+def _check_flags(
+    phase: str, cache_dir: str | None, jobs: int | None, min_speedup: float | None,
+    json_path: str | None,
+) -> None:  # fmt: skip
+    """UsageError for flags that do not go together, before anything runs."""
+    if phase == "hot" and not cache_dir:
+        raise UsageError("--phase hot needs --cache-dir (where the cold phase recorded references)")
+    if (jobs is not None and jobs < 1) or (min_speedup is not None and min_speedup < 0):
+        raise UsageError("--jobs must be positive, --min-speedup not negative")
+    if json_path and json_path != "-":
+        userfiles.output_file(json_path, "--json", make_parents=True)
+
+
+def _phases(
+    interpreter_path: str, plan: matrix.Matrix, settings: runner.Settings
+) -> tuple[list[dict[str, Any]], str]:
+    """Every combination's phases through one fork server in the user's interpreter: the
+    results, and which phases ran."""
+    server = ForkServer(interpreter_path, settings.run_dir)
+    try:
+        total = len(plan.combos())
+        if "auto" in plan.devices:
+            runner.expand_devices(plan, server.info)
+            total = len(plan.combos())
+        return runner.run(server, plan, settings, _progress(total))
+    finally:
+        server.close()
 
 
 def _table(doc: dict[str, Any]) -> None:

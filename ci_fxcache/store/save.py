@@ -142,6 +142,53 @@ def _torch_paths(previous: dict[str, Any] | None, state: dict[str, Any]) -> list
     return sorted(paths)
 
 
+def _job_files(
+    layout: Layout,
+    key: str,
+    unlisted: list[str],
+    listed: dict[str, Any],
+    overlay_dir: Path | None,
+    signing_key: str | None,
+) -> list[str]:
+    """The files this save commits. A job that had the scope in place adds what it wrote
+    there (`unlisted`), but for the files torch writes in place; with a key its files are
+    only ever those of its private overlay (moved in), and files that appeared in the scope
+    itself are set aside, never signed."""
+    if signing_key and unlisted:
+        _set_aside_unsigned(layout, key, in_place.committable(unlisted), overlay_dir is None)
+    if overlay_dir is None:
+        return [] if signing_key else in_place.committable(unlisted)
+    return _merge(overlay_dir, layout.scope(key), listed)
+
+
+def _manifest(
+    scope: Path,
+    key: str,
+    state: dict[str, Any],
+    previous: dict[str, Any] | None,
+    listed: dict[str, Any],
+    signing_key: str | None,
+) -> dict[str, Any]:
+    """The scope's next manifest: `listed` (committed entries and the new ones), signed with
+    the key when there is one."""
+    now = scopes.utc_now()
+    manifest = {
+        "schema": mf.SCHEMA,
+        "scope_key": key,
+        "fingerprint": state.get("fingerprint"),
+        "torch_paths": _torch_paths(previous, state),
+        "created_at": (previous or {}).get("created_at") or now,
+        "updated_at": now,
+        "last_used_at": now,
+        "verification": {"references": _verification(scope)},
+        "files": dict(sorted(listed.items())),
+        "total_bytes": sum(e["size"] for e in listed.values()),
+    }
+    if signing_key:
+        mf.sign(manifest, signing_key)
+    return manifest
+
+
 def _release(layout: Layout, lease: Path | None) -> None:
     if lease is not None:
         scopes.release_lease(layout, lease)
@@ -175,32 +222,10 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> Outc
         # Entries an older save made of files torch writes in place are dropped (in_place).
         listed = {rel: committed[rel] for rel in in_place.committable(committed)}
         unlisted = sorted(p.path for p in found.problems if mf.is_unlisted(p))
-        if signing_key and unlisted:
-            _set_aside_unsigned(layout, key, in_place.committable(unlisted), overlay_dir is None)
-        # A job that had the scope in place adds what it wrote there (not listed yet), but for
-        # the files torch writes in place; with a key its files are only ever those of its
-        # private overlay.
-        if overlay_dir is None:
-            new = [] if signing_key else in_place.committable(unlisted)
-        else:
-            new = _merge(overlay_dir, scope, listed)
+        new = _job_files(layout, key, unlisted, listed, overlay_dir, signing_key)
         entries, stats = _new_entries(scope, new)
         listed.update(entries)
-        now = scopes.utc_now()
-        manifest = {
-            "schema": mf.SCHEMA,
-            "scope_key": key,
-            "fingerprint": state.get("fingerprint"),
-            "torch_paths": _torch_paths(previous, state),
-            "created_at": (previous or {}).get("created_at") or now,
-            "updated_at": now,
-            "last_used_at": now,
-            "verification": {"references": _verification(scope)},
-            "files": dict(sorted(listed.items())),
-            "total_bytes": sum(e["size"] for e in listed.values()),
-        }
-        if signing_key:
-            mf.sign(manifest, signing_key)
+        manifest = _manifest(scope, key, state, previous, listed, signing_key)
         mf.make_read_only(scope, stats)
         modes.close_directories(scope, [*new, *found.locks])
         in_place.make_writable(scope, [*found.locks, *committed], modes.file_mode())
@@ -219,14 +244,8 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> Outc
         scopes.remove_tree(overlay_dir)
     if layout.spares.is_dir() and any(layout.spares.glob(f"{key}.*")):
         spare.build_in_background(layout, key)  # overlays are in use: refresh the spare
-    summary = {
-        "saved": True,
-        "scope_key": key,
-        "files": len(manifest["files"]),
-        "added": len(new),
-        "bytes": manifest["total_bytes"],
-        "signed": bool(signing_key),
-    }
+    summary = {"saved": True, "scope_key": key, "files": len(manifest["files"]), "added": len(new),
+               "bytes": manifest["total_bytes"], "signed": bool(signing_key)}  # fmt: skip
     return Outcome(summary, written)
 
 

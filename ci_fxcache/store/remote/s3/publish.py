@@ -155,10 +155,7 @@ def publish(
             replaced = replaced or current.replaced
         except (S3Unavailable, S3Missing) as exc:
             raise RemoteUnavailable(str(exc)) from None
-    if bad & sent:  # uploaded again, whole: good from now on
-        objects.set_bad(layout, bad - sent)
-    named = {p for seg in composed["segments"] for p in seg["packs"]}
-    objects.forget_sent(layout, key, named & (sent | {e["pack"] for e in orphans.values()}))
+    named = _settle(objects, layout, key, bad, sent, orphans, composed)
     return {
         "published": True,
         "files": len(entries),
@@ -171,6 +168,24 @@ def publish(
         "replaced": replaced,
         **objects.stats(),
     }
+
+
+def _settle(
+    objects: S3Objects,
+    layout: Layout,
+    key: str,
+    bad: set[str],
+    sent: set[str],
+    orphans: dict[str, dict[str, Any]],
+    composed: dict[str, Any],
+) -> set[str]:
+    """After the head's PUT: packs uploaded again, whole, are good from now on; the sent
+    records the head now names are forgotten. The packs the head names."""
+    if bad & sent:
+        objects.set_bad(layout, bad - sent)
+    named = {p for seg in composed["segments"] for p in seg["packs"]}
+    objects.forget_sent(layout, key, named & (sent | {e["pack"] for e in orphans.values()}))
+    return named
 
 
 def _packs_of(entries: dict[str, dict[str, Any]]) -> list[str]:
