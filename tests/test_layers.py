@@ -265,3 +265,17 @@ def test_the_walk_sees_imports() -> None:
     assert (f"{REMOTE}.s3.fetch", f"{REMOTE}.packs") in edges
     assert (f"{REMOTE}.transfer", "ci_fxcache.store.scopes") in edges
     assert (FACTORY, f"{REMOTE}.s3.tier") in edges
+
+
+def test_the_action_makes_typed_calls_never_argv() -> None:
+    """Issue 39: each action step calls the toolkit's typed functions (the ones the CLI's
+    commands are), never `cli.main(argv)`."""
+    action = PACKAGE / "action"
+    wrong = [
+        f"{path.relative_to(PACKAGE.parent)}:{n}"
+        for path in sorted(action.glob("*.py"))
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if "cli.main(" in line
+    ]
+    assert wrong == []
+    assert any(action.glob("*.py"))

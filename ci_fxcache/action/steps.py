@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import cli, gha, names
+from ci_fxcache import gha, names
 from ci_fxcache.action import inputs as inp
 from ci_fxcache.action import job_stats
 from ci_fxcache.action.inputs import Input
@@ -206,12 +206,6 @@ def _set_env(name: str, value: str | None) -> None:
         os.environ.pop(name, None)
 
 
-def _matrix_flags(values: dict[str, Any]) -> list[str]:
-    """verify's matrix flags for the matrix inputs that are set (empty: verify's default)."""
-    flags = [(f"--{name}", values[name]) for name in [*inp.MATRIX_AXES, "matrix-file"]]
-    return [arg for flag, value in flags if value for arg in (flag, value)]
-
-
 def _remote_cache(values: dict[str, Any], read_only: bool) -> tuple[bool, list[str]]:
     """Whether torch's Redis remote cache is on (store redis: a URL, a run that may write)
     or the S3 tier stands behind the local store (store s3 with a URL; runs that may not
@@ -327,27 +321,26 @@ def setup() -> int:
 def restore() -> int:
     """`fxcache restore` into the settings' root, read-only when setup decided so; the bucket
     read only by runs that may not write it (settings.remote_write_decision)."""
+    from ci_fxcache.commands import restore as restore_command
+
     values = inp.from_env(inp.MAIN)
     s = load()
-    argv = ["restore", "--python", s.python, "--root", s.root, "--state-file", str(s.state_file)]
     tier = s.store == "github" or (s.remote and s.store == "s3")
-    argv += ["--store", s.store if s.remote or s.store == "github" else "local"]
-    if s.store == "github":
-        argv += ["--key-suffix", s.key_suffix]
-    if s.remote and s.store == "redis" and values["redis-writers-run-code"]:
-        argv.append("--redis-writers-run-code")
-    if s.read_only:
-        argv.append("--read-only")
-    elif tier and not s.upload:
-        argv.append("--remote-read-only")
-    if not values["invalidate-on-upgrade"]:
-        argv.append("--no-invalidate-on-upgrade")
     _set_env(names.SIGNING_ENV, values["signing-key"])
     _set_env(redis_cache.URL_ENV, values["redis-url"] if s.remote else None)
     _set_env(s3_client.URL_ENV, values["s3-url"] if s.remote else None)
     _set_env(state_file.NONCE_ENV, s.nonce)
     started = time.monotonic()
-    rc = cli.main(argv)
+    rc = restore_command.run(
+        python=s.python, salt=None, root=Path(s.root), read_only=s.read_only,
+        invalidate_on_upgrade=bool(values["invalidate-on-upgrade"]), verify=None,
+        overlay_strategy=None, as_json=False, state_file=s.state_file,
+        store=s.store if s.remote or s.store == "github" else "local",
+        redis_url=None, s3_url=None,
+        redis_writers_run_code=bool(s.remote and values["redis-writers-run-code"]),
+        remote_read_only=bool(not s.read_only and tier and not s.upload),
+        key_suffix=s.key_suffix if s.store == "github" else "",
+    )  # fmt: skip
     _record_time(s, "restore_s", time.monotonic() - started)
     return rc
 
@@ -374,19 +367,28 @@ def _timings(s: Settings) -> dict[str, float]:
 def verify() -> int:
     """`fxcache verify`; a failed fail-on check is kept for the last step, so that the report
     and the comment are still written."""
+    from ci_fxcache.commands import verify as verify_command
+    from ci_fxcache.store.layout import VERIFY_DIR_ENV
+
     values = inp.from_env(inp.MAIN)
     s = load()
-    argv = ["verify", "--python", s.python, "--phase", "auto", "--json", str(s.results)]
-    argv += ["--timeout", str(s.timeout_s), "--report-id", s.report_id]
+    cache_dir = os.environ.get(VERIFY_DIR_ENV) or None
+    cache_state = os.environ.get(state_file.STATE_FILE_ENV) or None
     if s.state_file.is_file():
         state = state_file.read_state(s.state_file, Path(s.root))
-        argv += ["--cache-dir", str(state["verify_dir"]), "--cache-state", str(s.state_file)]
-    argv += _matrix_flags(values)
-    if values["min-speedup"] is not None:
-        argv += ["--min-speedup", str(values["min-speedup"])]
-    argv += ["--fail-on", values["fail-on"]]
+        cache_dir, cache_state = str(state["verify_dir"]), str(s.state_file)
+    axes = {axis: values[name] or None for name, axis in inp.MATRIX_AXES.items()}
+    speedup = values["min-speedup"]
     _set_env(redis_cache.URL_ENV, values["redis-url"] if s.remote else None)
-    rc = cli.main(argv)
+    rc = verify_command.run(
+        python=s.python, **axes, matrix_file=values["matrix-file"] or None, phase="auto",
+        cache_dir=cache_dir, json_path=str(s.results),
+        min_speedup=None if speedup is None else float(speedup), compare="bitwise",
+        fail_on=values["fail-on"], timeout=float(s.timeout_s), jobs=None,
+        recheck_all=os.environ.get(verify_command.RECHECK_ALL_ENV) == "1",
+        separate_cold=os.environ.get(verify_command.SEPARATE_COLD_ENV) == "1", deterministic=False,
+        cache_state=cache_state, redis_url=None, report_id=s.report_id, salt=None,
+    )  # fmt: skip
     if rc == EXIT_CHECK_FAILED and s.results.is_file():
         s.verify_rc.write_text(f"{rc}\n", encoding="utf-8")
         rc = 0
@@ -400,7 +402,12 @@ def report() -> int:
     the rest of the job unless `on-unsafe: keep`."""
     values = inp.from_env(inp.MAIN)
     s = load()
-    rc = cli.main(["report", str(s.results), "--format", "md", "-o", str(s.markdown)])
+    from ci_fxcache.commands import report as report_command
+
+    rc = report_command.run(
+        results=str(s.results), output_format="md", template=None, output=str(s.markdown),
+        max_chars=None,
+    )  # fmt: skip
     if rc:
         return rc
     summary = json.loads(s.results.read_text(encoding="utf-8")).get("summary", {})
@@ -423,13 +430,14 @@ def post_comment() -> int:
     if not s.comment:
         print("fxcache: no pull-request comment for this run")
         return 0
+    from ci_fxcache.report import pr_comment
+
     _set_env(names.TOKEN_ENV, values["github-token"])
-    argv = ["comment", str(s.results), "--report-id", s.report_id]
-    argv += ["--token-env", names.TOKEN_ENV]
-    number = values["run-event"].number  # the runner's record, not the event file
-    if number is not None:
-        argv += ["--pr", str(number)]
-    return cli.main(argv)
+    return pr_comment.run(
+        results=str(s.results), report_id=s.report_id, token_env=names.TOKEN_ENV,
+        pr=values["run-event"].number,  # the runner's record, not the event file
+        repo=None, author=None, from_artifact=None, template=None,
+    )  # fmt: skip
 
 
 def conclude() -> int:
@@ -594,15 +602,13 @@ def gha_upload(
 
 def invalidate() -> int:
     """The invalidate sub-action: `fxcache invalidate --json`, kept in a file."""
+    from ci_fxcache.commands import invalidate as invalidate_command
+
     values = inp.from_env(inp.INVALIDATE)
-    argv = ["invalidate", "--json"]
-    for name in ("cache-root", "max-age", "max-size", "keep-latest", "older-torch-than"):
-        if values[name]:
-            argv += ["--root" if name == "cache-root" else f"--{name}", values[name]]
-    if values["target"] != "local":
-        argv.append(f"--{values['target']}")
-    if values["dry-run"]:
-        argv.append("--dry-run")
+    target = values["target"]
+    keep = values["keep-latest"] or None
+    if keep is not None and not keep.isdigit():
+        raise UsageError(f"input keep-latest: {keep!r} is not a whole number")
     _set_env(redis_cache.URL_ENV, values["redis-url"])
     _set_env(s3_client.URL_ENV, values["s3-url"])
     _set_env("GITHUB_TOKEN", values["github-token"])
@@ -610,7 +616,15 @@ def invalidate() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        rc = cli.main(argv)
+        rc = invalidate_command.run(
+            root=Path(values["cache-root"]) if values["cache-root"] else None,
+            python=os.environ.get(names.PYTHON_ENV) or "python3",
+            max_age=values["max-age"] or None, max_size=values["max-size"] or None,
+            keep_latest=None if keep is None else int(keep),
+            older_torch_than=values["older-torch-than"] or None, dry_run=bool(values["dry-run"]),
+            as_json=True, github=target == "github", redis=target == "redis",
+            redis_url=None, s3=target == "s3", s3_url=None, gc_grace="1d",
+        )  # fmt: skip
     print(buffer.getvalue(), end="")
     if rc in (0, 1) and buffer.getvalue().strip():  # 1: done, with removals that failed
         out.write_text(buffer.getvalue(), encoding="utf-8")

@@ -22,6 +22,10 @@ from ci_fxcache.store.remote import redis_cache
 from ci_fxcache.verify import causes, matrix, runner
 from ci_fxcache.verify.forkserver import ForkServer
 
+# Environment defaults of --recheck-all and --separate-cold ("1": on).
+RECHECK_ALL_ENV = "FXCACHE_RECHECK_ALL"
+SEPARATE_COLD_ENV = "FXCACHE_SEPARATE_COLD"
+
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     """Add the `verify` subcommand."""
@@ -131,7 +135,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--recheck-all",
         action="store_true",
-        default=os.environ.get("FXCACHE_RECHECK_ALL") == "1",
+        default=os.environ.get(RECHECK_ALL_ENV) == "1",
         help="a hot-only run re-checks every combination; by default it carries the no-gain "
         "verdicts of mega and precompile from the run that built the cache (docs/verify.md; "
         "env FXCACHE_RECHECK_ALL=1)",
@@ -139,7 +143,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--separate-cold",
         action="store_true",
-        default=os.environ.get("FXCACHE_SEPARATE_COLD") == "1",
+        default=os.environ.get(SEPARATE_COLD_ENV) == "1",
         help="every phase does all its own work: one cold phase per combination, and no C++ "
         "kernel build copied from another phase of the run; by default fxgraph and mega share "
         "one cold phase and a kernel is compiled once per run (docs/verify.md; env "
