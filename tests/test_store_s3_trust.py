@@ -194,3 +194,22 @@ def test_a_keyed_save_still_reuses_the_packs_its_killed_predecessor_sent(
     c = _store(tmp_path, "c", run_fxcache, seaweed, bucket, FXCACHE_SIGNING_KEY=KEY)
     got = c.restore("--store", "s3")
     assert got["hit"] and got["files"] == len(SAMPLE), got
+
+
+def test_an_unchanged_object_is_told_by_its_status_never_by_a_message(
+    monkeypatch: pytest.MonkeyPatch, seaweed: SeaweedS3, bucket: str
+) -> None:
+    """Issue 39 (errors told apart by type): a conditional GET of an object whose ETag has
+    not changed is a 304 that the client turns into S3NotModified, never recognised by
+    botocore's wording."""
+    from ci_fxcache.store.remote.s3 import client
+
+    for name, value in seaweed.env().items():
+        monkeypatch.setenv(name, value)
+    where = client.parse_url(bucket)
+    objects = client.Bucket(where)
+    objects.put("fleet/ci/probe", b"unchanged")
+    body, etag = objects.get("fleet/ci/probe", limit=100) or (b"", "")
+    assert body == b"unchanged" and etag
+    assert objects.get("fleet/ci/probe", if_none_match=etag, limit=100) is None
+    assert objects.get("fleet/ci/probe", if_none_match='"other"', limit=100) == (body, etag)

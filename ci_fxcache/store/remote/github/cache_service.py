@@ -59,9 +59,19 @@ MAX_KEYS = 10
 
 
 class CacheServiceError(FxcacheError):
-    """A cache service or blob request that failed for good."""
+    """A cache service or blob request that failed for good; `status`: the service's HTTP
+    status, when it answered one."""
 
     exit_code = 1
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ArchiveUnusable(CacheServiceError):
+    """An entry that downloaded but is not an archive a save wrote, or whose bytes do not
+    match its manifest: the remote copy is broken (never the network's fault)."""
 
 
 @dataclass(frozen=True)
@@ -157,10 +167,14 @@ class CacheService:
         except ValueError:
             answer = None
         if not isinstance(answer, dict):
-            raise CacheServiceError(f"{method}: HTTP {response.status_code}, not a JSON object")
+            raise CacheServiceError(
+                f"{method}: HTTP {response.status_code}, not a JSON object", response.status_code
+            )
         if response.status_code >= 300:
             msg = answer.get("msg") or answer.get("code") or "error"
-            raise CacheServiceError(f"{method}: HTTP {response.status_code}: {msg}")
+            raise CacheServiceError(
+                f"{method}: HTTP {response.status_code}: {msg}", response.status_code
+            )
         return answer
 
     def lookup(self, key: str, restore_keys: list[str]) -> tuple[str, str] | None:
@@ -183,7 +197,7 @@ class CacheService:
         try:
             answer = self.call("CreateCacheEntry", {"key": key, "version": ENTRY_VERSION})
         except CacheServiceError as exc:
-            if "HTTP 409" in str(exc):
+            if exc.status == 409:  # the key exists
                 return None
             raise
         if not answer.get("ok"):
@@ -326,7 +340,7 @@ def restore_directory(
             unpacked = archive.extract(read, directory)
     except archive.ArchiveError as exc:
         _remove(directory)
-        raise CacheServiceError(f"unusable cache archive: {exc}") from None
+        raise ArchiveUnusable(f"unusable cache archive: {exc}") from None
     except BaseException:
         _remove(directory)
         raise

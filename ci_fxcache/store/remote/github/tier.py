@@ -17,8 +17,6 @@ from ci_fxcache.store.manifest import Committed
 from ci_fxcache.store.remote.github import cache_service
 from ci_fxcache.store.remote.tier import Fetched, RemoteCorrupt, RemoteUnavailable
 
-_BROKEN_ARCHIVE = "unusable cache archive"
-
 
 def entry_prefix(scope_key: str, key_suffix: str) -> str:
     """The key prefix of scope `scope_key`'s entries (the one a restore looks up): the scope,
@@ -56,9 +54,9 @@ class GitHubTier:
             restored = cache_service.restore_directory(
                 self._service, target, self.save_key, [self.restore_prefix]
             )
+        except cache_service.ArchiveUnusable as exc:
+            raise RemoteCorrupt(str(exc)) from None
         except cache_service.CacheServiceError as exc:
-            if _BROKEN_ARCHIVE in str(exc):
-                raise RemoteCorrupt(str(exc)) from None
             raise RemoteUnavailable(str(exc)) from None
         if restored is None:
             return None
