@@ -279,3 +279,19 @@ def test_the_action_makes_typed_calls_never_argv() -> None:
     ]
     assert wrong == []
     assert any(action.glob("*.py"))
+
+
+def test_every_fxcache_variable_name_is_written_once() -> None:
+    """Issue 39: each `FXCACHE_*` environment name appears as a string in one place of the
+    package (a constant the rest imports), never spelled again elsewhere."""
+    import re
+    from collections import Counter
+
+    name = re.compile(r"FXCACHE_[A-Z0-9_]+")
+    spelled: Counter[str] = Counter()
+    for _module, path in MODULES:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and name.fullmatch(str(node.value)):
+                spelled[str(node.value)] += 1
+    assert len(spelled) > 10  # the walk sees them
+    assert [n for n, count in spelled.items() if count > 1] == []

@@ -12,14 +12,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ci_fxcache import gha
+from ci_fxcache import gha, names
 from ci_fxcache.store import in_place, modes, scopes, seal, spare, stat_batch, state_file
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store.layout import LOCKS, Layout
 
 # Fault injection for the reliability tests, never set in production: `pause:SECONDS` (so a
 # test can kill -9 the save between the temporary manifest and the rename) or `enospc`.
-FAULT_ENV = "FXCACHE_TEST_FAULT"
+FAULT_ENV = names.TEST_FAULT_ENV
 
 
 def _verification(scope: Path) -> list[str]:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ci_fxcache import names
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store.layout import Layout
 from ci_fxcache.store.remote import packs
@@ -60,7 +61,7 @@ BACKOFF_CAP_S = 2.0
 ORPHAN_REUSE_S = 30 * 60.0
 # Fault injection for the tests, never set in production (store.save's variable):
 # `s3-pause:SECONDS` pauses a publish after its packs and segment, before the head's PUT.
-FAULT_ENV = "FXCACHE_TEST_FAULT"
+FAULT_ENV = names.TEST_FAULT_ENV
 
 
 def _fault_pause() -> None:
