@@ -13,7 +13,12 @@ Then the job after: `fxcache verify` hot-only on the cache the product run built
 re-checking every combination (`--recheck-all`) and once as every later job does (carrying the
 no-gain verdicts whose inputs cannot have changed; docs/verify.md), side by side.
 
+And what the hot-only job spends on the workload identity check (issue 38: a workload edited
+since its reference is verified again, never judged by it): the same `Runner.match_versions`
+call the job makes, timed on its own against the same cache, beside the job's wall time.
+
 Usage: python benchmarks/bench_matrix.py [--python PY] [--order naive-first|product-first]
+       [--no-naive]  (the first run and the job after it only: no baseline, no ratio to it)
 Prints the wall times and the ratios (targets: the first run <= 0.25x naive; the hot-only job
 after it no slower than before issue 34: 0.094x naive, 10.8 s on a quiet 2-core machine).
 Quiet 2-core figures (docs/verify.md, Performance): 0.12x; the job after it 7.4 s, 0.019x.
@@ -32,8 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache.env import fingerprint, torch_support
-from ci_fxcache.verify import forkserver, matrix
+from ci_fxcache.env import fingerprint, interpreter, torch_support
+from ci_fxcache.verify import forkserver, matrix, runner
 
 ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 TARGET = 0.25
@@ -83,6 +88,27 @@ def hot_only(python: str, work: Path) -> dict[str, tuple[float, dict[str, Any]]]
         )
         timed[name] = (elapsed, {**doc["summary"], "carried": carried})
     return timed
+
+
+def identity_check(python: str, work: Path) -> tuple[float, int]:
+    """Wall time of the identity check a hot-only job makes before its phases (one fork
+    server, as in the job; its start is not counted, the job has one anyway) on the product's
+    cache, and how many combinations it checked; every one must match its reference."""
+    combos = runnable(python)
+    scratch = Path(tempfile.mkdtemp(prefix="bench-identity-", dir=work))
+    server = forkserver.ForkServer(interpreter.resolve(python), scratch)
+    try:
+        settings = runner.Settings(cache_dir=work / "cache", run_dir=scratch)
+        checker = runner.Runner(server, settings, lambda _: None)
+        os.environ.update(ENV)
+        start = time.perf_counter()
+        matched = checker.match_versions(combos, runner.default_jobs(combos, server.info))
+        elapsed = time.perf_counter() - start
+    finally:
+        server.close()
+    if len(matched) != len(combos):
+        raise SystemExit(f"identity check: {sorted(checker.changed.items())} did not match")
+    return elapsed, len(combos)
 
 
 def product(python: str, work: Path) -> tuple[float, dict[str, int]]:
@@ -152,33 +178,41 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--python", default=sys.executable, help="interpreter with torch")
     parser.add_argument("--order", choices=("naive-first", "product-first"), default="naive-first")
+    parser.add_argument("--no-naive", action="store_true", help="skip the naive baseline")
     args = parser.parse_args()
     load_at_start = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="bench-matrix-"))
     try:
-        if args.order == "naive-first":
+        base = None
+        if args.order == "naive-first" and not args.no_naive:
             base = naive(args.python, work)
-            prod, summary = product(args.python, work)
-        else:
-            prod, summary = product(args.python, work)
+        prod, summary = product(args.python, work)
+        if args.order == "product-first" and not args.no_naive:
             base = naive(args.python, work)
         hot = hot_only(args.python, work)
+        identity_s, checked = identity_check(args.python, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     cores = len(os.sched_getaffinity(0))
     print(f"default CPU matrix, {len(runnable(args.python))} combos run, {cores} cores")
-    print(f"naive baseline (fresh python per phase, sequential): {base:7.1f} s")
     print(f"fxcache verify (fork server, parallel):              {prod:7.1f} s  {summary}")
-    print(
-        f"ratio product / naive: {prod / base:.2f}  (target <= {TARGET:.2f}: "
-        f"{'met' if prod / base <= TARGET else 'MISSED'})"
-    )
+    if base is not None:
+        print(f"naive baseline (fresh python per phase, sequential): {base:7.1f} s")
+        print(
+            f"ratio product / naive: {prod / base:.2f}  (target <= {TARGET:.2f}: "
+            f"{'met' if prod / base <= TARGET else 'MISSED'})"
+        )
     (full, full_summary), (policy, policy_summary) = hot["full"], hot["policy"]
     print("the job after: hot-only on that cache")
     print(f"  every combination re-checked (--recheck-all): {full:7.1f} s  {full_summary}")
     print(f"  default (no-gain carried where unchanged):    {policy:7.1f} s  {policy_summary}")
     print(f"  ratio default / full re-check: {policy / full:.2f}")
-    print(f"  ratio default hot-only / naive first run: {policy / base:.3f}")
+    if base is not None:
+        print(f"  ratio default hot-only / naive first run: {policy / base:.3f}")
+    print(
+        f"  of which the workload identity check ({checked} combinations): {identity_s:5.2f} s, "
+        f"{identity_s / policy:.2f}x of the default hot-only job"
+    )
     print(f"load average (1, 5, 15 min): {load_at_start} at the start, {os.getloadavg()} now")
 
 

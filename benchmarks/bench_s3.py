@@ -16,6 +16,10 @@ And once:
   scope): bytes uploaded versus the new files' bytes, and requests;
 - with `--clients`: the transfer alone (every pack, 8 MiB ranged GETs on 16 threads, bytes
   discarded) with boto3 and with obstore (if installed), through the fastest link.
+With `--save-memory` (`--save-memory-only`: nothing else), a save's peak RSS (the whole
+`fxcache save` process: local commit, packs, upload; measured by a small launcher that waits
+for it) for one 1 GiB file (128 KiB of random bytes per MiB, holes between) and for 100,000
+small files (1-4 KiB, Inductor-shaped paths); issue 40's bound: docs/store.md.
 Fleet rows (`_fleet`, same run, no link):
 - N runners saving one scope at once (`--savers 8,16,24,32`; one process each running the
   real publish path, released together): how many published, files that never reached the
@@ -23,9 +27,14 @@ Fleet rows (`_fleet`, same run, no link):
 - a restore of the valid local scope against a healthy endpoint and against one that
   accepts connections and never answers (the last-used marker's bound, deadline.TOUCH_S).
 
+With `--cpu-per-gib`: restore CPU seconds per GiB, an empty runner's `fxcache restore` (no
+link, download included) beside `zstd -d -T0 | tar -x` of the archive on disk. With
+`--fleet-only`: only the concurrent savers (`--savers`). benchmarks/sim_savers.py goes
+beyond what one machine's processes can (100 / 500 / 1,000 savers, in process).
+
 Usage: python benchmarks/bench_s3.py [--python PY] [--size-mib 256] [--repeat 3]
            [--links 320,1000,10000] [--conn-mbit 720] [--rtt-ms 10] [--clients]
-           [--delete-between]
+           [--delete-between] [--save-memory | --save-memory-only]
 Everything (server, proxy, bucket, roots) lives in a temporary directory removed at the end
 (each try's files are kept until then: see `settle`). The machine's load average is printed
 at the start and the end: on a busy machine compare ratios, not times.
@@ -225,6 +234,12 @@ def main() -> None:
                         help="generated source + machine code, or bench_restore's")  # fmt: skip
     parser.add_argument("--delete-between", action="store_true",
                         help="remove each try's files before the next (see settle)")  # fmt: skip
+    parser.add_argument("--save-memory", action="store_true", help="also a save's peak RSS")
+    parser.add_argument("--save-memory-only", action="store_true", help="only that")
+    parser.add_argument("--cpu-per-gib", action="store_true",
+                        help="also restore CPU s per GiB beside zstd -d | tar -x")  # fmt: skip
+    parser.add_argument("--fleet-only", action="store_true",
+                        help="only the concurrent savers (--savers)")  # fmt: skip
     parser.add_argument("--savers", default="8,16,24,32",
                         help="concurrent savers of one scope to try, comma-separated")  # fmt: skip
     args = parser.parse_args()
@@ -250,6 +265,11 @@ def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) ->
     url = f"s3://{bucket}/fxcache"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "FXCACHE_"))}
     env.update(server.env(), FXCACHE_S3_URL=url, TORCHINDUCTOR_COMPILE_THREADS="1")
+    if args.save_memory or args.save_memory_only:
+        _save_memory(args, work, env)
+        if args.save_memory_only:
+            print(f"load average at the end: {_load()}")
+            return
     base = ["--python", args.python, "--store", "s3", "--json"]
 
     def restore(root: Path, state: Path, endpoint: str | None = None,
@@ -257,6 +277,11 @@ def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) ->
         extra = {"AWS_ENDPOINT_URL_S3": endpoint} if endpoint else {}
         return _fxcache("restore", "--root", str(root), *base, "--state-file", str(state),
                         *extra_args, env={**env, **extra})  # fmt: skip
+
+    if args.fleet_only:
+        _saver_rounds(args, work, env, restore)
+        print(f"load average at the end: {_load()}")
+        return
 
     # Runner A: the first job fills the scope and saves it (the initial upload, no link).
     a_root = work / "a"
@@ -274,7 +299,12 @@ def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) ->
     s3: Any = server.client()
     s3.upload_file(str(archive), bucket, ARCHIVE_KEY)
     archive_bytes = archive.stat().st_size
+    if args.cpu_per_gib:
+        _cpu_per_gib(args, work, env, archive, files, size, restore)
     archive.unlink()
+    if not args.links:  # `--links ''`: no link rows (and so no report or fleet rows)
+        print(f"load average at the end: {_load()}")
+        return
     plain = subprocess.run(f"tar -cf - -C {scope} inductor triton | zstd -3 -T0 | wc -c",
                            shell=True, capture_output=True, text=True, check=True)  # fmt: skip
     in_bucket_plain = int(plain.stdout)
@@ -495,6 +525,59 @@ def _transfer(client: str, bucket: str) -> None:
     print(f"{total / 2**20:.0f} MiB in {len(ranges)} ranges")
 
 
+# -- a save's memory ------------------------------------------------------------------------
+
+_PEAK = """import os, subprocess, sys
+proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)
+_pid, status, usage = os.wait4(proc.pid, 0)
+print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)
+"""
+
+
+def _one_gib(where: Path) -> None:
+    path = where / "inductor" / "aotinductor" / "big" / "model.so"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        for _ in range(1024):
+            f.write(os.urandom(128 << 10))
+            f.seek((1 << 20) - (128 << 10), os.SEEK_CUR)
+        f.truncate(1 << 30)
+
+
+def _small_files(where: Path, count: int = 100_000) -> None:
+    import random
+
+    rng = random.Random(3)
+    for i in range(count):
+        folder = f"{rng.getrandbits(256):064x}"[:52]
+        rel = (f"inductor/fxgraph/{folder[:2]}/f{folder[:51]}/{rng.getrandbits(256):064x}"
+               if i % 3 else f"triton/{folder}/triton_poi_fused_{i}.py")  # fmt: skip
+        path = where / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        n = rng.randint(1, 4) * 1024
+        path.write_bytes((KERNEL * (n // len(KERNEL) + 1)).encode()[: n - 16] + rng.randbytes(16))
+
+
+def _save_memory(args: argparse.Namespace, work: Path, env: dict[str, str]) -> None:
+    """A save's peak RSS for one 1 GiB file and for 100,000 small files (a scope each)."""
+    print("\na save's peak RSS (fxcache save: local commit, packs, upload):")
+    for n, (what, populate) in enumerate(
+        (("one 1 GiB file", _one_gib), ("100,000 small files", _small_files))
+    ):
+        root, state = work / f"mem{n}", work / f"mem{n}.json"
+        got, _ = _fxcache("restore", "--root", str(root), "--python", args.python, "--store",
+                          "s3", "--json", "--state-file", str(state), "--salt", f"mem{n}",
+                          env=env)  # fmt: skip
+        populate(Path(got["inductor_dir"]).parent)
+        save = [sys.executable, "-m", "ci_fxcache", "save", "--json", "--state-file", str(state)]
+        run = _run([sys.executable, "-c", _PEAK, *save], env)
+        code, peak_kib = run.stdout.split()
+        assert code == "0", code
+        print(f"  {what:20s} peak RSS {int(peak_kib) / 1024:6.0f} MiB, {run.wall:.1f} s, "
+              f"CPU {run.cpu:.1f} s")  # fmt: skip
+        shutil.rmtree(root, onerror=_force)
+
+
 # -- fleet rows: concurrent savers, a hung endpoint ---------------------------------------------
 
 
@@ -509,16 +592,7 @@ def _fleet(
     restore with a valid local scope against a hung endpoint."""
     from tests.stalling_server import StallingServer
 
-    rounds = [_savers(work, env, restore, int(n)) for n in args.savers.split(",")]
-    print("\nconcurrent saves of one scope (one process each, released together):")
-    print("  savers  published  files lost  attempts (median / max)  wall")
-    for r in rounds:
-        tries = f"{r['attempts_median']:g} / {r['attempts_max']}"
-        print(f"  {r['savers']:6d}  {r['published']:9d}  {r['lost']:10d}  {tries:>23s}  "
-              f"{r['wall']:.1f} s")  # fmt: skip
-    clean = [r["savers"] for r in rounds if r["lost"] == 0 and r["published"] == r["savers"]]
-    print(f"concurrent-saver count that loses nothing: {max(clean) if clean else 'none'} "
-          f"(largest tried: {max(r['savers'] for r in rounds)})")  # fmt: skip
+    _saver_rounds(args, work, env, restore)
 
     healthy = [restore(a_root, work / f"h{n}.json")[1].wall for n in range(args.repeat)]
     with StallingServer("silent") as hung:
@@ -528,6 +602,65 @@ def _fleet(
           f"{statistics.median(healthy):.2f} s; endpoint that accepts and never answers "
           f"{statistics.median(stalled):.2f} s (medians of {args.repeat}; the last-used "
           f"marker is given up after its bound)")  # fmt: skip
+
+
+def _saver_rounds(
+    args: argparse.Namespace,
+    work: Path,
+    env: dict[str, str],
+    restore: Callable[..., tuple[dict[str, Any], Run]],
+) -> None:
+    """The concurrent savers' rows: one round per count of --savers."""
+    rounds = [_savers(work, env, restore, int(n)) for n in args.savers.split(",")]
+    print("\nconcurrent saves of one scope (one process each, released together):")
+    print("  savers  published  files lost  attempts (median / max)  requests (median)  wall")
+    for r in rounds:
+        tries = f"{r['attempts_median']:g} / {r['attempts_max']}"
+        print(f"  {r['savers']:6d}  {r['published']:9d}  {r['lost']:10d}  {tries:>23s}  "
+              f"{r['requests_median']:17g}  {r['wall']:.1f} s")  # fmt: skip
+    clean = [r["savers"] for r in rounds if r["lost"] == 0 and r["published"] == r["savers"]]
+    print(f"concurrent-saver count that loses nothing: {max(clean) if clean else 'none'} "
+          f"(largest tried: {max(r['savers'] for r in rounds)})")  # fmt: skip
+
+
+def _cpu_per_gib(
+    args: argparse.Namespace,
+    work: Path,
+    env: dict[str, str],
+    archive: Path,
+    files: int,
+    size: int,
+    restore: Callable[..., tuple[dict[str, Any], Run]],
+) -> None:
+    """Restore CPU seconds per GiB restored, side by side, no link: an empty runner's
+    `fxcache restore` from the bucket (download included) and `zstd -d -T0 | tar -x` of the
+    archive already on disk (download excluded), taking turns; medians. Then `fxcache,
+    local`: the same restore again with the scope already there (start-up, fingerprint,
+    check, marker), the part of the first that is not the fetch."""
+    gib = size / 2**30
+    runs: dict[str, list[Run]] = {"fxcache": [], "zstd | tar": [], "fxcache, local": []}
+    for n in range(args.repeat):
+        os.sync()
+        got, run = restore(work / f"cpu{n}", work / f"cpu{n}.json")
+        assert got["hit"] and got["files"] == files, got
+        runs["fxcache"].append(run)
+        # What a restore costs besides the fetch: the same restore with the scope local, after
+        # a save that releases the first one's lease (else the second gets an overlay).
+        _fxcache("save", "--json", "--state-file", str(work / f"cpu{n}.json"), env=env)
+        local, run = restore(work / f"cpu{n}", work / f"cpl{n}.json")
+        assert local["mode"] == "in-place" and local["remote"]["local"], local
+        runs["fxcache, local"].append(run)
+        os.sync()
+        dest = work / f"cpux{n}"
+        dest.mkdir()
+        runs["zstd | tar"].append(_run(["sh", "-c", f"zstd -d -T0 --long=30 -c {archive} | "
+                                        f"tar -xf - -C {dest}"], dict(os.environ)))  # fmt: skip
+    print(f"\nrestore CPU per GiB ({files} files, {size / 2**20:.0f} MiB, no link, medians of "
+          f"{args.repeat}):")  # fmt: skip
+    for name, rs in runs.items():
+        cpu = statistics.median(r.cpu for r in rs)
+        wall = statistics.median(r.wall for r in rs)
+        print(f"  {name:12s} {cpu / gib:6.2f} CPU s/GiB ({cpu:.2f} s CPU, {wall:.2f} s wall)")
 
 
 def _savers(
@@ -581,7 +714,9 @@ def _savers(
     got = set(_manifest_files(Path(reader["scope_dir"])))
     wanted = {f"inductor/fxgraph/r{n}/e{i}" for n in range(count) for i in range(2)}
     attempts = [r.get("attempts", 0) for r in results]
+    requests = [sum((r.get("requests") or {}).values()) for r in results]
     return {
+        "requests_median": statistics.median(requests),
         "savers": count,
         "published": sum(1 for r in results if r.get("published")),
         "lost": len(wanted - got),

@@ -35,6 +35,7 @@ COMMANDS: tuple[str, ...] = (
     "report",
     "merge",
     "comment",
+    "stats",
     "action",
 )
 # What the parsed namespace holds for dispatch itself; everything else is the command's options.

@@ -132,6 +132,12 @@ def test_a_trusted_run_keeps_its_api_and_saves(tmp_path: Path) -> None:
         assert KEY in main.masks
         (post,) = runner.post()
         assert post.returncode == 0 and '"saved": true' in post.log, post.log
+        # The post step puts the job's own line under the comment's status (docs/job-stats.md).
+        (body,) = [str(c["body"]) for c in api.comments[7]]
+        lines = body.splitlines()
+        status = next(i for i, line in enumerate(lines) if line.startswith("### fxcache:"))
+        assert lines[status + 2].startswith("**your job:"), body[:400]
+        assert api.violations == [], api.violations
         # The documented limit: the workload ran as the job's user and read node's inputs.
         seen = (tmp_path / "node-environ").read_bytes()
         assert KEY.encode() in seen

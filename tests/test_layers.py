@@ -28,6 +28,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("worker", ("worker", "guard")),  # everything that imports torch
     ("verify", ("verify",)),  # matrix, runner, fork server, evidence, verdicts
     ("results", ("results",)),
+    ("jobstats", ("jobstats",)),  # the job's own compiles: trace, counts, miss causes, history
     ("report", ("report",)),  # model, labels, recommendations, render, PR comment
     ("fleet", ("fleet",)),  # plan, merge, environment diff
     ("entry", ("cli", "__main__", "commands", "action")),

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from ci_fxcache.commands.verify import line as build_line
 from ci_fxcache.report import render
 from ci_fxcache.verify import recheck
 from tests.conftest import RunFxcache
@@ -16,6 +17,17 @@ from tests.test_verify import load, verify
 
 SETTINGS = {"min_speedup": 2.0, "compare": "bitwise", "fail_on": "unsafe"}
 TORCH = "2.13.0+cpu"
+HERE = recheck.context("fxcache-v1-linux-x86_64-cp311-torch2.13.0+cpu-cpu-037d3d0595c6")
+
+
+COMBO = {
+    "workload": "sin_matmul",
+    "device": "cpu",
+    "dtype": "float32",
+    "dynamic": "false",
+    "mechanism": "mega",
+    "training": True,
+}
 
 
 def _judged(verdict: str, cause: str) -> dict[str, Any]:
@@ -23,7 +35,7 @@ def _judged(verdict: str, cause: str) -> dict[str, Any]:
 
 
 def _recorded(tmp_path: Path, verdict: str = "no-gain", cause: str = "rebuilt") -> Path:
-    recheck.record(tmp_path, _judged(verdict, cause), SETTINGS, TORCH)
+    recheck.record(tmp_path, _judged(verdict, cause), SETTINGS, TORCH, HERE)
     return tmp_path
 
 
@@ -31,7 +43,7 @@ def test_a_recorded_no_gain_artifact_mechanism_is_carried_with_a_note(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GITHUB_RUN_ID", "4242")
-    found = recheck.carried(_recorded(tmp_path), "mega", SETTINGS, TORCH)
+    found = recheck.carried(_recorded(tmp_path), "mega", SETTINGS, TORCH, HERE)
     assert found is not None
     assert (found["verdict"], found["cause"]) == ("no-gain", "rebuilt")
     (note,) = found["notes"]
@@ -41,7 +53,7 @@ def test_a_recorded_no_gain_artifact_mechanism_is_carried_with_a_note(
     (tmp_path / recheck.VERDICT_FILE).write_text(
         json.dumps({**json.loads((tmp_path / recheck.VERDICT_FILE).read_text()), "judged": found})
     )
-    again = recheck.carried(tmp_path, "precompile", SETTINGS, TORCH)
+    again = recheck.carried(tmp_path, "precompile", SETTINGS, TORCH, HERE)
     assert again is not None and [n["kind"] for n in again["notes"]] == ["carried"]
 
 
@@ -70,14 +82,56 @@ def test_everything_else_is_rechecked(
     torch: str,
 ) -> None:
     _recorded(tmp_path, verdict, cause)
-    assert recheck.carried(tmp_path, mechanism, settings, torch) is None
+    assert recheck.carried(tmp_path, mechanism, settings, torch, HERE) is None
+
+
+@pytest.mark.parametrize(
+    "elsewhere",
+    [
+        recheck.context("fxcache-v1-linux-x86_64-cp311-torch2.13.0+cpu-cpu-0123456789ab"),
+        {**HERE, "fxcache": "0.0.1"},  # judged by another fxcache
+        None,  # recorded by an fxcache that recorded no context
+    ],
+)
+def test_a_verdict_judged_in_another_scope_or_by_another_fxcache_is_rechecked(
+    tmp_path: Path, elsewhere: dict[str, Any] | None
+) -> None:
+    _recorded(tmp_path)
+    path = tmp_path / recheck.VERDICT_FILE
+    recorded = json.loads(path.read_text())
+    if elsewhere is None:
+        del recorded["context"]
+    else:
+        recorded["context"] = elsewhere
+    path.write_text(json.dumps(recorded))
+    assert recheck.carried(tmp_path, "mega", SETTINGS, TORCH, HERE) is None
+
+
+def test_a_carried_verdict_says_its_age_and_drops_the_notes_of_the_run_that_judged_it(
+    tmp_path: Path,
+) -> None:
+    judged = _judged("no-gain", "rebuilt")
+    judged["notes"] = [
+        {"kind": "workload-changed", "text": "the model changed", "why": "its source changed"},
+        {"kind": "nondeterministic", "text": "kept"},
+    ]
+    recheck.record(tmp_path, judged, SETTINGS, TORCH, HERE)
+    path = tmp_path / recheck.VERDICT_FILE
+    recorded = json.loads(path.read_text())
+    path.write_text(json.dumps({**recorded, "judged_at": "2026-01-01T00:00:00Z"}))
+    found = recheck.carried(tmp_path, "mega", SETTINGS, TORCH, HERE)
+    assert found is not None
+    assert [n["kind"] for n in found["notes"]] == ["nondeterministic", "carried"]
+    assert found["notes"][-1]["age_s"] > 86400  # judged months before this test ran
+    shown = build_line({**found, **COMBO})
+    assert "judged 2026-01-01T00:00:00Z, " in shown and " days earlier]" in shown, shown
 
 
 def test_a_verdict_recorded_without_a_floor_is_carried_without_one(tmp_path: Path) -> None:
     unfloored = {**SETTINGS, "min_speedup": None}
-    recheck.record(tmp_path, _judged("no-gain", "rebuilt"), unfloored, TORCH)
-    assert recheck.carried(tmp_path, "mega", unfloored, TORCH) is not None
-    assert recheck.carried(tmp_path, "mega", SETTINGS, TORCH) is None  # a floor set since
+    recheck.record(tmp_path, _judged("no-gain", "rebuilt"), unfloored, TORCH, HERE)
+    assert recheck.carried(tmp_path, "mega", unfloored, TORCH, HERE) is not None
+    assert recheck.carried(tmp_path, "mega", SETTINGS, TORCH, HERE) is None  # a floor set since
 
 
 @pytest.mark.parametrize(
@@ -92,7 +146,7 @@ def test_a_verdict_recorded_without_a_floor_is_carried_without_one(tmp_path: Pat
 )
 def test_a_missing_or_damaged_record_is_rechecked(tmp_path: Path, damage: Any) -> None:
     damage(_recorded(tmp_path) / recheck.VERDICT_FILE)
-    assert recheck.carried(tmp_path, "mega", SETTINGS, TORCH) is None
+    assert recheck.carried(tmp_path, "mega", SETTINGS, TORCH, HERE) is None
 
 
 @pytest.mark.parametrize(
@@ -109,13 +163,13 @@ def test_a_changed_artifact_or_reference_is_rechecked_not_carried(
     _recorded(tmp_path)
     (tmp_path / "inductor").mkdir()  # the cold phase's own caches: not read by this hot phase
     (tmp_path / "inductor" / "entry").write_bytes(b"x")
-    assert recheck.carried(tmp_path, mechanism, SETTINGS, TORCH) is not None
+    assert recheck.carried(tmp_path, mechanism, SETTINGS, TORCH, HERE) is not None
     for name in (artifact, "reference.pt"):
         original = (tmp_path / name).read_bytes()
         (tmp_path / name).write_bytes(original[:3] + b"X" + original[4:])  # same size
-        assert recheck.carried(tmp_path, mechanism, SETTINGS, TORCH) is None, name
+        assert recheck.carried(tmp_path, mechanism, SETTINGS, TORCH, HERE) is None, name
         (tmp_path / name).write_bytes(original)
-    assert recheck.carried(tmp_path, mechanism, SETTINGS, TORCH) is not None
+    assert recheck.carried(tmp_path, mechanism, SETTINGS, TORCH, HERE) is not None
 
 
 def _pid(doc: dict[str, Any], cid: str) -> int:
@@ -165,7 +219,12 @@ def test_hot_only_run_carries_no_gain_rechecks_safe_and_recheck_all_rechecks_eve
     assert (full["mega"]["verdict"], full["mega"]["cause"]) == ("no-gain", "rebuilt")
     assert all(n["kind"] != "carried" for n in full["mega"]["notes"])
     # a hot-only run does not replace the record of the run that built the cache
-    assert recheck.carried(cache / ids["mega"], "mega", full["doc"]["settings"], "") is None
+    assert (
+        recheck.carried(
+            cache / ids["mega"], "mega", full["doc"]["settings"], "", recheck.context(None)
+        )
+        is None
+    )
     assert json.loads((cache / ids["mega"] / recheck.VERDICT_FILE).read_text())["run_id"] == "77"
 
 

@@ -165,6 +165,7 @@ MAIN = (
     Input("read-only", one_of("auto", "true", "false")),
     Input("save", one_of("auto", "always", "never")),
     Input("invalidate-on-upgrade", boolean),
+    Input("job-stats", boolean),
     Input("min-speedup", optional_number(0, positive=False)),
     Input("fail-on", one_of(*causes.FAIL_ON)),
     Input("on-unsafe", one_of("disable", "keep")),

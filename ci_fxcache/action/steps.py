@@ -16,7 +16,7 @@ from typing import Any
 
 from ci_fxcache import gha, names
 from ci_fxcache.action import inputs as inp
-from ci_fxcache.action import job_stats
+from ci_fxcache.action import job_compiles, job_stats
 from ci_fxcache.action.inputs import Input
 from ci_fxcache.action.settings import (
     DIGEST_STATE,
@@ -135,6 +135,12 @@ RUNS: dict[str, Run] = {
                     f"STATE_{SETTINGS_STATE}",
                     f"STATE_{DIGEST_STATE}",
                 ),
+            ),
+            StepSpec(
+                "post-comment",
+                "Add the job's own compiles to the pull-request comment",
+                ("github-token",),
+                (f"STATE_{SETTINGS_STATE}", f"STATE_{DIGEST_STATE}"),
             ),
         ),
         withheld=(names.LOADER_PREFIX,),
@@ -340,6 +346,7 @@ def restore() -> int:
         redis_writers_run_code=bool(s.remote and values["redis-writers-run-code"]),
         remote_read_only=bool(not s.read_only and tier and not s.upload),
         key_suffix=s.key_suffix if s.store == "github" else "",
+        job_trace=bool(values["job-stats"]),
     )  # fmt: skip
     _record_time(s, "restore_s", time.monotonic() - started)
     return rc
@@ -436,8 +443,37 @@ def post_comment() -> int:
     return pr_comment.run(
         results=str(s.results), report_id=s.report_id, token_env=names.TOKEN_ENV,
         pr=values["run-event"].number,  # the runner's record, not the event file
-        repo=None, author=None, from_artifact=None, template=None,
+        repo=None, author=None, from_artifact=None, template=None, job_stats=None,
     )  # fmt: skip
+
+
+def post_job_comment() -> int:
+    """At the end of the job: the sticky comment again, with the job's own compiles under its
+    status (when setup decided on a comment and the save kept the job's figures). A failure is
+    a warning: the job's result stands."""
+    if not os.environ.get(f"STATE_{SETTINGS_STATE}"):
+        return 0
+    values = inp.from_env(inp.MAIN)
+    s = load(post=True)
+    figures = job_compiles.figures_file(s)
+    if not (s.comment and figures.is_file() and s.results.is_file()):
+        return 0
+    from ci_fxcache.errors import FxcacheError
+    from ci_fxcache.report import pr_comment
+
+    _set_env(names.TOKEN_ENV, values["github-token"])
+    try:
+        rc = pr_comment.run(
+            results=str(s.results), report_id=s.report_id, token_env=names.TOKEN_ENV,
+            pr=values["run-event"].number, repo=None, author=None, from_artifact=None,
+            template=None, job_stats=str(figures),
+        )  # fmt: skip
+    except FxcacheError as exc:
+        gha.say("error", str(exc))
+        rc = exc.exit_code
+    if rc != 0:
+        gha.warn("the pull-request comment was not updated with the job's own compiles")
+    return 0
 
 
 def conclude() -> int:
@@ -517,6 +553,7 @@ def save(post: bool = False) -> int:
         print(f"fxcache: already saved in this job (saved: {str(done['saved']).lower()})")
         return gha_upload(s, values["run-event"], key)
     scope = _scope_key(s)
+    compiles = job_compiles.at_save(s, key, write_refusal(s, values["run-event"]) is None)
     before = job_stats.committed_files(Path(s.root), scope) if scope else {}
     started = time.monotonic()
     result, committed = _save_result(s, key, values["run-event"])
@@ -534,6 +571,7 @@ def save(post: bool = False) -> int:
     after = job_stats.committed_files(Path(s.root), scope) if scope else {}
     stats = job_stats.compute(before, after, result, _timings(s))
     job_stats.publish(stats, s.job_stats)
+    job_compiles.publish(compiles)
     return gha_upload(s, values["run-event"], key, committed)
 
 
@@ -645,6 +683,7 @@ STEPS: dict[str, Callable[[], int]] = {
     "conclude": conclude,
     "save": save,
     "post-save": lambda: save(post=True),
+    "post-comment": post_job_comment,
     "invalidate": invalidate,
 }
 

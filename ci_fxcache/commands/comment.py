@@ -40,6 +40,13 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         help="pull request number (default: from $GITHUB_EVENT_PATH); the workflow_run "
         "follow-up for forks passes it from the artifact",
     )
+    _source_options(parser)
+    # The command is pr_comment.run itself (already imported with the action's steps).
+    parser.set_defaults(func=pr_comment.run)
+
+
+def _source_options(parser: argparse.ArgumentParser) -> None:
+    """Where the comment goes and what it is made from, beyond the results."""
     parser.add_argument(
         "--repo",
         default=None,
@@ -63,9 +70,14 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "id is not <id> (default: none, RESULTS is a local file)",
     )
     parser.add_argument(
+        "--job-stats",
+        default=None,
+        metavar="FILE",
+        help="the job's own figures (fxcache stats --json): their line goes under the status, "
+        "their detail collapsed (default: none)",
+    )
+    parser.add_argument(
         "--template",
         metavar="T",
         help="jinja2 template for the markdown (default: the built-in one)",
     )
-    # The command is pr_comment.run itself (already imported with the action's steps).
-    parser.set_defaults(func=pr_comment.run)

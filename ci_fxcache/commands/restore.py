@@ -95,6 +95,13 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
         "writing the remote reads (for runs that must not write what others read)",
     )
     parser.add_argument(
+        "--no-job-trace",
+        dest="job_trace",
+        action="store_false",
+        help="do not set TORCH_TRACE for the job's later steps (no figures in 'fxcache stats'; "
+        "a TORCH_TRACE the job set itself is read either way)",
+    )
+    parser.add_argument(
         "--redis-writers-run-code",
         action="store_true",
         help="with FXCACHE_SIGNING_KEY, still use store redis: torch unpickles its entries, "
@@ -161,6 +168,7 @@ def run(
     redis_writers_run_code: bool,
     remote_read_only: bool,
     key_suffix: str,
+    job_trace: bool,
 ) -> int:
     """Restore, write the state file, export the environment."""
     taking = Pending(python, salt)
@@ -201,7 +209,7 @@ def run(
     state = _restore(Layout(store_root), key, fp, restore_options, choice, tier)
     if isinstance(state.get("remote"), dict):
         state["remote"]["read_only"] = remote_read_only
-    _hand_out(state, state_file, redis_url, key_for_signing, as_json)
+    _hand_out(state, state_file, redis_url, key_for_signing, as_json, job_trace)
     return 0
 
 
@@ -211,13 +219,16 @@ def _hand_out(
     redis_url: str | None,
     signing_key: str | None,
     as_json: bool,
+    job_trace: bool,
 ) -> None:
     """Write the state file (MAC'd with the signing key) and export the job's environment,
     with torch's Redis remote cache when it answers."""
+    from ci_fxcache.jobstats.trace import job_env
     from ci_fxcache.store import state_file as states
 
     state_path = state_file or states.new_state_file()
     env = _job_env(state, state_path)
+    env.update(job_env(state_path, job_trace))  # the job's own compiles, for `fxcache stats`
     state["redis"] = None
     if redis_url is not None:
         env.update(_redis(state, redis_url))

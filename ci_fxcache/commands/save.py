@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +34,13 @@ def run(*, root: Path | None, state_file: Path | None, as_json: bool) -> int:
     """Save, or say why not."""
     # Here, not at the top: every command imports this module, and the save path (~4 ms of
     # imports) is only needed by this one.
+    from ci_fxcache.jobstats.finish import at_save
     from ci_fxcache.store import tiered
 
-    result = tiered.save_and_publish(saved_state_file(state_file), root, trust.signing_key())
+    path = saved_state_file(state_file)
+    # Before the save: this job's entry records go into the scope with its entries.
+    job = at_save(path, root, trust.signing_key(), may_record=True)
+    result = tiered.save_and_publish(path, root, trust.signing_key())
     if as_json:
         print(json.dumps(result, indent=2))
     elif result["saved"]:
@@ -46,6 +51,13 @@ def run(*, root: Path | None, state_file: Path | None, as_json: bool) -> int:
         )
     else:
         print(f"fxcache: not saved: {result['reason']}")
+    if job is not None:
+        from ci_fxcache import gha
+        from ci_fxcache.report.job_line import headline
+        from ci_fxcache.report.render import plain
+
+        out = sys.stderr if as_json else sys.stdout
+        gha.print_untrusted(f"fxcache: {plain(headline(job))}\n", file=out)
     sent = result.get("remote")
     if sent and not as_json:
         if sent.get("published") and "files" in sent:

@@ -19,7 +19,7 @@ from ci_fxcache.results import writer
 from ci_fxcache.store import state_file
 from ci_fxcache.store.layout import VERIFY_DIR_ENV
 from ci_fxcache.store.remote import redis_cache
-from ci_fxcache.verify import causes, matrix, runner
+from ci_fxcache.verify import causes, matrix, runner, versions
 from ci_fxcache.verify.forkserver import ForkServer
 
 # Environment defaults of --recheck-all and --separate-cold ("1": on).
@@ -223,10 +223,16 @@ def line(combo: dict[str, Any]) -> str:
     if combo.get("speedup") is not None:
         speed = labels.fmt_speedup(combo["speedup"], str(combo.get("cause")))
     judged_at = labels.carried_from(combo)
-    carried = f"[{labels.NOT_RECHECKED}, judged {judged_at}] " if judged_at else ""
+    carried = (
+        f"[{labels.NOT_RECHECKED}, judged {judged_at}{labels.carried_age(combo)}] "
+        if judged_at
+        else ""
+    )
+    why = labels.changed_why(combo)
+    changed = f"[{versions.changed_note_text(why)}] " if why else ""
     return (
         f"{label:<44} {combo['verdict']:<8} cold {_secs(combo.get('cold')):>6} "
-        f"hot {_secs(combo.get('hot')):>6} {speed:>6}  {carried}{combo['reason']}"
+        f"hot {_secs(combo.get('hot')):>6} {speed:>6}  {carried}{changed}{combo['reason']}"
     )
 
 
@@ -265,6 +271,9 @@ def run(
     salt: str | None,
 ) -> int:
     """Plan, run, judge, print, write JSON; exit status by --fail-on."""
+    from ci_fxcache.jobstats.trace import keep_out_of_job_trace
+
+    keep_out_of_job_trace()
     flags = matrix_flags(devices, dtypes, dynamic, mechanisms, training, workloads)
     plan = matrix.build(flags, matrix_file)
     _check_flags(phase, cache_dir, jobs, min_speedup, json_path)
@@ -273,15 +282,12 @@ def run(
     fp = fingerprint.collect(interpreter_path, salt)
     torch_support.announce_newer(fp.torch_version)
     temporary = cache_dir is None
-    cache_path = Path(cache_dir or tempfile.mkdtemp(prefix="fxcache-verify-")).absolute()
-    userfiles.output_dir(cache_path, "--cache-dir")
-    cache_path.mkdir(parents=True, exist_ok=True)
-    run_dir = Path(tempfile.mkdtemp(prefix="fxcache-run-"))
+    cache_path, run_dir = _cache_path(cache_dir), Path(tempfile.mkdtemp(prefix="fxcache-run-"))
     settings = runner.Settings(
         phase=phase, cache_dir=cache_path, run_dir=run_dir, min_speedup=min_speedup,
         compare=compare, fail_on=fail_on, timeout=timeout, jobs=jobs,
         redis_url=redis_cache.configured_url(redis_url), share_cold=not separate_cold,
-        recheck_all=recheck_all, deterministic=deterministic,
+        recheck_all=recheck_all, deterministic=deterministic, scope_key=scopekey.scope_key(fp),
     )  # fmt: skip
     try:
         combos, settings.phase = _phases(interpreter_path, plan, settings)
@@ -290,7 +296,7 @@ def run(
         if temporary:
             shutil.rmtree(cache_path, ignore_errors=True)
     doc = writer.document(
-        fingerprint=fp.to_dict(), scope_key=scopekey.scope_key(fp), cache=state,
+        fingerprint=fp.to_dict(), scope_key=settings.scope_key, cache=state,
         settings=settings.to_dict(), matrix=plan.to_dict(), combos=combos, report_id=report_id,
     )  # fmt: skip
     if json_path:
@@ -311,6 +317,14 @@ def _check_flags(
         raise UsageError("--jobs must be positive, --min-speedup not negative")
     if json_path and json_path != "-":
         userfiles.output_file(json_path, "--json", make_parents=True)
+
+
+def _cache_path(cache_dir: str | None) -> Path:
+    """--cache-dir (a directory we can write), else a new temporary one."""
+    cache_path = Path(cache_dir or tempfile.mkdtemp(prefix="fxcache-verify-")).absolute()
+    userfiles.output_dir(cache_path, "--cache-dir")
+    cache_path.mkdir(parents=True, exist_ok=True)
+    return cache_path
 
 
 def _phases(

@@ -57,6 +57,17 @@ def _inventory_cells(row: dict[str, Any]) -> list[str]:
     ]
 
 
+def _versions_clause(bucket: dict[str, Any]) -> str:
+    """What a versioned bucket stores besides the current objects (nothing otherwise)."""
+    if "noncurrent_versions" not in bucket:
+        return ""
+    return (
+        f"; versioning {bucket['versioning']}: {bucket['noncurrent_versions']} noncurrent "
+        f"version(s) and {bucket['delete_markers']} delete marker(s), "
+        f"{human_bytes(bucket['noncurrent_bytes'])} more"
+    )
+
+
 def _gc_sentence(s3: dict[str, Any]) -> str:
     gc = s3["gc"]
     verb = "would remove" if s3["dry_run"] else "removed"
@@ -67,6 +78,11 @@ def _gc_sentence(s3: dict[str, Any]) -> str:
     if gc.get("unreadable"):
         kept = sum(u["kept_objects"] for u in gc["unreadable"])
         text += f"; {len(gc['unreadable'])} unreadable head(s): kept the {kept} object(s) they name"
+    if "versions_removed" in gc:
+        text += (
+            f"; {verb} {gc['versions_removed']} noncurrent version(s) and delete marker(s) "
+            f"({human_bytes(gc['version_bytes_removed'])})"
+        )
     if gc.get("error"):
         text += f"; collection stopped: {gc['error']}"
     return text
@@ -81,7 +97,7 @@ def s3_lines(s3: dict[str, Any]) -> list[str]:
     bucket = s3["bucket"]
     lines.append(
         f"bucket: {bucket['scopes']} scope(s), {bucket['objects']} pack/segment object(s), "
-        f"{human_bytes(bucket['bytes'])}"
+        f"{human_bytes(bucket['bytes'])}{_versions_clause(bucket)}"
     )
     lines.append(_gc_sentence(s3))
     return lines
@@ -106,7 +122,7 @@ def markdown(result: dict[str, Any]) -> str:
             f"### S3 {md_text(s3['url'])}",
             "",
             f"{bucket['scopes']} scope(s), {bucket['objects']} pack/segment object(s), "
-            f"{human_bytes(bucket['bytes'])} in the bucket.",
+            f"{human_bytes(bucket['bytes'])} in the bucket{_versions_clause(bucket)}.",
             "",
         ]
         if s3["scopes"]:

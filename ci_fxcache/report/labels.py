@@ -19,14 +19,49 @@ ISSUE_MARK = "⚠️"  # a known upstream issue concerns this combination
 VARYING_FIELDS = ("workload", "device", "training")
 
 NOT_RECHECKED = "not re-checked this run"
+# The report's line for the workloads whose model changed since their recorded reference.
+CHANGED_HEADING = (
+    "Model changed since the recorded reference, verified cold and hot again "
+    "(not judged by the old reference)"
+)
+
+
+def _note(combo: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for note in combo.get("notes") or []:
+        if isinstance(note, dict) and note.get("kind") == kind:
+            return note
+    return None
 
 
 def carried_from(combo: dict[str, Any]) -> str | None:
     """When a combination carried into this run (note kind `carried`) was judged, else None."""
-    for note in combo.get("notes") or []:
-        if isinstance(note, dict) and note.get("kind") == "carried":
-            return str(note.get("judged_at") or "an earlier run")
-    return None
+    note = _note(combo, "carried")
+    return None if note is None else str(note.get("judged_at") or "an earlier run")
+
+
+def carried_age(combo: dict[str, Any]) -> str:
+    """How long before this run a carried verdict was judged (`, 3 h earlier`), or '' where
+    the note does not say (a document written before the note recorded it)."""
+    age = (_note(combo, "carried") or {}).get("age_s")
+    if isinstance(age, (int, float)) and not isinstance(age, bool) and age >= 0:
+        return f", {fmt_age(float(age))} earlier"
+    return ""
+
+
+def fmt_age(seconds: float) -> str:
+    """`45 s`, `12 min`, `5 h`, `3 days`: an age in its largest whole unit."""
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            count = int(seconds // size)
+            return f"{count} {'day' if unit == 'days' and count == 1 else unit}"
+    return f"{int(seconds)} s"
+
+
+def changed_why(combo: dict[str, Any]) -> str | None:
+    """What changed in the combination's workload since its recorded reference (note kind
+    `workload-changed`: it was verified cold and hot again), else None."""
+    note = _note(combo, "workload-changed")
+    return None if note is None else str(note.get("why") or "changed")
 
 
 # What each cause means, in a few words (schema v2 `cause`; docs/reports.md lists them).

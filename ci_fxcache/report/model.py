@@ -91,7 +91,8 @@ class Row:
         judged_at = labels.carried_from(self.combo)
         if judged_at is None:
             return why
-        return f"{labels.NOT_RECHECKED}, judged {judged_at[:10]}: {why}"
+        age = labels.carried_age(self.combo)
+        return f"{labels.NOT_RECHECKED}, judged {judged_at[:10]}{age}: {why}"
 
     @property
     def notes(self) -> list[dict[str, Any]]:
@@ -317,6 +318,7 @@ class Report:
     created_at: str
     headline: Headline | None = None
     grids: list[Grid] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)  # `changed_workloads`
 
     @property
     def issues(self) -> list[KnownIssue]:
@@ -514,7 +516,15 @@ def top_lines(rows: list[Row]) -> list[TopLine]:
 
 
 def _advice_lines(rows: list[Row]) -> list[str]:
-    lines = [f"{r.label} ({r.verdict}): {r.advice}" for r in rows if r.advice]
+    """Each piece of advice once, with every combination it serves (in the rows' order)."""
+    served: dict[str, list[Row]] = {}
+    for r in rows:
+        if r.advice:
+            served.setdefault(r.advice, []).append(r)
+    lines = []
+    for advice, group in served.items():
+        verdicts = "/".join(dict.fromkeys(r.verdict for r in group))
+        lines.append(f"{', '.join(r.label for r in group)} ({verdicts}): {advice}")
     if any(r.advice and r.cause not in labels.COMPILER_CAUSES for r in rows):
         lines.append(recommendations.DISABLE_LINE)
     return lines
@@ -855,6 +865,19 @@ def key_diff_lines(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
+def changed_workloads(rows: list[Row]) -> list[str]:
+    """One entry per workload whose model changed since its recorded reference (verify judged
+    it cold and hot again): `name (what changed)`, in row order."""
+    found: dict[str, list[str]] = {}
+    for row in rows:
+        why = labels.changed_why(row.combo)
+        if why is not None:
+            whys = found.setdefault(str(row.combo.get("workload") or "?"), [])
+            if why not in whys:
+                whys.append(why)
+    return [f"{name} ({'; '.join(whys)})" for name, whys in found.items()]
+
+
 def build(results: Results, issues: list[KnownIssue]) -> Report:
     """The report for a document of either schema."""
     varying = None
@@ -887,4 +910,5 @@ def build(results: Results, issues: list[KnownIssue]) -> Report:
         created_at=str(results.doc.get("created_at") or ""),
         headline=headline(results, sections, matrix),
         grids=grids(sections, results.is_fleet),
+        changed=changed_workloads([r for s in sections for r in s.runner_rows]),
     )

@@ -157,6 +157,20 @@ def _render(
     return render.markdown(report, template, max_chars), report.report_id
 
 
+def _with_job(body: str, path: str, limit: int) -> str:
+    """The comment with the job's own figures under its status (job_line.under_status), when
+    they fit; unchanged, with a warning, when the file is unreadable."""
+    from ci_fxcache.report import job_line
+
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        gha.warn(f"--job-stats {path}: not read ({exc}); the comment has no job line")
+        return body
+    with_job = job_line.under_status(body, doc) if isinstance(doc, dict) else body
+    return with_job if len(with_job) <= limit else body
+
+
 def artifact_report_id(results_path: str, artifact: str) -> str:
     """The report id an artifact `fxcache-report-<id>` may carry, after checking its name and
     the total size of the directory holding RESULTS (the downloaded artifact)."""
@@ -198,6 +212,18 @@ def _fork_warning(number: int, message: str) -> None:
     gha.append_summary(f"> [!WARNING]\n> fxcache: {text}\n")
 
 
+def _token(token_env: str) -> str:
+    """The token in $`token_env` (GitHubClient masks it inside Actions); UsageError when
+    there is none."""
+    token = os.environ.get(token_env, "")
+    if not token:
+        raise UsageError(
+            f"no token in ${token_env}: pass 'env: {token_env}: ${{{{ github.token }}}}' "
+            "(with 'permissions: pull-requests: write') or choose another variable with --token-env"
+        )
+    return token
+
+
 def run(
     *,
     results: str,
@@ -208,18 +234,20 @@ def run(
     author: str | None,
     from_artifact: str | None,
     template: str | None,
+    job_stats: str | None,
 ) -> int:
     """The `fxcache comment` command (its options, as `fxcache comment --help` describes them)."""
     from ci_fxcache.github_api import GitHubClient, GitHubError
     from ci_fxcache.report import render
 
-    token = os.environ.get(token_env, "")  # GitHubClient masks it inside Actions
     number = pr or pull_number_from_event(os.environ.get("GITHUB_EVENT_PATH"))
     expected = artifact_report_id(results, from_artifact) if from_artifact else None
     limit = render.COMMENT_LIMIT - 200  # room for the marker line
     repository = repo or os.environ.get("GITHUB_REPOSITORY", "")
     own = (os.environ.get("GITHUB_SERVER_URL") or "https://github.com", repository)
     body, doc_report_id = _render(results, template, limit, own)
+    if job_stats is not None:
+        body = _with_job(body, job_stats, limit)
     if expected is not None and doc_report_id != expected:
         raise UsageError(
             f"{results} carries report id {doc_report_id!r}, but its artifact "
@@ -230,12 +258,7 @@ def run(
         event = os.environ.get("GITHUB_EVENT_NAME") or "no GitHub event"
         print(f"fxcache: not a pull request ({event}): no comment posted")
         return 0
-    if not token:
-        raise UsageError(
-            f"no token in ${token_env}: pass 'env: {token_env}: ${{{{ github.token }}}}' "
-            "(with 'permissions: pull-requests: write') or choose another variable with --token-env"
-        )
-    client = GitHubClient(token, repository, os.environ.get("GITHUB_API_URL") or None)
+    client = GitHubClient(_token(token_env), repository, os.environ.get("GITHUB_API_URL") or None)
     try:
         author = author or token_author(client)
         try:

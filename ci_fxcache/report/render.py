@@ -198,6 +198,7 @@ def _environment(template: str | None) -> tuple[Any, str]:
     )
     env.globals["emoji"] = labels.EMOJI
     env.globals["disable_line"] = recommendations.DISABLE_LINE
+    env.globals["changed_heading"] = labels.CHANGED_HEADING
     return env, name
 
 
@@ -310,6 +311,8 @@ def markdown(
         "recommendations and logs are in the job summary and the JSON results.\n\n"
     )
     lines = []
+    if report.changed:
+        lines.append(f"- {labels.CHANGED_HEADING}: {md_text('; '.join(report.changed))}")
     if report.fleet:
         lines += [f"- {md_text(s.name)}: {_counts(s.counts)}" for s in report.sections]
     lines += [f"- {md_text(t.heading)}: {md_text(t.text)}" for t in report.top]
@@ -469,6 +472,8 @@ def text(report: Report, colour: bool = False) -> str:
     """Plain text within 100 columns: the status line, a line per architecture (fleet), the
     problems, a table per environment, what to do, known issues."""
     out = _wrapped(headline_text(report))
+    if report.changed:
+        out.extend(_wrapped(f"{labels.CHANGED_HEADING}: {'; '.join(report.changed)}", "    "))
     if report.fleet:
         for s in report.sections:
             counts = " · ".join(f"{n} {v}" for v, n in s.counts.items() if n)

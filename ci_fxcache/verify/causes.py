@@ -30,6 +30,7 @@ NOTE_KINDS = (
     "random-ops",
     "fp64-accuracy",
     "carried",
+    "workload-changed",
     "triton-uncounted",
     "triton-driver-built",
 )

@@ -2,8 +2,10 @@
 
 A run that compiled cold records each combination's verdict beside its reference
 (`verdict.json`). A later hot-only run on that cache re-checks every combination except a
-`no-gain` one whose hot phase would read exactly what the recorded hot phase read; that one is
-carried with a `carried` note. docs/verify.md says why.
+`no-gain` one whose hot phase would read exactly what the recorded hot phase read, for the same
+workload (the runner only gets here for a version of the combination whose workload identity
+matches: verify/versions.py), judged by the same rules in the same environment; that one is
+carried with a `carried` note that says when it was judged. docs/verify.md says why.
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
+from ci_fxcache import __version__, timestamps
 from ci_fxcache.verify import causes
 
 VERDICT_FILE = "verdict.json"
@@ -25,19 +27,34 @@ CARRIED_VERDICTS = ("no-gain",)
 CARRIED_MECHANISMS = ("mega", "precompile", "aot", "precompile-api")
 # The settings a verdict depends on (besides the evidence): a change re-checks.
 JUDGING_SETTINGS = ("min_speedup", "compare")
+# Notes about the run that judged, not about the combination: never carried.
+RUN_NOTES = ("carried", "workload-changed")
+
+
+def context(scope_key: str | None) -> dict[str, Any]:
+    """What else a carried verdict depends on: the scope it was judged in (torch, CUDA,
+    Triton, Python, the GPU architectures, the key's salt) and the fxcache that judged it (a
+    newer one may judge, or build the workloads, differently)."""
+    return {"scope_key": scope_key, "fxcache": __version__}
 
 
 def record(
-    combo_dir: Path, judged: dict[str, Any], settings: dict[str, Any], torch_version: str
+    combo_dir: Path,
+    judged: dict[str, Any],
+    settings: dict[str, Any],
+    torch_version: str,
+    judged_in: dict[str, Any],
 ) -> None:
-    """Record the verdict of a run that compiled `combo_dir`'s cache cold."""
+    """Record the verdict of a run that compiled `combo_dir`'s cache cold (`judged_in`:
+    `context`)."""
     (combo_dir / VERDICT_FILE).write_text(
         json.dumps(
             {
-                "judged_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "judged_at": timestamps.utc_now(),
                 "run_id": os.environ.get("GITHUB_RUN_ID"),
                 "torch_version": torch_version,
                 "settings": {k: settings[k] for k in JUDGING_SETTINGS},
+                "context": judged_in,
                 "inputs": inputs_digest(combo_dir),
                 "judged": judged,
             },
@@ -47,10 +64,15 @@ def record(
 
 
 def carried(
-    combo_dir: Path, mechanism: str, settings: dict[str, Any], torch_version: str
+    combo_dir: Path,
+    mechanism: str,
+    settings: dict[str, Any],
+    torch_version: str,
+    judged_in: dict[str, Any],
 ) -> dict[str, Any] | None:
     """The recorded judgement to carry into this hot-only run, with its `carried` note; None
-    when the combination must be re-checked (anything unreadable or unexpected included)."""
+    when the combination must be re-checked (anything unreadable or unexpected included, and
+    a verdict recorded in another `context` or by an fxcache that recorded none)."""
     if mechanism not in CARRIED_MECHANISMS:
         return None
     try:
@@ -59,20 +81,26 @@ def carried(
         same = (
             recorded["torch_version"] == torch_version
             and all(recorded["settings"][k] == settings[k] for k in JUDGING_SETTINGS)
+            and recorded.get("context") == judged_in
             and recorded["inputs"] == inputs_digest(combo_dir)
         )
         judged_at, run_id = str(recorded["judged_at"]), recorded.get("run_id")
         if judged.get("verdict") not in CARRIED_VERDICTS or not same:
             return None
-        notes = [n for n in judged.get("notes") or [] if n.get("kind") != "carried"]
+        notes = [n for n in judged.get("notes") or [] if n.get("kind") not in RUN_NOTES]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     source = f"run {run_id} at {judged_at}" if run_id else judged_at
     text = (
         f"not re-checked this run: {judged['verdict']} as judged when the cache was built "
-        f"({source}); re-checked when the cache is rebuilt or with --recheck-all"
+        f"({source}); re-checked when the cache is rebuilt, the workload or the environment "
+        "changes, or with --recheck-all"
     )
-    judged["notes"] = [*notes, causes.note("carried", text, judged_at=judged_at, run_id=run_id)]
+    extra: dict[str, Any] = {"judged_at": judged_at, "run_id": run_id}
+    age = timestamps.age_s(judged_at)
+    if age is not None:
+        extra["age_s"] = round(age)
+    judged["notes"] = [*notes, causes.note("carried", text, **extra)]
     return judged
 
 

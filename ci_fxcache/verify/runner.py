@@ -17,7 +17,7 @@ from ci_fxcache import timestamps
 from ci_fxcache.env import cpus, gpus, torch_support
 from ci_fxcache.store import manifest
 from ci_fxcache.store.remote import redis_cache
-from ci_fxcache.verify import recheck, verdicts, workload_check
+from ci_fxcache.verify import causes, recheck, verdicts, versions, workload_check
 from ci_fxcache.verify.forkserver import ForkServer
 from ci_fxcache.verify.matrix import Combo, Matrix
 
@@ -40,6 +40,7 @@ class Settings:
     share_cold: bool = True
     recheck_all: bool = False
     deterministic: bool = False
+    scope_key: str | None = None  # the environment's (recheck.context), not in `to_dict`
 
     def to_dict(self) -> dict[str, Any]:
         """As the results document's `settings`."""
@@ -145,7 +146,7 @@ def skip_reason(combo: Combo, info: dict[str, Any], redis: str | None) -> Skip |
     return None
 
 
-REFERENCE = "reference.json"
+REFERENCE = versions.REFERENCE
 # C++ libraries built in this run, shared by its phases (worker/phase.py BuildMemo): a phase
 # whose build another phase already ran copies the library (fxgraph's phases only keep theirs).
 # Like the shared cold phase, it changes no phase's evidence but its timing; --separate-cold
@@ -223,8 +224,11 @@ class Runner:
         self._free_gpus = list(self._gpus)
         self.torch_version = str(server.info.get("torch") or "")
         self._gpu_lock = threading.Condition()
-        # Combinations whose cold phase runs outside `cache_dir` (see `_cold`), by id.
-        self._relocated: dict[str, Path] = {}
+        # Combinations judged outside `cache_dir / id`, by id: the recorded version their
+        # workload matches, a new version (`versions`), or this run's scratch (see `_cold`).
+        self._dirs: dict[str, Path] = {}
+        # Combinations whose workload changed since their newest reference: why, by id.
+        self.changed: dict[str, str] = {}
         self._cancelled = threading.Event()
 
     def cancel(self) -> None:
@@ -235,7 +239,7 @@ class Runner:
 
     def combo_dir(self, combo: Combo) -> Path:
         """Where `combo`'s caches and reference live in this run."""
-        return self._relocated.get(combo.id) or self.settings.cache_dir / combo.id
+        return self._dirs.get(combo.id) or self.settings.cache_dir / combo.id
 
     def check_workloads(self, matrix: Matrix) -> None:
         """Import each user workload and call its factory once: exit 2 on a bad one."""
@@ -355,9 +359,96 @@ class Runner:
             "build_memo_serves": combo.mechanism != "fxgraph",
         }
 
+    def match_versions(self, combos: list[Combo], jobs: int) -> set[str]:
+        """Which of `combos` a recorded reference still judges: for each combination with
+        one, the worker computes the workload's identity now (one process per workload,
+        device, dtype and training mode) and picks the newest version it matches. Returns the
+        ids of those that match (their directory becomes that version's); each other one is
+        `changed` (why) and gets a fresh directory for its new reference (`versions.fresh`)."""
+        recorded = {c.id: versions.recorded(self.settings.cache_dir / c.id) for c in combos}
+        groups: dict[tuple[Any, ...], list[Combo]] = {}
+        for c in combos:
+            if recorded[c.id]:
+                groups.setdefault((c.workload, c.device, c.dtype, c.training), []).append(c)
+        matched: set[str] = set()
+        pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+        try:
+            answers = list(pool.map(lambda g: self._identify(g, recorded), groups.values()))
+        except BaseException:  # an interrupt: as in `run_groups`
+            self.cancel()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
+        for group, answer in zip(groups.values(), answers, strict=True):
+            for c in group:
+                found = answer.get(c.id) or {}
+                index = found.get("match")
+                if isinstance(index, int) and 0 <= index < len(recorded[c.id]):
+                    self._dirs[c.id] = recorded[c.id][index]
+                    matched.add(c.id)
+                    continue
+                self.changed[c.id] = str(found.get("why") or "its identity could not be checked")
+                self._dirs[c.id] = versions.fresh(self.settings.cache_dir / c.id)
+        return matched
+
+    def _identify(
+        self, group: list[Combo], recorded: dict[str, list[Path]]
+    ) -> dict[str, dict[str, Any]]:
+        """One `identity` request for combinations of one workload, device, dtype and training
+        mode: by combination id, the index of the version it matches, or why none."""
+        first = group[0]
+        spec = {
+            "workload": first.workload,
+            "device": first.device,
+            "dtype": first.dtype,
+            "training": first.training,
+            "deterministic": self.settings.deterministic,
+            "variants": [
+                {
+                    "key": c.id,
+                    "dynamic": c.dynamic,
+                    "mechanism": c.mechanism,
+                    "candidates": [
+                        {"dir": str(d), "identity": versions.identity(d)} for d in recorded[c.id]
+                    ],
+                }
+                for c in group
+            ],
+        }
+        name = f"identity-{first.device}-{first.dtype}-{'train' if first.training else 'infer'}"
+        work = self.settings.run_dir / ".identity" / first.id
+        env = self._child_env()
+        slot = self._take_gpu(first, None) if first.device == "cuda" and self._gpus else None
+        if slot is not None:
+            env[self._visible_variable] = slot.visible
+        try:
+            outcome = self.server.run("identity", spec, work, name, self.settings.timeout, env)
+        finally:
+            if slot is not None:
+                self._give_gpu(slot)
+        answers = (outcome.result or {}).get("variants")
+        if isinstance(answers, dict):
+            return answers
+        tail = outcome.log_tail.splitlines()[-1:] if outcome.log_tail else []
+        why = "the identity check " + (
+            f"timed out after {self.settings.timeout:g} s"
+            if outcome.timed_out
+            else f"ended with {outcome.signal or outcome.returncode}"
+        )
+        return {c.id: {"match": None, "why": ": ".join([why, *tail])[:300]} for c in group}
+
     def run_combo(self, combo: Combo, hot_only: bool) -> dict[str, Any]:
         """Cold (unless hot-only) then hot, and the verdict; a hot-only run carries what
         `recheck.carried` allows (unless --recheck-all)."""
+        if hot_only and combo.id in self.changed:
+            return self._result(
+                combo,
+                verdicts.not_judged(
+                    "not-run",
+                    versions.changed_text(self.changed[combo.id])
+                    + ": run --phase auto (or both) to verify it cold and hot again",
+                ),
+            )
         if hot_only:
             carried = None
             if not self.settings.recheck_all:
@@ -366,6 +457,7 @@ class Runner:
                     combo.mechanism,
                     self.settings.to_dict(),
                     self.torch_version,
+                    recheck.context(self.settings.scope_key),
                 )
             if carried is not None:
                 return self._result(combo, carried)
@@ -423,8 +515,8 @@ class Runner:
         that combination compiles, and is judged, in a fresh directory of this run's scratch,
         and the store keeps the entries it committed."""
         for c in (combo, *serves):
-            if manifest.holds_committed_files(self.settings.cache_dir / c.id):
-                self._relocated[c.id] = self.settings.run_dir / c.id / "fresh"
+            if manifest.holds_committed_files(self.combo_dir(c)):
+                self._dirs[c.id] = self.settings.run_dir / c.id / "fresh"
             shutil.rmtree(self.combo_dir(c), ignore_errors=True)
             self.combo_dir(c).mkdir(parents=True)
         tag = f"fxcache-{uuid.uuid4().hex[:12]}" if combo.mechanism == "remote" else ""
@@ -477,9 +569,23 @@ class Runner:
             hot, hot_result, _ = self._phase(
                 combo, "hot", self.spec(combo, "hot", recorded.tag), like=recorded.gpu
             )
+        if (
+            not cold_ran
+            and combo.id not in self.changed
+            and versions.graph_changed(cold_result, hot_result)
+        ):
+            self.changed[combo.id] = versions.GRAPH_WHY
+            if self.settings.phase == "hot":
+                return self.run_combo(combo, hot_only=True)
+            self._dirs[combo.id] = versions.fresh(self.settings.cache_dir / combo.id)
+            return self._hot_and_judge(combo, self._cold(combo, ()), cold_ran=True)
         judged = verdicts.judge(
             combo.to_dict(), cold, hot, cold_result, hot_result, self.settings.to_dict()
         )
+        if cold_ran and combo.id in self.changed:
+            text = versions.changed_note_text(self.changed[combo.id])
+            note = causes.note("workload-changed", text, why=self.changed[combo.id])
+            judged["notes"] = [*judged["notes"], note]
         # judge() calls a hot phase that never ran an error; here it was not asked for
         if self.settings.phase == "cold" and judged["cause"] == "not-run":
             judged.update(
@@ -493,6 +599,7 @@ class Runner:
                 judged,
                 self.settings.to_dict(),
                 self.torch_version,
+                recheck.context(self.settings.scope_key),
             )
         return self._result(combo, judged)
 
@@ -528,10 +635,9 @@ def hot_only_ids(phase: str, cache_dir: Path, combos: list[Combo]) -> set[str]:
 
 
 def has_reference(cache_dir: Path, combo: Combo) -> bool:
-    """Whether a cold phase recorded a reference for `combo` under `cache_dir`."""
-    return (cache_dir / combo.id / REFERENCE).is_file() and (
-        cache_dir / combo.id / "reference.pt"
-    ).is_file()
+    """Whether a cold phase recorded a reference for `combo` under `cache_dir` (in its
+    directory or one of its versions)."""
+    return bool(versions.recorded(cache_dir / combo.id))
 
 
 def default_jobs(combos: list[Combo], info: dict[str, Any]) -> int:
@@ -599,6 +705,11 @@ def run(
             skips[c.id] = found
     runnable = [c for c in combos if c.id not in skips]
     hot = hot_only_ids(settings.phase, settings.cache_dir, runnable)
+    if hot:
+        jobs = settings.jobs or default_jobs([c for c in runnable if c.id in hot], server.info)
+        matched = runner.match_versions([c for c in runnable if c.id in hot], jobs)
+        if settings.phase == "auto":
+            hot = matched
     phase = settings.phase
     if phase == "auto":
         phase = "hot" if runnable and len(hot) == len(runnable) else "both"

@@ -14,32 +14,13 @@ import dataclasses
 import json
 import logging
 import platform
-import re
 from typing import Any
 
-# Artifact name prefix -> the cache it reports on.
-ARTIFACTS = {"fx_graph_cache_": "fxgraph", "aotautograd_cache_": "aotautograd"}
-HASH_CHARS = 12
-VALUE_CHARS = 200
-_LINE = re.compile(r"^\[(?P<hash>[^\]\s]+)\] (?P<name>[^:\n]+?): (?P<value>.*)$", re.S)
+from .keylines import bypass_reason as _bypass_reason
+from .keylines import lookup_kind, parse_components
+
 # AOTAutograd computes its components only when this logger is enabled for DEBUG.
 _AOT_LOGGER = "torch._functorch._aot_autograd.autograd_cache"
-
-
-def parse_components(lines: list[str]) -> dict[str, list[Any]]:
-    """`{name: [hash, value]}` from torch's debug lines; value None when not printable text."""
-    out: dict[str, list[Any]] = {}
-    for line in lines:
-        match = _LINE.match(line)
-        if match is None:
-            continue
-        value: str | None = match["value"]
-        if value is not None and not value.isprintable():
-            value = None  # a pickle or a source hash: only its hash says anything
-        elif value is not None and len(value) > VALUE_CHARS:
-            value = value[:VALUE_CHARS] + "..."
-        out[match["name"]] = [match["hash"][:HASH_CHARS], value]
-    return out
 
 
 class _Recorder(logging.Handler):
@@ -52,22 +33,22 @@ class _Recorder(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         metadata = getattr(record, "metadata", None)
         artifact = metadata.get("artifact") if isinstance(metadata, dict) else None
-        name = str((artifact or {}).get("name", ""))
-        cache = next((c for p, c in ARTIFACTS.items() if name.startswith(p)), None)
-        if cache is None:
+        kind = lookup_kind(str((artifact or {}).get("name", "")))
+        if kind is None:
             return
         try:
             info = json.loads(getattr(record, "payload", None) or "{}")
         except (TypeError, ValueError):
             info = {}
         lookup: dict[str, Any] = {
-            "cache": cache,
-            "state": name.rsplit("_", 1)[-1],
+            "cache": kind[0],
+            "state": kind[1],
             "key": info.get("key"),
             "components": parse_components(list(info.get("components") or [])),
         }
-        if info.get("cache_bypass_reason"):
-            lookup["bypass_reason"] = str(info["cache_bypass_reason"]).strip()[:VALUE_CHARS]
+        reason = _bypass_reason(info) if isinstance(info, dict) else None
+        if reason:
+            lookup["bypass_reason"] = reason
         self.lookups.append(lookup)
 
 

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from . import artifacts, keyinfo, tolerances, triton_builds, workloads
+from . import artifacts, identity, keyinfo, tolerances, triton_builds, workloads
 from .accuracy import bitwise_equal, compare, fp64_judgement
 from .tensors import flatten
 from .torch_options import MissingOption, note, require, set_option
@@ -83,9 +83,15 @@ def _deterministic(inductor_config: Any) -> None:
     fill_uninitialized_memory) and the Inductor config, `deterministic` included (not in
     `_cache_config_ignore_prefix`; torch 2.13.0 and 2.14.1). cuBLAS needs its workspace setting
     before its first use, which comes later in this process."""
+    deterministic_algorithms()
+    set_option(inductor_config, "deterministic", True)
+
+
+def deterministic_algorithms() -> None:
+    """torch's deterministic algorithms, with the cuBLAS workspace they need (eager too: the
+    identity check's eager step runs as the cold phase's did)."""
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
-    set_option(inductor_config, "deterministic", True)
 
 
 def _counters() -> dict[str, int]:
@@ -440,16 +446,14 @@ def load_reference(path: Path) -> dict[str, Any]:
     return loaded
 
 
-def prepare(spec: dict[str, Any], result: dict[str, Any]) -> PhaseRun:
-    """Configure Inductor, build the workload (hot: with the cold phase's inputs and state),
-    and warm up with one eager call, the same in both phases, before the timer starts."""
-    from torch._dynamo.utils import counters
-
-    counters.clear()
-    _configure(spec)
+def build(
+    spec: dict[str, Any], modules: identity.Modules | None = None
+) -> tuple[PhaseRun, identity.Modules]:
+    """The workload as its factory makes it now (from seed 0), its own inputs and state as the
+    reference; and what it imports from here on (the identity's `source` and `libraries`), or
+    since `modules` started."""
     combo = spec["combo"]
-    tol = tolerances.tolerance(combo["dtype"])
-    result["tolerance"] = tol
+    modules = modules or identity.Modules()
     torch.manual_seed(0)
     work = workloads.build(combo["workload"], DTYPES[combo["dtype"]], combo["device"])
     dynamic = combo["dynamic"]
@@ -458,24 +462,58 @@ def prepare(spec: dict[str, Any], result: dict[str, Any]) -> PhaseRun:
         raise workloads.WorkloadError(
             f"workload {combo['workload']}: dynamic combinations need 'dynamic_inputs'"
         )
-    if spec["phase"] == "cold":
-        reference: dict[str, Any] = {"inputs": work.inputs, "dynamic_inputs": second}
-        if isinstance(work.model, torch.nn.Module):
-            reference["state"] = {k: v.detach().clone() for k, v in work.model.state_dict().items()}
-    else:
-        reference = load_reference(Path(spec["dir"]) / "reference.pt")
-        work.inputs = tuple(reference["inputs"])
-        second = reference["dynamic_inputs"]
-    run = PhaseRun(spec, work, second, reference, tol)
+    reference: dict[str, Any] = {"inputs": work.inputs, "dynamic_inputs": second}
+    if isinstance(work.model, torch.nn.Module):
+        reference["state"] = {k: v.detach().clone() for k, v in work.model.state_dict().items()}
+    run = PhaseRun(spec, work, second, reference, tolerances.tolerance(combo["dtype"]))
     if combo["mechanism"] == "precompile-api":
         run.projection = artifacts.fixed_projection
+    return run, modules
+
+
+def eager_step(run: PhaseRun) -> list[torch.Tensor]:
+    """One eager call on the run's inputs from its reference state and the first seed: the
+    warm-up of both phases, the cold phase's eager reference and the identity's eager step."""
+    return run.call(run.work.model, run.work.inputs, FIRST_SEED)
+
+
+def workload_identity(run: PhaseRun, modules: identity.Modules, eager: list[Any]) -> dict[str, str]:
+    """The identity (worker/identity.py) of the workload `build` made, after its eager step."""
+    reference = run.reference
+    return identity.of(
+        run.combo["workload"],
+        modules,
+        reference.get("state"),
+        run.work.inputs,
+        run.second,
+        eager,
+    )
+
+
+def prepare(spec: dict[str, Any], result: dict[str, Any]) -> PhaseRun:
+    """Configure Inductor, build the workload (hot: with the cold phase's inputs and state),
+    and warm up with one eager call, the same in both phases, before the timer starts. The
+    cold phase keeps that call as its eager reference and records the workload's identity."""
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    _configure(spec)
+    result["tolerance"] = tolerances.tolerance(spec["combo"]["dtype"])
+    run, modules = build(spec)
+    if spec["phase"] != "cold":
+        run.reference = load_reference(Path(spec["dir"]) / "reference.pt")
+        run.work.inputs = tuple(run.reference["inputs"])
+        run.second = run.reference["dynamic_inputs"]
     # The warm-up: library loads and first-call costs happen here in both phases, outside the
-    # timer. The cold phase keeps it as its eager reference.
-    warm = run.call(work.model, work.inputs, FIRST_SEED)
-    if run.cold and spec.get("eager", True):
-        reference["eager"] = warm
-    if dynamic == "mark":
-        run.marked = _marked(work.inputs, second)
+    # timer.
+    warm = eager_step(run)
+    if run.cold:
+        result["identity"] = run.reference["identity"] = workload_identity(run, modules, warm)
+        run.reference["identity_eager"] = warm
+        if spec.get("eager", True):
+            run.reference["eager"] = warm
+    if spec["combo"]["dynamic"] == "mark":
+        run.marked = _marked(run.work.inputs, run.second)
     run.sync()
     if not KernelBuilds.start(spec.get("build_memo"), bool(spec.get("build_memo_serves", True))):
         note(

@@ -1,9 +1,9 @@
 """Fork server: imports torch once (compiling nothing), then forks one child per phase.
 
 Protocol (JSON lines): the server prints `{"ready": ..., "info": {...}}`; each request line
-`{"id", "kind": "phase"|"check", "spec", "log", "result"}` is answered by `{"id", "pid"}` when the
-child starts and `{"id", "exit": <wait status>}` when it ends. EOF on stdin: kill what is left
-and exit.
+`{"id", "kind": "phase"|"check"|"identity", "spec", "log", "result"}` is answered by
+`{"id", "pid"}` when the child starts and `{"id", "exit": <wait status>}` when it ends. EOF on
+stdin: kill what is left and exit.
 """
 
 from __future__ import annotations
@@ -113,6 +113,10 @@ def execute(request: dict[str, Any]) -> int:
         inductor_config.compile_threads = int(env["TORCHINDUCTOR_COMPILE_THREADS"])
     if request["kind"] == "check":
         result = check(request["spec"])
+    elif request["kind"] == "identity":
+        from . import identify
+
+        result = identify.run(request["spec"])
     else:
         from . import phase
 

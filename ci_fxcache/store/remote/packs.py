@@ -30,11 +30,14 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 from ci_fxcache.store.stat_batch import DirStamp, dir_stamp
 
 PACK_BYTES = 32 * 1024 * 1024  # decoded bytes per pack (a larger file is a pack of its own)
+# Files per pack at most: a runner's record of a pack it uploaded (a one-pack segment) stays
+# within what a segment reader accepts (s3/index.py) however small the files.
+PACK_FILES = 50_000
 FRAME_BYTES = 4 * 1024 * 1024  # decoded bytes per frame at most: also the zstd window
 # zstd level, by measurement (docs/store.md): 6 stores 6 % fewer bytes than 3 for 1.8x the
 # save's CPU (9: 8 % for 3x); every restore reads what one save wrote.
@@ -137,11 +140,12 @@ def by_kind(rels: Iterable[str]) -> list[str]:
 
 def chunks(upload: list[str], files: dict[str, Any]) -> Iterator[list[str]]:
     """`upload` (paths whose manifest entries in `files` give their sizes), ordered by kind,
-    grouped into packs of at most PACK_BYTES (a larger file is a pack of its own)."""
+    grouped into packs of at most PACK_BYTES and PACK_FILES (a larger file is a pack of its
+    own)."""
     chunk: list[str] = []
     size = 0
     for rel in by_kind(upload):
-        if chunk and size + files[rel]["size"] > PACK_BYTES:
+        if chunk and (size + files[rel]["size"] > PACK_BYTES or len(chunk) >= PACK_FILES):
             yield chunk
             chunk, size = [], 0
         chunk.append(rel)
@@ -153,7 +157,7 @@ def chunks(upload: list[str], files: dict[str, Any]) -> Iterator[list[str]]:
 class Framer:
     """Cuts a stream of files into frames and compresses each (a file that fits in a frame
     is never cut; a larger one is cut into whole frames). Each stored frame goes to `sink`
-    as it is made, else into `parts`."""
+    as it is made, else into `parts`. `position`: decoded bytes added so far."""
 
     def __init__(self, sink: Callable[[bytes], object] | None = None) -> None:
         import zstandard
@@ -163,6 +167,7 @@ class Framer:
         self._sink = sink
         self.parts: list[bytes] = []
         self.frames: list[Frame] = []
+        self.position = 0
         self._pending: list[bytes | memoryview] = []
         self._size = 0
         self._kind = ""
@@ -171,57 +176,119 @@ class Framer:
         """Append one file of `kind` (a frame holds one kind: one that does not compress
         is then stored as it is, whatever its neighbours)."""
         view = memoryview(data)
-        if self._size and (self._size + len(view) > FRAME_BYTES or kind != self._kind):
+        self._start(len(view), kind)
+        while len(view) > FRAME_BYTES:
+            self._full(view[:FRAME_BYTES])
+            view = view[FRAME_BYTES:]
+        self._append(view)
+
+    def add_stream(self, f: BinaryIO, size: int, kind: str) -> tuple[str, int]:
+        """Append the file open as `f`, expected to hold `size` bytes, reading one frame at a
+        time (the frames `add` would make of the same bytes): its sha256 and the bytes
+        added. A file that changed since (another length, other bytes) is the caller's to
+        leave out of the index: its bytes stay in the stream, named by no entry."""
+        self._start(size, kind)
+        digest = hashlib.sha256()
+        added = 0
+        while added < size:
+            piece = f.read(min(FRAME_BYTES, size - added))
+            if not piece:
+                break
+            digest.update(piece)
+            added += len(piece)
+            if len(piece) == FRAME_BYTES and added < size:
+                self._full(memoryview(piece))
+            else:
+                self._append(memoryview(piece))
+        if f.read(1):  # it grew: not the committed file
+            digest.update(b"\0")
+        return digest.hexdigest(), added
+
+    def _start(self, size: int, kind: str) -> None:
+        if self._size and (self._size + size > FRAME_BYTES or kind != self._kind):
             self.flush()
         self._kind = kind
-        while len(view) > FRAME_BYTES:
-            self._pending.append(view[:FRAME_BYTES])
-            self._size = FRAME_BYTES
-            self.flush()
-            view = view[FRAME_BYTES:]
-        if view:
-            self._pending.append(view)
-            self._size += len(view)
+
+    def _full(self, piece: memoryview) -> None:
+        self._pending.append(piece)
+        self._size = FRAME_BYTES
+        self.position += len(piece)
+        self.flush()
+
+    def _append(self, piece: memoryview) -> None:
+        if piece:
+            self._pending.append(piece)
+            self._size += len(piece)
+            self.position += len(piece)
 
     def flush(self) -> None:
         """Close the frame being filled."""
         if not self._size:
             return
         raw = b"".join(self._pending)
+        self._pending, self._size = [], 0
         packed = self._cctx.compress(raw)
         if len(packed) < len(raw) - len(raw) // 32:
             stored, frame = packed, Frame(len(raw), len(packed), ZSTD)
         else:  # does not compress: stored as it is
             stored, frame = raw, Frame(len(raw), len(raw), RAW)
+        del raw, packed
         self.frames.append(frame)
         if self._sink is None:
             self.parts.append(stored)
         else:
             self._sink(stored)
-        self._pending, self._size = [], 0
 
 
 def build(
     scope: Path, rels: list[str], files: dict[str, Any]
 ) -> tuple[bytes, dict[str, dict[str, Any]]]:
-    """One pack of files `rels` of `scope`, and each placed file's entry (sha256, size,
+    """One pack of files `rels` of `scope` in memory (build_into's, for small packs and the
+    tests): its bytes and each placed file's entry."""
+    out = io.BytesIO()
+    _name, placed = build_into(scope, rels, files, out)
+    return out.getvalue(), placed
+
+
+def build_into(
+    scope: Path, rels: list[str], files: dict[str, Any], out: BinaryIO
+) -> tuple[str, dict[str, dict[str, Any]]]:
+    """One pack of files `rels` of `scope`, written to `out` frame by frame as it is made:
+    its name (the sha256 of its stored bytes) and each placed file's entry (sha256, size,
     offset, and `frames`: the pack's frame table, one list shared by its entries; the caller
-    adds the pack's name). A file that no longer matches its manifest entry in `files` is
-    left out (never published)."""
-    framer = Framer()
+    adds the pack's name). Memory: one frame read, one decoded and one stored at a time,
+    whatever the files' sizes. A file that no longer matches its manifest entry in `files`
+    is left out (never published)."""
+    digest = hashlib.sha256()
+
+    def sink(stored: bytes) -> None:
+        digest.update(stored)
+        out.write(stored)
+
+    framer = Framer(sink)
     placed: dict[str, dict[str, Any]] = {}
-    offset = 0
     for rel in rels:
-        data = (scope / rel).read_bytes()
-        if sha256_hex(data) != files[rel]["sha256"]:
+        meta = files[rel]
+        offset = framer.position
+        try:
+            with open(scope / rel, "rb") as f:
+                if meta["size"] <= FRAME_BYTES:  # checked before it is added
+                    data = f.read(meta["size"] + 1)
+                    if sha256_hex(data) != meta["sha256"]:
+                        continue
+                    framer.add(data, kind_of(rel))
+                    del data
+                else:
+                    sha, _added = framer.add_stream(f, meta["size"], kind_of(rel))
+                    if sha != meta["sha256"]:
+                        continue
+        except OSError:  # gone since it was committed
             continue
-        placed[rel] = {"sha256": files[rel]["sha256"], "size": len(data), "offset": offset}
-        framer.add(data, kind_of(rel))
-        offset += len(data)
+        placed[rel] = {"sha256": meta["sha256"], "size": meta["size"], "offset": offset}
     framer.flush()
     for entry in placed.values():
         entry["frames"] = framer.frames
-    return b"".join(framer.parts), placed
+    return digest.hexdigest(), placed
 
 
 class Decoder:

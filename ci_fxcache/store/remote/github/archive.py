@@ -74,24 +74,26 @@ class Unpacked:
     seal: tuple[str, Seal]
 
 
-def _read_committed(scope: Path, rel: str, meta: dict[str, Any]) -> bytes:
-    """A committed file's bytes; ArchiveError when they are no longer what the manifest
-    says (the archive would refuse itself at every restore)."""
+def _add_committed(framer: packs.Framer, scope: Path, rel: str, meta: dict[str, Any]) -> None:
+    """Append a committed file's bytes to `framer`, one frame at a time; ArchiveError when
+    they are no longer what the manifest says (the archive would refuse itself at every
+    restore: the caller discards what it wrote)."""
     try:
         fd = os.open(scope / rel, _READ_FLAGS)
         with os.fdopen(fd, "rb") as f:
-            data = f.read(meta["size"] + 1)
+            sha, added = framer.add_stream(f, meta["size"], packs.kind_of(rel))
     except OSError as exc:
         raise ArchiveError(f"{rel}: {exc.strerror or exc}") from None
-    if len(data) != meta["size"] or packs.sha256_hex(data) != meta["sha256"]:
+    if added != meta["size"] or sha != meta["sha256"]:
         raise ArchiveError(f"{rel} changed since it was committed")
-    return data
 
 
 def write(scope: Path, archive: Path, committed: mf.Committed | None = None) -> int:
     """The archive of committed scope `scope` (manifest `committed`, as its save wrote it;
     None: the scope's manifest.json, for tools without a save) and every file it lists into
-    `archive`; its size in bytes. ArchiveError when the scope is not as committed."""
+    `archive`; its size in bytes. ArchiveError when the scope is not as committed, or when
+    its header would be larger than a restore reads (never uploaded). Memory: one frame read,
+    decoded and stored at a time, plus the header (~250 bytes a file)."""
     import zstandard
 
     if committed is None:
@@ -103,14 +105,11 @@ def write(scope: Path, archive: Path, committed: mf.Committed | None = None) -> 
     offsets: dict[str, int] = {}
     with tempfile.TemporaryFile(dir=archive.parent) as frames:
         framer = packs.Framer(frames.write)
-        offset = 0
         for rel in packs.by_kind(files):
             if not mf.safe_relpath(rel):
                 raise ArchiveError(f"manifest entry {rel[:200]!r} leaves the scope")
-            data = _read_committed(scope, rel, files[rel])
-            offsets[rel] = offset
-            framer.add(data, packs.kind_of(rel))
-            offset += len(data)
+            offsets[rel] = framer.position
+            _add_committed(framer, scope, rel, files[rel])
         framer.flush()
         header = {
             "schema": HEADER_SCHEMA,
@@ -119,7 +118,15 @@ def write(scope: Path, archive: Path, committed: mf.Committed | None = None) -> 
             "frames": [list(f) for f in framer.frames],
         }
         text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")
+        del header
         packed = zstandard.ZstdCompressor(level=packs.LEVEL).compress(text)
+        if len(text) > MAX_HEADER_JSON or len(packed) > MAX_HEADER_STORED:
+            raise ArchiveError(
+                f"its header ({len(files):,} files: {len(text):,} bytes, {len(packed):,} "
+                f"stored) is larger than a restore reads ({MAX_HEADER_JSON:,}, "
+                f"{MAX_HEADER_STORED:,})"
+            )
+        del text
         with archive.open("wb") as out:
             out.write(MAGIC + len(packed).to_bytes(4, "little") + packed)
             frames.seek(0)

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import urlsplit, urlunsplit
 
 from ci_fxcache import __version__
@@ -226,23 +226,24 @@ class CacheService:
         return response
 
     def upload(self, url: str, archive: Path) -> None:
-        """Put Blob for an archive up to 128 MiB, else Put Block per 64 MiB + Put Block List."""
+        """Put Blob for an archive up to SINGLE_SHOT_BYTES, else Put Block per BLOCK_BYTES +
+        Put Block List; the body is read from the file as it is sent, never held whole."""
         size = archive.stat().st_size
-        if size <= SINGLE_SHOT_BYTES:
-            data = archive.read_bytes()
-            headers = {"x-ms-blob-type": "BlockBlob", "Content-Type": "application/octet-stream"}
-            self._blob("PUT", url, data=data, headers=headers)
-            return
-        ids = []
         with archive.open("rb") as f:
-            for index, chunk in enumerate(iter(lambda: f.read(BLOCK_BYTES), b"")):
+            if size <= SINGLE_SHOT_BYTES:
+                headers = {"x-ms-blob-type": "BlockBlob", "Content-Type": _OCTETS}
+                self._blob("PUT", url, data=_Slice(f, 0, size), headers=headers)
+                return
+            ids = []
+            for index, start in enumerate(range(0, size, BLOCK_BYTES)):
                 block = base64.b64encode(f"{index:08d}".encode()).decode()
                 ids.append(block)
-                self._blob("PUT", url, params={"comp": "block", "blockid": block}, data=chunk,
-                           headers={"Content-Type": "application/octet-stream"})  # fmt: skip
+                body = _Slice(f, start, min(BLOCK_BYTES, size - start))
+                self._blob("PUT", url, params={"comp": "block", "blockid": block}, data=body,
+                           headers={"Content-Type": _OCTETS})  # fmt: skip
         xml = "".join(f"<Latest>{b}</Latest>" for b in ids)
-        body = f'<?xml version="1.0" encoding="utf-8"?><BlockList>{xml}</BlockList>'
-        self._blob("PUT", url, params={"comp": "blocklist"}, data=body.encode(),
+        body_xml = f'<?xml version="1.0" encoding="utf-8"?><BlockList>{xml}</BlockList>'
+        self._blob("PUT", url, params={"comp": "blocklist"}, data=body_xml.encode(),
                    headers={"Content-Type": "application/xml"})  # fmt: skip
 
     @contextlib.contextmanager
@@ -271,6 +272,31 @@ class CacheService:
             yield read
         finally:
             response.close()
+
+
+_OCTETS = "application/octet-stream"
+
+
+class _Slice:
+    """Bytes `start` .. `start + length` of an open file as a request body that is read as
+    it is sent (a retry reads it again from its start)."""
+
+    def __init__(self, f: BinaryIO, start: int, length: int) -> None:
+        self._f, self._start, self._length = f, start, length
+        self._at = 0
+
+    def __len__(self) -> int:  # requests sends it with a Content-Length, not chunked
+        return self._length
+
+    def __iter__(self) -> Iterator[bytes]:
+        self._at = 0
+        while self._at < self._length:
+            self._f.seek(self._start + self._at)
+            piece = self._f.read(min(1 << 20, self._length - self._at))
+            if not piece:
+                return
+            self._at += len(piece)
+            yield piece
 
 
 _RUN_PART = re.compile(r"run[0-9]+\.[0-9]+")

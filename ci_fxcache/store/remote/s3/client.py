@@ -18,7 +18,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 from urllib.parse import urlsplit
 
 from ci_fxcache.errors import UsageError
@@ -39,6 +39,10 @@ MAX_ATTEMPTS = 3
 # Connections kept open: a restore reads on s3.parallel.FETCH_WORKERS at once, a save on
 # s3.parallel.WORKERS; a few more for the index reads beside them.
 POOL = 24
+# An object larger than this goes up in parts of PART_BYTES (S3's parts are 5 MiB to 5 GiB),
+# each read from its file while it is sent: a save holds one part per upload, not the object.
+MULTIPART_BYTES = 64 * 1024 * 1024
+PART_BYTES = 8 * 1024 * 1024
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 T = TypeVar("T")
 
@@ -344,10 +348,72 @@ class Bucket:
         )
         return str(answer.get("ETag", ""))
 
+    def put_file(self, key: str, f: BinaryIO, size: int) -> None:
+        """PUT `key` from the `size` bytes of seekable file `f` (from its start), streamed:
+        one request up to MULTIPART_BYTES, else a multipart upload of PART_BYTES parts (one
+        part in memory at a time); an upload that fails is aborted."""
+        if size <= MULTIPART_BYTES:
+            f.seek(0)
+            self._call("put_object", key, Key=key, Body=f)
+            with self._lock:
+                self.sent_bytes += size
+            return
+        started = self._call("create_multipart_upload", key, Key=key)
+        upload = started["UploadId"]
+        try:
+            parts = []
+            f.seek(0)
+            for number in range(1, -(-size // PART_BYTES) + 1):
+                body = f.read(PART_BYTES)
+                answer = self._call("upload_part", key, Key=key, UploadId=upload,
+                                    PartNumber=number, Body=body)  # fmt: skip
+                parts.append({"ETag": answer["ETag"], "PartNumber": number})
+                del body
+            self._call("complete_multipart_upload", key, Key=key, UploadId=upload,
+                       MultipartUpload={"Parts": parts})  # fmt: skip
+        except BaseException:
+            with contextlib.suppress(S3Unavailable, S3Missing, S3Conflict):
+                self._call("abort_multipart_upload", key, Key=key, UploadId=upload)
+            raise
+
     def delete(self, key: str) -> None:
         """Delete `key` (absent is fine)."""
         with contextlib.suppress(S3Missing):
             self._call("delete_object", key, Key=key)
+
+    def versioning(self) -> str:
+        """The bucket's versioning: `Enabled`, `Suspended`, `off` (never enabled), or
+        `unknown` when it may not be read (s3:GetBucketVersioning)."""
+        try:
+            answer = self._call("get_bucket_versioning", "")
+        except S3Unavailable:  # refused, or not implemented by this server
+            return "unknown"
+        return str(answer.get("Status") or "off")
+
+    def versions(self, prefix: str) -> list[dict[str, Any]]:
+        """Every version and delete marker under `prefix`: dicts with Key, VersionId, Latest,
+        Marker (a delete marker), Size, LastModified (epoch seconds)."""
+        found: list[dict[str, Any]] = []
+        markers: dict[str, str] = {}
+        while True:
+            answer = self._call("list_object_versions", prefix, Prefix=prefix, **markers)
+            for kind, marker in (("Versions", False), ("DeleteMarkers", True)):
+                for item in answer.get(kind) or []:
+                    found.append({
+                        "Key": item["Key"], "VersionId": str(item.get("VersionId") or "null"),
+                        "Latest": bool(item.get("IsLatest")), "Marker": marker,
+                        "Size": int(item.get("Size") or 0),
+                        "LastModified": item["LastModified"].timestamp(),
+                    })  # fmt: skip
+            if not answer.get("IsTruncated"):
+                return found
+            markers = {"KeyMarker": answer.get("NextKeyMarker") or "",
+                       "VersionIdMarker": answer.get("NextVersionIdMarker") or ""}  # fmt: skip
+
+    def delete_version(self, key: str, version: str) -> None:
+        """Delete one version (or delete marker) of `key` for good (absent is fine)."""
+        with contextlib.suppress(S3Missing):
+            self._call("delete_object", key, Key=key, VersionId=version)
 
     def listing(self, prefix: str) -> list[dict[str, Any]]:
         """Every object under `prefix`: dicts with Key, Size, LastModified (epoch seconds)."""

@@ -10,14 +10,15 @@ codec], ...]}, "files": {path: {sha256, size, pack, offset}}}`; the first format
 (`fxcache-s3-segment/1`, gzip JSON, packs stored raw, no frame table) is still read: its
 packs get a table of raw frames, so scopes saved before compression still restore, and a
 save that dedupes against them writes their table into its own segment. A segment is
-decoded to at most MAX_SEGMENT_JSON bytes: a bomb is refused, never expanded.
+decoded to at most MAX_SEGMENT_JSON bytes: a bomb is refused, never expanded. Writers split
+an index into segments within every bound a reader enforces (encode_segments).
 """
 
 from __future__ import annotations
 
 import json
 import zlib
-from typing import Any
+from typing import Any, NamedTuple
 
 import zstandard
 
@@ -32,10 +33,21 @@ HEAD_SCHEMA = "fxcache-s3-head/1"
 MAX_HEAD_BYTES = 16 * 1024 * 1024
 SEGMENT_SCHEMA = "fxcache-s3-segment/2"
 SEGMENT_SCHEMA_V1 = "fxcache-s3-segment/1"
-# A segment's JSON takes ~230 bytes a file: 64 MiB is ~290,000 files (a scope is ~18,000).
-# Its stored object (zstd JSON, ~3x smaller) is refused above 16 MiB before it is read.
+# What every reader accepts of one segment: its JSON decoded, and its stored object (refused
+# by its Content-Length before it is read). The stored bound binds first: the sha256 and the
+# hashes in Inductor's paths do not compress (~83 stored bytes a file, ~240 decoded).
 MAX_SEGMENT_JSON = 64 * 1024 * 1024
 MAX_SEGMENT_OBJECT = 16 * 1024 * 1024
+# What a writer puts in one segment at most (encode_segments): well inside both bounds for
+# Inductor-shaped paths (5.5-7.6 MB stored, ~16 MB decoded: docs/store.md), so the
+# halving that enforces the bounds exactly is a safety net, not the rule.
+SEGMENT_FILES = 65_536
+_SEGMENT_JSON_TARGET = MAX_SEGMENT_JSON // 2
+_ENTRY_JSON = 200  # an entry's JSON besides its path (two digests, three numbers, keys)
+# A save reads a segment an older writer made larger than the readers' bounds up to these
+# bounds, to split it (publish.py): the next save repairs it instead of dropping it.
+REPAIR_SEGMENT_JSON = 4 * MAX_SEGMENT_JSON
+REPAIR_SEGMENT_OBJECT = 4 * MAX_SEGMENT_OBJECT
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _GZIP_MAGIC = b"\x1f\x8b"
 _SEGMENT_LEVEL = 3
@@ -208,9 +220,80 @@ def new_head(
     return composed
 
 
+class SegmentTooLarge(RemoteCorrupt):
+    """An index entry that no segment within the readers' bounds can hold."""
+
+
+class Segment(NamedTuple):
+    """A segment object as a writer makes it: its bytes, its file count and its packs."""
+
+    raw: bytes
+    files: int
+    packs: list[str]
+
+    def ref(self) -> dict[str, Any]:
+        """How a head lists it."""
+        return {"sha256": packs.sha256_hex(self.raw), "files": self.files, "packs": self.packs}
+
+
+def encode_segments(entries: dict[str, dict[str, Any]]) -> list[Segment]:
+    """The segment objects that hold `entries` (byte-identical for identical entries), each
+    within what every reader accepts (MAX_SEGMENT_JSON decoded, MAX_SEGMENT_OBJECT stored):
+    entries in path order, at most SEGMENT_FILES and about half the decoded bound per segment,
+    and a segment that would still exceed a bound is halved until it fits. So a save never
+    publishes a segment a restore refuses."""
+    found: list[Segment] = []
+    for group in _groups(entries):
+        found += _fitting(group)
+    return found
+
+
+def _groups(entries: dict[str, dict[str, Any]]) -> list[dict[str, dict[str, Any]]]:
+    groups: list[dict[str, dict[str, Any]]] = [{}]
+    size = 0
+    for rel in sorted(entries):
+        cost = len(rel.encode()) + _ENTRY_JSON
+        if groups[-1] and (size + cost > _SEGMENT_JSON_TARGET or len(groups[-1]) >= SEGMENT_FILES):
+            groups.append({})
+            size = 0
+        groups[-1][rel] = entries[rel]
+        size += cost
+    return groups
+
+
+def _fitting(group: dict[str, dict[str, Any]]) -> list[Segment]:
+    text = _segment_json(group)
+    raw = _compress(text)
+    if len(text) <= MAX_SEGMENT_JSON and len(raw) <= MAX_SEGMENT_OBJECT:
+        return [Segment(raw, len(group), sorted({e["pack"] for e in group.values()}))]
+    if len(group) <= 1:
+        raise SegmentTooLarge("an index entry is larger than any segment a restore reads")
+    rels = sorted(group)
+    half = len(rels) // 2
+    return _fitting({r: group[r] for r in rels[:half]}) + _fitting(
+        {r: group[r] for r in rels[half:]}
+    )
+
+
+def within_bounds(raw: bytes) -> bool:
+    """Does every reader accept segment object `raw` (stored and decoded size)?"""
+    return len(raw) <= MAX_SEGMENT_OBJECT and _inflate(raw) is not None
+
+
+def _compress(text: bytes) -> bytes:
+    return zstandard.ZstdCompressor(level=_SEGMENT_LEVEL).compress(text)
+
+
 def encode_segment(entries: dict[str, dict[str, Any]]) -> bytes:
-    """A segment object's bytes (zstd JSON, byte-identical for identical entries): the files
-    and, once per pack, its frame table (from the entries' `frames`)."""
+    """One segment object's bytes (zstd JSON, byte-identical for identical entries), whatever
+    its size: this runner's own records (objects.record_sent); the bucket gets
+    encode_segments'."""
+    return _compress(_segment_json(entries))
+
+
+def _segment_json(entries: dict[str, dict[str, Any]]) -> bytes:
+    """A segment's JSON: the files and, once per pack, its frame table (from the entries'
+    `frames`)."""
     tables: dict[str, list[packs.Frame]] = {}
     for e in entries.values():
         known = tables.get(e["pack"])
@@ -224,34 +307,35 @@ def encode_segment(entries: dict[str, dict[str, Any]]) -> bytes:
             for rel, e in sorted(entries.items())
         },
     }
-    text = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
-    return zstandard.ZstdCompressor(level=_SEGMENT_LEVEL).compress(text)
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
 
-def _inflate(raw: bytes) -> bytes | None:
+def _inflate(raw: bytes, limit: int = MAX_SEGMENT_JSON) -> bytes | None:
     """The JSON bytes of a segment object, None when it is not one or when it would
-    decode to more than MAX_SEGMENT_JSON."""
+    decode to more than `limit`."""
     if raw.startswith(_GZIP_MAGIC):
         inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
         try:
-            text = inflater.decompress(raw, MAX_SEGMENT_JSON + 1)
+            text = inflater.decompress(raw, limit + 1)
         except zlib.error:
             return None
-        return text if inflater.eof and len(text) <= MAX_SEGMENT_JSON else None
+        return text if inflater.eof and len(text) <= limit else None
     if not raw.startswith(_ZSTD_MAGIC):
         return None
     try:
-        return packs.inflate_bounded(raw, MAX_SEGMENT_JSON, _SEGMENT_WINDOW)
+        return packs.inflate_bounded(raw, limit, _SEGMENT_WINDOW)
     except (zstandard.ZstdError, packs.TooLarge):
         return None
 
 
-def decode_segment(raw: bytes, digest: str, packs_of_head: set[str]) -> dict[str, Any]:
+def decode_segment(
+    raw: bytes, digest: str, packs_of_head: set[str], limit: int = MAX_SEGMENT_JSON
+) -> dict[str, Any]:
     """The files of segment `digest` from its (already sha256-checked) bytes, each entry
     with its pack's frame table under `frames` (one list per pack, shared); RemoteCorrupt
-    when it is unreadable, larger than MAX_SEGMENT_JSON decoded, or not one a save wrote
-    referencing only `packs_of_head`."""
-    text = _inflate(raw)
+    when it is unreadable, larger than `limit` decoded (a reader's: MAX_SEGMENT_JSON), or
+    not one a save wrote referencing only `packs_of_head`."""
+    text = _inflate(raw, limit)
     try:
         if text is None:
             raise ValueError

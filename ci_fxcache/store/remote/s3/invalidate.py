@@ -15,6 +15,15 @@ deadline.MAX_S) is never broken. A head that cannot be read does not stop the co
 every object whose name (a sha256) appears anywhere in its bytes is kept, the rest is
 collected, and the head is reported.
 
+Versioned buckets: a delete there only adds a delete marker, and every save's head and every
+re-uploaded pack leaves the replaced version behind, all still stored. So when the bucket has
+versioning on (or suspended), the inventory counts the noncurrent versions and delete markers
+under the prefix and their bytes (`bucket.noncurrent_*`), and the collection deletes them by
+version id (`gc.versions_removed`): fxcache never reads a version that is not the latest.
+Older versions of a key are deleted before its delete marker, so no deleted object comes back.
+That needs s3:ListBucketVersions, s3:GetBucketVersioning and s3:DeleteObjectVersion; without
+them the inventory says `versioning: unknown` and a lifecycle rule must do it (docs/store.md).
+
 Not covered: a save that started before this run, reused (by sha256) a pack of a scope this
 run removes, and publishes after the collection: its head then names a deleted pack, which
 the next restore finds missing (quarantine, cold compile, and the save after it uploads the
@@ -159,6 +168,7 @@ def _run(
         )
     kept = [s for s in scopes if s.key not in selected]
     gc = _collect(tier, objects, {n for s in kept for n in s.names}, dry_run, grace_s, now)
+    versions = _versions(tier, gc, dry_run)
     gc["unreadable"] = [
         {"scope": s.key, "problem": s.problem, "kept_objects": len(s.names & objects.keys())}
         for s in scopes
@@ -172,8 +182,50 @@ def _run(
             "scopes": len(scopes),
             "objects": len(objects),
             "bytes": sum(item["Size"] for item in objects.values()),
+            **versions,
         },
     }
+
+
+def _versions(tier: S3Objects, gc: dict[str, Any], dry_run: bool) -> dict[str, Any]:
+    """With versioning on or suspended: what noncurrent versions and delete markers the
+    prefix holds (the inventory's), then (unless a dry run) delete them by version id, each
+    key's delete marker after its older versions; the collection's counts go into `gc`."""
+    status = tier.bucket.versioning()
+    if status not in ("Enabled", "Suspended"):
+        return {"versioning": status}
+    listed = [
+        v
+        for kind in ("scopes", "segments", "packs")
+        for v in tier.bucket.versions(tier.where.key(kind) + "/")
+    ]
+    old = [v for v in listed if not v["Latest"]]
+    markers = [v for v in listed if v["Latest"] and v["Marker"]]
+    found = {
+        "versioning": status,
+        "noncurrent_versions": sum(1 for v in old if not v["Marker"]),
+        "noncurrent_bytes": sum(v["Size"] for v in old),
+        "delete_markers": sum(1 for v in listed if v["Marker"]),
+    }
+    if dry_run:
+        gc.update(versions_removed=len(old) + len(markers),
+                  version_bytes_removed=found["noncurrent_bytes"])  # fmt: skip
+        return found
+    gc.update(versions_removed=0, version_bytes_removed=0)
+    lock = threading.Lock()
+
+    def delete(version: dict[str, Any]) -> None:
+        tier.bucket.delete_version(version["Key"], version["VersionId"])
+        with lock:
+            gc["versions_removed"] += 1
+            gc["version_bytes_removed"] += version["Size"]
+
+    try:
+        parallel.run(delete, old)
+        parallel.run(delete, markers)
+    except S3Unavailable as exc:
+        gc["error"] = f"{gc.get('error', '')}; versions not all removed: {exc}".lstrip("; ")
+    return found
 
 
 def _inventory_row(

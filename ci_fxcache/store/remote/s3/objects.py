@@ -5,14 +5,17 @@ a head it has not published yet)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
 import os
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ci_fxcache import atomic_write
 from ci_fxcache.store import manifest as mf
@@ -184,6 +187,15 @@ class S3Objects:
                 f"(first: {min(bad)[:12]}); not downloaded again"
             )
 
+    @contextlib.contextmanager
+    def spool(self, layout: Layout) -> Iterator[BinaryIO]:
+        """A nameless file on the store's filesystem that a pack is built into before it is
+        sent (removed when closed, also by a kill)."""
+        where = self.runner_dir(layout) / "spool"
+        where.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=where) as f:
+            yield f
+
     # -- packs uploaded for a head not published yet ------------------------------------------
     def _sent_dir(self, layout: Layout, key: str) -> Path:
         return self.runner_dir(layout) / "sent" / key
@@ -274,30 +286,37 @@ class S3Objects:
     def segment(self, layout: Layout, digest: str, packs: set[str]) -> dict[str, Any]:
         """The files of segment `digest` (checked against its name), from this runner's copy
         or the bucket; neither is read past MAX_SEGMENT_OBJECT bytes."""
+        return decode_segment(self.segment_bytes(layout, digest), digest, packs)
+
+    def segment_bytes(self, layout: Layout, digest: str, limit: int = MAX_SEGMENT_OBJECT) -> bytes:
+        """Segment object `digest` (checked against its name), from this runner's copy or
+        the bucket, neither read past `limit` bytes (a reader's: MAX_SEGMENT_OBJECT);
+        RemoteCorrupt when it is missing, larger or altered."""
         copy = self.runner_dir(layout) / "segments" / digest
         try:
             with copy.open("rb") as f:
-                raw = f.read(MAX_SEGMENT_OBJECT + 1)
+                raw = f.read(limit + 1)
         except OSError:
             raw = b""
+        if sha256_hex(raw) == digest:
+            return raw
+        try:
+            got = self.bucket.get(self.segment_key(digest), limit=limit)
+        except S3Missing:
+            raise RemoteCorrupt(f"index segment {digest[:12]} is missing") from None
+        except S3TooLarge:
+            raise RemoteCorrupt(f"index segment {digest[:12]} is too large") from None
+        except S3Unavailable as exc:
+            raise RemoteUnavailable(str(exc)) from None
+        assert got is not None
+        raw = got[0]
         if sha256_hex(raw) != digest:
-            try:
-                got = self.bucket.get(self.segment_key(digest), limit=MAX_SEGMENT_OBJECT)
-            except S3Missing:
-                raise RemoteCorrupt(f"index segment {digest[:12]} is missing") from None
-            except S3TooLarge:
-                raise RemoteCorrupt(f"index segment {digest[:12]} is too large") from None
-            except S3Unavailable as exc:
-                raise RemoteUnavailable(str(exc)) from None
-            assert got is not None
-            raw = got[0]
-            if sha256_hex(raw) != digest:
-                raise RemoteCorrupt(f"index segment {digest[:12]} does not match its sha256")
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            tmp = copy.with_name(f".{digest}.{os.getpid()}.{threading.get_ident()}")
-            tmp.write_bytes(raw)
-            os.replace(tmp, copy)
-        return decode_segment(raw, digest, packs)
+            raise RemoteCorrupt(f"index segment {digest[:12]} does not match its sha256")
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        tmp = copy.with_name(f".{digest}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_bytes(raw)
+        os.replace(tmp, copy)
+        return raw
 
     def index(self, layout: Layout, head: dict[str, Any]) -> dict[str, dict[str, Any]]:
         """Every file of the head's segments (a later segment's entry wins); the segments

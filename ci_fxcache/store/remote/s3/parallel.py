@@ -6,7 +6,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import TypeVar
 
-# A save: packs built and uploaded at once (each worker holds one pack, up to 32 MiB).
+# A save: packs built and uploaded at once (each worker holds three frames of its pack and
+# one part of an upload: store.remote.s3.publish._upload_packs).
 WORKERS = 8
 # A restore: ranged reads at once. A link's bandwidth is filled by many connections (AWS:
 # ~85-90 MB/s each, so ~15 for 10 Gbit/s). Each worker holds at most one frame as stored

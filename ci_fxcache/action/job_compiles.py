@@ -1,0 +1,36 @@
+"""The job's own compiles at the action's save (ci_fxcache.jobstats): counted from the trace
+restore set up, recorded in the scope only by a run that may write it, shown in the job
+summary (the line, the detail collapsed, the scope's history)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ci_fxcache import gha
+from ci_fxcache.action.settings import Settings
+from ci_fxcache.jobstats.finish import at_save as _at_save
+from ci_fxcache.jobstats.job import stats_file
+
+
+def figures_file(s: Settings) -> Path:
+    """Where the save kept the job's figures."""
+    return stats_file(s.state_file)
+
+
+def at_save(s: Settings, signing_key: str | None, may_write: bool) -> dict[str, Any] | None:
+    """Finish the job's figures before the save commits the scope (None: no restore state)."""
+    if not s.state_file.is_file():
+        return None
+    return _at_save(s.state_file, Path(s.root), signing_key, may_record=may_write)
+
+
+def publish(doc: dict[str, Any] | None) -> None:
+    """The job summary's section and the log line."""
+    if doc is None:
+        return
+    from ci_fxcache.report import job_line
+    from ci_fxcache.report.render import plain
+
+    gha.append_summary(job_line.summary(doc))
+    gha.print_untrusted(f"fxcache: {plain(job_line.headline(doc))}\n")

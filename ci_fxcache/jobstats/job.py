@@ -1,0 +1,167 @@
+"""One job's figures: observed from its trace at any time (`fxcache stats`), finished by the
+save (figures kept beside the state file, this job's entries recorded in the scope, the
+job-private trace removed). JSON first (docs/contracts.md, `fxcache-stats/1`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from ci_fxcache.jobstats import causes, count, history, records, trace
+
+SCHEMA = "fxcache-stats/1"
+STATS_SUFFIX = ".job-stats.json"
+
+
+def stats_file(state_file: Path) -> Path:
+    """Where the save keeps the job's figures, beside the restore's state file."""
+    return state_file.with_name(state_file.name + STATS_SUFFIX)
+
+
+def trace_dirs(state_file: Path) -> list[tuple[Path, bool]]:
+    """(directory, ours) to read: the job-private one restore set up, and the job's own
+    TORCH_TRACE when it set one (read, never removed)."""
+    ours = trace.job_trace_dir(state_file)
+    out = [(ours, True)]
+    named = os.environ.get(trace.TRACE_ENV)
+    if named and Path(named).absolute() != ours.absolute():
+        out.append((Path(named), False))
+    return out
+
+
+def recorded_entries(inductor_dir: Path) -> dict[str, dict[str, Any]]:
+    """Every entry the scope's record files describe (a newer file wins)."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in records.files(inductor_dir):
+        out.update(records.decode(records.load(path)))
+    return out
+
+
+def saved_seconds(
+    records_: list[trace.Record], found: list[dict[str, Any]], recorded: dict[str, Any]
+) -> float:
+    """Compile time the cache saved: per FX graph hit, the cold compile time recorded with its
+    entry (torch's `time_saved_ns`, else the scope's record) minus this load's time (the time
+    torch spent on the hit's frame that its misses did not take, shared by its hits)."""
+    spent = count.frame_seconds(records_)
+    frames: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for lookup in found:
+        if lookup["cache"] == "fxgraph":
+            frames[(lookup["process"], str(lookup["compile_id"]))].append(lookup)
+    total = 0.0
+    for frame, lookups in frames.items():
+        hits = [x for x in lookups if x["state"] == "hit"]
+        if not hits:
+            continue
+        missed = sum(x["cold_ns"] for x in lookups if x["state"] == "miss") / 1e9
+        load_each = max(0.0, spent.get(frame, 0.0) - missed) / len(hits)
+        for hit in hits:
+            cold = hit["cold_ns"] or (recorded.get(hit["key"]) or {}).get("cold_ns", 0)
+            total += max(0.0, cold / 1e9 - load_each)
+    return round(total, 3)
+
+
+def observe(
+    state: dict[str, Any],
+    state_file: Path,
+    limits: trace.Limits | None = None,
+    job_id: str = "current",
+) -> dict[str, Any]:
+    """The job's figures from its trace so far, each miss explained against the scope."""
+    all_records: list[trace.Record] = []
+    read: list[dict[str, Any]] = []
+    for directory, ours in trace_dirs(state_file):
+        got, notes = trace.read(directory, limits)
+        all_records.extend(got)
+        read.append({"dir": str(directory), "job_private": ours, **notes.to_dict()})
+    found = count.lookups(all_records)
+    inductor = Path(str(state.get("inductor_dir") or ""))
+    recorded = recorded_entries(inductor) if state.get("inductor_dir") else {}
+    misses = causes.explain(found, recorded)
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "scope_key": state.get("scope_key"),
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "trace": read,
+        **count.figures(all_records, found),
+        "miss_causes": causes.by_cause(misses),
+        "misses": misses[: causes.MISSES_SHOWN],
+        "saved_s": saved_seconds(all_records, found, recorded),
+    }
+    doc["job_id"] = job_id
+    doc["history"] = history.rows(
+        Path(str(state.get("root") or "")), str(state.get("scope_key")),
+        inductor if state.get("inductor_dir") else None, history.row(doc),
+    )  # fmt: skip
+    doc["_entries"] = _new_entries(found)
+    return doc
+
+
+def _new_entries(found: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The FX graph entries this job's misses made (torch saves one per miss)."""
+    return {
+        x["key"]: {
+            "graph": records.graph_of(x["components"], x["key"]),
+            "cold_ns": x["cold_ns"],
+            "components": x["components"],
+        }
+        for x in found
+        if x["cache"] == "fxgraph" and x["state"] == "miss" and x["key"]
+    }
+
+
+def public(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document without what only the record file needs."""
+    return {k: v for k, v in doc.items() if not k.startswith("_")}
+
+
+def finish(state: dict[str, Any], state_file: Path, *, may_record: bool) -> dict[str, Any]:
+    """At the save: the figures kept beside the state file, this job's entries and figures
+    recorded in the scope when it may write it, the job-private trace removed. Once per job: a
+    second call returns what the first kept."""
+    kept = load(state_file)
+    ours = trace.job_trace_dir(state_file)
+    if kept is not None and not ours.exists():
+        return kept
+    job_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{secrets.token_hex(4)}"
+    doc = observe(state, state_file, job_id=job_id)
+    doc["recorded"] = bool(may_record and state.get("root") and not state.get("read_only"))
+    if doc["recorded"]:
+        doc["history"] = _append_local(state, doc)
+        if doc["_entries"] and state.get("inductor_dir"):
+            # Only with entries it adds: a job that compiled nothing new adds no file to the
+            # scope (no new GitHub cache entry, no publish, for a history row).
+            body = {"history": doc["history"], **records.encode(doc["_entries"])}
+            records.write(Path(state["inductor_dir"]), f"{job_id}.json", body)
+    doc = public(doc)
+    stats_file(state_file).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    trace.remove(ours)
+    return doc
+
+
+def _append_local(state: dict[str, Any], doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """This job's row added to the local history under the scope's lock (jobs sharing a runner
+    save side by side); the rows as written."""
+    from ci_fxcache.store import scopes
+    from ci_fxcache.store.layout import Layout
+
+    root, key = Path(state["root"]), str(state["scope_key"])
+    inductor = Path(str(state["inductor_dir"])) if state.get("inductor_dir") else None
+    with scopes.lock(Layout(root), key):
+        rows = history.rows(root, key, inductor, history.row(doc))
+        history.save_local(root, key, rows)
+    return rows
+
+
+def load(state_file: Path) -> dict[str, Any] | None:
+    """The figures a finished job kept, or None."""
+    try:
+        doc = json.loads(stats_file(state_file).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return doc if isinstance(doc, dict) and doc.get("schema") == SCHEMA else None

@@ -1,0 +1,202 @@
+"""Reading torch's structured trace, streaming and bounded.
+
+`TORCH_TRACE=DIR` makes every process write one file into DIR. A record is one header line,
+glog's prefix then a JSON object (`V1204 20:59:36.331000 3895 torch/x.py:12] {...}`), followed
+by its payload, one line per payload line, each starting with a tab. The trace is written by the
+job's own code (a fork's, maybe): every read is bounded (files, bytes, records, line length,
+payload size), a line past the limit is skipped whole, and nothing but the records the figures
+need is decoded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+TRACE_ENV = "TORCH_TRACE"
+# The job-private trace directory beside the restore's state file: one home for its path.
+TRACE_SUFFIX = ".torch-trace"
+# Header keys (or artifact names) whose records the figures use; anything else is skipped
+# without decoding.
+WANTED = (
+    b'"compilation_metrics"',
+    b'"bwd_compilation_metrics"',
+    b'"fx_graph_cache_',
+    b'"aotautograd_cache_',
+    b'"dynamo_graph_break_reason"',
+    b'"chromium_event"',  # timed phases; their payload names them (`compile_file`: a C++ build)
+)
+_HEADER = re.compile(rb"^[VIWEC]\d{4} [\d:.]+ +(?P<pid>\d+) [^\]\n]*\] (?P<json>\{.*)$", re.S)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one read of a trace may take; past any of them the rest is left unread."""
+
+    total_bytes: int = 1 << 30  # all files together
+    files: int = 4096
+    records: int = 2_000_000  # header lines seen
+    line_bytes: int = 32 << 20  # one line (a large graph's key components are one JSON line)
+    payload_bytes: int = 64 << 20  # one record's payload
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record the figures use: the process, its header object, its payload text."""
+
+    process: str  # file name: one per process
+    pid: int
+    head: dict[str, Any]
+    payload: str
+
+
+@dataclass
+class ReadNotes:
+    """What a read skipped, and why (all shown with the figures)."""
+
+    files: int = 0
+    bytes: int = 0
+    records: int = 0
+    skipped_lines: int = 0  # over line_bytes, or not valid JSON where a header was expected
+    skipped_payloads: int = 0
+    stopped: list[str] = field(default_factory=list)  # a limit that ended the read
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "files": self.files,
+            "bytes": self.bytes,
+            "records": self.records,
+            "skipped_lines": self.skipped_lines,
+            "skipped_payloads": self.skipped_payloads,
+            "stopped": list(self.stopped),
+        }
+
+
+def job_trace_dir(state_file: Path) -> Path:
+    """The job-private trace directory of the restore that wrote `state_file`."""
+    return state_file.with_name(state_file.name + TRACE_SUFFIX)
+
+
+def job_env(state_file: Path, enabled: bool) -> dict[str, str]:
+    """What restore exports so that every later process of the job writes its trace into the
+    job-private directory: nothing when turned off or when the job set its own TORCH_TRACE
+    (that one is read, not replaced)."""
+    if not enabled or os.environ.get(TRACE_ENV):
+        return {}
+    directory = job_trace_dir(state_file)
+    directory.mkdir(mode=0o700, exist_ok=True)
+    return {TRACE_ENV: str(directory)}
+
+
+def keep_out_of_job_trace() -> None:
+    """The matrix's compiles are not the job's own: verify's workers never write into the
+    job-private trace restore set up (a TORCH_TRACE the job named itself is left as it is)."""
+    if os.environ.get(TRACE_ENV, "").endswith(TRACE_SUFFIX):
+        del os.environ[TRACE_ENV]
+
+
+def trace_files(directory: Path, limits: Limits, notes: ReadNotes) -> list[Path]:
+    """The regular files directly in `directory` (never a symlink), sorted; at most
+    `limits.files`."""
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except OSError:
+        return []
+    files = [Path(e.path) for e in entries if e.is_file(follow_symlinks=False)]
+    if len(files) > limits.files:
+        notes.stopped.append(f"{len(files)} trace files, read the first {limits.files}")
+    return files[: limits.files]
+
+
+def _line(stream: BinaryIO, limit: int, budget: int) -> tuple[bytes, bool, int]:
+    """The next line (b'' at the end), whether it was cut, and the bytes consumed: the rest of
+    an overlong line is read through and dropped, never held, and never past `budget`."""
+    line = stream.readline(limit + 1)
+    if len(line) <= limit or line.endswith(b"\n"):
+        return line, False, len(line)
+    consumed = len(line)
+    while consumed <= budget:
+        more = stream.readline(1 << 20)
+        consumed += len(more)
+        if not more or more.endswith(b"\n"):
+            break
+    return line[:limit], True, consumed
+
+
+def _header(line: bytes) -> tuple[int, dict[str, Any]] | None:
+    if not any(w in line for w in WANTED):
+        return None
+    match = _HEADER.match(line.rstrip(b"\n"))
+    if match is None:
+        return None
+    try:
+        head = json.loads(match["json"])
+    except (ValueError, RecursionError):
+        return None
+    return (int(match["pid"]), head) if isinstance(head, dict) else None
+
+
+def _records_of(path: Path, stream: BinaryIO, limits: Limits, notes: ReadNotes) -> Iterator[Record]:
+    current: tuple[int, dict[str, Any]] | None = None
+    payload: list[bytes] = []
+    size = 0
+    over = False
+    while True:
+        if notes.bytes > limits.total_bytes:
+            notes.stopped.append(f"read {limits.total_bytes} bytes, the limit")
+            break
+        line, cut, consumed = _line(stream, limits.line_bytes, limits.total_bytes - notes.bytes)
+        notes.bytes += consumed
+        if cut:
+            notes.skipped_lines += 1
+            over = over or current is not None
+            continue
+        if line.startswith(b"\t"):
+            if current is not None and not over:
+                size += len(line)
+                over = size > limits.payload_bytes
+                payload.append(line[1:])
+            continue
+        if current is not None:
+            if over:
+                notes.skipped_payloads += 1
+            else:
+                text = b"".join(payload).decode("utf-8", "replace")
+                yield Record(path.name, current[0], current[1], text)
+        if not line:
+            return
+        current, payload, size, over = None, [], 0, False
+        notes.records += 1
+        if notes.records > limits.records:
+            notes.stopped.append(f"read {limits.records} records, the limit")
+            return
+        current = _header(line)
+
+
+def read(directory: Path, limits: Limits | None = None) -> tuple[list[Record], ReadNotes]:
+    """The records the figures use from every process's file in `directory`, and what was
+    skipped; nothing at all when the directory is missing."""
+    limits = limits or Limits()
+    notes = ReadNotes()
+    out: list[Record] = []
+    for path in trace_files(directory, limits, notes):
+        if notes.stopped:
+            break
+        try:
+            with path.open("rb") as stream:
+                notes.files += 1
+                out.extend(_records_of(path, stream, limits, notes))
+        except OSError:
+            continue
+    return out, notes
+
+
+def remove(directory: Path) -> None:
+    """Remove the job-private trace directory once read (never a directory the job named)."""
+    shutil.rmtree(directory, ignore_errors=True)

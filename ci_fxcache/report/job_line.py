@@ -1,0 +1,240 @@
+"""The job's own compiles (`fxcache-stats/1`, ci_fxcache.jobstats) rendered: one line for the
+PR comment and the job summary, the detail, and the scope's history as a mermaid chart and a
+compact table. Every value from the trace goes through the report's escaping."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ci_fxcache.report.render import html_text, md_text, plain
+
+NAMES_SHOWN = 3
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def duration(seconds: float) -> str:
+    """`42 s`, `3.5 min`."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def changed_names(doc: dict[str, Any]) -> list[str]:
+    """The key components named by the job's key-changed misses, most frequent first."""
+    counts: dict[str, int] = {}
+    for miss in doc.get("misses") or []:
+        for change in miss.get("changed") or []:
+            counts[str(change["component"])] = counts.get(str(change["component"]), 0) + 1
+    return sorted(counts, key=lambda n: (-counts[n], n))
+
+
+def _read_nothing(doc: dict[str, Any]) -> bool:
+    return not any(t.get("files") for t in doc.get("trace") or [])
+
+
+def headline(doc: dict[str, Any]) -> str:
+    """The job's line, plain text (escape it where it goes)."""
+    if _read_nothing(doc):
+        return "your job: no trace of its compiles (TORCH_TRACE was off, or nothing compiled)"
+    graphs, hits = int(doc.get("graphs") or 0), int((doc.get("fxgraph") or {}).get("hit") or 0)
+    if graphs == 0:
+        return "your job: torch.compile built no Inductor graph"
+    parts = [f"your job: {hits} of {_n(graphs, 'graph')} from the cache"]
+    causes = doc.get("miss_causes") or {}
+    if causes.get("key changed"):
+        names = changed_names(doc)
+        more = f" (+{len(names) - NAMES_SHOWN})" if len(names) > NAMES_SHOWN else ""
+        shown = ", ".join(names[:NAMES_SHOWN]) + more
+        parts.append(f"{causes['key changed']} key changed" + (f": {shown}" if shown else ""))
+    if causes.get("new graph"):
+        parts.append(_n(int(causes["new graph"]), "new graph"))
+    if causes.get("entry gone"):
+        gone = int(causes["entry gone"])
+        parts.append(f"{gone} {'entry' if gone == 1 else 'entries'} gone")
+    bypass = int((doc.get("fxgraph") or {}).get("bypass") or 0)
+    if bypass:
+        parts.append(f"{bypass} bypassed")
+    recompiles = int((doc.get("recompiles") or {}).get("count") or 0)
+    if recompiles:
+        parts.append(_n(recompiles, "recompile"))
+    line = ", ".join(parts)
+    saved = float(doc.get("saved_s") or 0)
+    if saved >= 1:
+        line += f"; the cache saved about {duration(saved)} of compile"
+    return line
+
+
+def _reasons(title: str, block: dict[str, Any]) -> list[str]:
+    if not block.get("count"):
+        return []
+    lines = [f"**{md_text(title)}: {int(block['count'])}**", ""]
+    lines += [f"- {int(r['count'])}× {md_text(r['reason'])}" for r in block.get("reasons") or []]
+    return [*lines, ""]
+
+
+def _miss_row(miss: dict[str, Any]) -> str:
+    changes = "; ".join(
+        f"{c['component']} {c['was']} -> {c['now']}" for c in miss.get("changed") or []
+    )
+    more = int(miss.get("changed_count") or 0) - len(miss.get("changed") or [])
+    if more > 0:
+        changes += f" (+{more} more)"
+    return f"| {md_text(miss['cause'])} | {md_text(miss['key'])} | {md_text(changes or '-')} |"
+
+
+def detail(doc: dict[str, Any], misses_shown: int = 50) -> str:
+    """The job's figures as markdown (the first `misses_shown` misses)."""
+    fx, aot = doc.get("fxgraph") or {}, doc.get("aotautograd") or {}
+    lines = [
+        "| | hits | misses | bypasses |",
+        "|---|--:|--:|--:|",
+        f"| FX graph | {fx.get('hit', 0)} | {fx.get('miss', 0)} | {fx.get('bypass', 0)} |",
+        f"| AOTAutograd | {aot.get('hit', 0)} | {aot.get('miss', 0)} | {aot.get('bypass', 0)} |",
+        "",
+        f"{int(doc.get('frames') or 0)} frames compiled in {int(doc.get('processes') or 0)} "
+        f"process(es), {int(doc.get('cpp_builds') or 0)} C++ builds; "
+        f"compile {duration(float(doc.get('compile_s') or 0))}, "
+        f"saved about {duration(float(doc.get('saved_s') or 0))}",
+        "",
+    ]
+    misses = doc.get("misses") or []
+    if misses:
+        lines += ["| miss | key | what changed (was -> now) |", "|---|---|---|"]
+        lines += [_miss_row(m) for m in misses[:misses_shown]]
+        if len(misses) > misses_shown:
+            lines.append(f"| … {len(misses) - misses_shown} more | | |")
+        lines.append("")
+    bypass = {
+        "count": fx.get("bypass", 0) + aot.get("bypass", 0),
+        "reasons": doc.get("bypass_reasons"),
+    }
+    lines += _reasons("bypassed", bypass)
+    lines += _reasons("recompiles", doc.get("recompiles") or {})
+    lines += _reasons("graph breaks", doc.get("graph_breaks") or {})
+    lines += _reasons("failed compiles", doc.get("failures") or {})
+    skipped = [t for t in doc.get("trace") or [] if t.get("stopped") or t.get("skipped_lines")]
+    for t in skipped:
+        why = "; ".join(t.get("stopped") or []) or f"{t['skipped_lines']} overlong line(s) skipped"
+        lines += [f"trace read with limits: {md_text(why)}", ""]
+    return "\n".join(lines)
+
+
+def _mermaid_label(value: Any) -> str:
+    return "".join(ch if ch.isalnum() or ch in " -:." else "'" for ch in plain(value))
+
+
+def history(rows: list[dict[str, Any]]) -> str:
+    """The scope's last runs: a mermaid chart (hit rate) and a compact table."""
+    if not rows:
+        return ""
+    rates = [_rate(r) for r in rows]
+    labels = ", ".join(f'"{_mermaid_label(str(r["at"])[5:16])}"' for r in rows)
+    chart = [
+        "```mermaid",
+        "xychart-beta",
+        f'    title "FX graphs from the cache, last {len(rows)} runs (%)"',
+        f"    x-axis [{labels}]",
+        '    y-axis "hit rate (%)" 0 --> 100',
+        f"    bar [{', '.join(map(str, rates))}]",
+        "```",
+        "",
+    ]
+    table = [
+        "| run (UTC) | hit rate | new graph | key changed | entry gone | compile | saved |",
+        "|---|--:|--:|--:|--:|--:|--:|",
+    ]
+    for r, rate in zip(rows, rates, strict=True):
+        m = r.get("misses") or {}
+        table.append(
+            f"| {md_text(r['at'])} | {rate} % | {m.get('new graph', 0)} | "
+            f"{m.get('key changed', 0)} | {m.get('entry gone', 0)} | "
+            f"{duration(float(r['compile_s']))} | {duration(float(r['saved_s']))} |"
+        )
+    return "\n".join([*chart, *table, ""])
+
+
+def summary(doc: dict[str, Any]) -> str:
+    """The job summary's section: the line, the detail collapsed, the history."""
+    return "\n".join(
+        [
+            f"**{md_text(headline(doc))}**",
+            "",
+            f"<details><summary>{html_text('detail of the job')}</summary>",
+            "",
+            detail(doc),
+            "</details>",
+            "",
+            history(doc.get("history") or []),
+        ]
+    )
+
+
+def text(doc: dict[str, Any]) -> str:
+    """For the terminal: the line, the counts, each miss with its cause (plain, one line each)."""
+    fx, aot = doc.get("fxgraph") or {}, doc.get("aotautograd") or {}
+    lines = [
+        plain(headline(doc)),
+        f"  FX graph: {fx.get('hit', 0)} hit, {fx.get('miss', 0)} miss, "
+        f"{fx.get('bypass', 0)} bypass; AOTAutograd: {aot.get('hit', 0)} hit, "
+        f"{aot.get('miss', 0)} miss, {aot.get('bypass', 0)} bypass",
+        f"  {int(doc.get('frames') or 0)} frames, {int(doc.get('processes') or 0)} process(es), "
+        f"{int(doc.get('cpp_builds') or 0)} C++ builds, "
+        f"compile {duration(float(doc.get('compile_s') or 0))}, "
+        f"saved about {duration(float(doc.get('saved_s') or 0))}",
+    ]
+    for miss in doc.get("misses") or []:
+        changes = "; ".join(
+            f"{c['component']} {c['was']} -> {c['now']}" for c in miss.get("changed") or []
+        )
+        lines.append(
+            plain(f"  miss {miss['key']}: {miss['cause']}" + (f": {changes}" if changes else ""))
+        )
+    for title in ("recompiles", "graph_breaks", "failures"):
+        for r in (doc.get(title) or {}).get("reasons") or []:
+            lines.append(plain(f"  {title.replace('_', ' ')}: {r['count']}x {r['reason']}"))
+    for r in doc.get("bypass_reasons") or []:
+        lines.append(plain(f"  bypassed: {r['count']}x {r['reason']}"))
+    return "\n".join(lines) + "\n" + history_text(doc.get("history") or [])
+
+
+def _rate(row: dict[str, Any]) -> int:
+    return round(100 * row["hits"] / row["graphs"]) if row["graphs"] else 0
+
+
+def history_text(rows: list[dict[str, Any]]) -> str:
+    """The scope's last runs for the terminal, one line each."""
+    lines = [f"history (last {len(rows)} runs of the scope):"] if rows else ["no history yet"]
+    for row in rows:
+        m = row.get("misses") or {}
+        lines.append(
+            plain(
+                f"  {row['at']}  {_rate(row):3d} % of {row['graphs']} graphs; misses: "
+                f"{m.get('new graph', 0)} new, {m.get('key changed', 0)} key changed, "
+                f"{m.get('entry gone', 0)} gone; compile {duration(float(row['compile_s']))}, "
+                f"saved {duration(float(row['saved_s']))}"
+            )
+        )
+    return "\n".join(lines) + "\n"
+
+
+COMMENT_MISSES = 10
+
+
+def under_status(body: str, doc: dict[str, Any]) -> str:
+    """A rendered PR comment with the job's line under its status line (the first) and the
+    job's detail collapsed; the body unchanged when the figures cannot be rendered."""
+    try:
+        section = [
+            f"**{md_text(headline(doc))}**",
+            "",
+            f"<details><summary>{html_text('your job: detail')}</summary>",
+            "",
+            detail(doc, COMMENT_MISSES),
+            "</details>",
+            "",
+        ]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return body
+    status, _, rest = body.partition("\n")
+    return "\n".join([status, "", *section]) + rest

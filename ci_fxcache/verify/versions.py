@@ -1,0 +1,107 @@
+"""One reference per version of a workload: which one a hot-only run judges a combination by.
+
+A combination's cold phase records its reference (and artifacts, and verdict) in
+`<cache dir>/<combo id>/`. When the workload changes (its identity: worker/identity.py) that
+reference no longer judges it: the combination compiles cold again, and where the store has
+committed the old files (a job never deletes them) the new version goes to
+`<combo id>/versions/<created>-<random>/`, beside the old one, so a later run finds it (and a
+run of the old model, on another branch, still finds its own). A hot-only run asks the worker
+which of the recorded versions, newest first, the workload still matches.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+from ci_fxcache import timestamps
+from ci_fxcache.store import manifest
+
+REFERENCE = "reference.json"
+REFERENCE_TENSORS = "reference.pt"
+VERSIONS = "versions"
+# The versions a run compares a workload with: each costs a read of its reference.json (and,
+# when only the eager outputs differ, of its reference.pt). Older ones stay until the scope is
+# invalidated, and are never matched.
+MAX_COMPARED = 8
+CHANGED_TEXT = "the model changed since the recorded reference ({why})"
+REVERIFIED = "verified cold and hot again"
+GRAPH_WHY = "the graph torch traced differs from the recorded one"
+
+
+def has_reference(directory: Path) -> bool:
+    """Whether a cold phase recorded a reference in `directory`."""
+    return (directory / REFERENCE).is_file() and (directory / REFERENCE_TENSORS).is_file()
+
+
+def _created(directory: Path) -> str:
+    try:
+        return str(json.loads((directory / REFERENCE).read_text()).get("created_at") or "")
+    except (OSError, ValueError, AttributeError):
+        return ""
+
+
+def recorded(base: Path) -> list[Path]:
+    """The directories holding a recorded reference of the combination whose directory is
+    `base`: `base` itself and its versions, newest first (at most `MAX_COMPARED`)."""
+    found = [base] if has_reference(base) else []
+    versions = base / VERSIONS
+    if versions.is_dir():
+        found += [d for d in versions.iterdir() if d.is_dir() and has_reference(d)]
+    found.sort(key=lambda d: (_created(d), d.name), reverse=True)
+    return found[:MAX_COMPARED]
+
+
+def identity(directory: Path) -> dict[str, Any] | None:
+    """The workload identity the reference in `directory` was recorded for (None: none)."""
+    try:
+        found = json.loads((directory / REFERENCE).read_text())["cold_result"]["identity"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def fresh(base: Path) -> Path:
+    """Where a new version of the combination whose directory is `base` is recorded: `base`
+    itself unless it holds files the store committed, else a new directory under its versions."""
+    if not base.exists() or not manifest.holds_committed_files(base):
+        return base
+    stamp = timestamps.utc_now().replace(":", "").replace("-", "")
+    return base / VERSIONS / f"{stamp}-{uuid.uuid4().hex[:8]}"
+
+
+def changed_text(why: str) -> str:
+    """What changed, as the report and the progress line say it."""
+    return CHANGED_TEXT.format(why=why)
+
+
+def changed_note_text(why: str) -> str:
+    """The note of a combination whose workload changed and was verified again."""
+    return f"{changed_text(why)}: {REVERIFIED}"
+
+
+def _graphs(result: dict[str, Any]) -> dict[str, set[str]]:
+    """The traced-graph (`gm`) hashes of a phase's cache lookups, by cache."""
+    graphs: dict[str, set[str]] = {}
+    for lookup in (result.get("keyinfo") or {}).get("lookups") or []:
+        gm = (lookup.get("components") or {}).get("gm") if isinstance(lookup, dict) else None
+        if isinstance(gm, list) and gm and isinstance(gm[0], str):
+            graphs.setdefault(str(lookup.get("cache")), set()).add(gm[0])
+    return graphs
+
+
+def graph_changed(cold_result: dict[str, Any], hot_result: dict[str, Any]) -> bool:
+    """Whether the hot phase traced a graph the recorded cold phase never did: a lookup that
+    missed whose `gm` (the traced graph) is not among the cold phase's of the same cache.
+    A hit proves its graph the same; a phase without lookups (a loaded artifact) says nothing."""
+    cold = _graphs(cold_result)
+    for lookup in (hot_result.get("keyinfo") or {}).get("lookups") or []:
+        if not isinstance(lookup, dict) or lookup.get("state") == "hit":
+            continue
+        gm = (lookup.get("components") or {}).get("gm")
+        seen = cold.get(str(lookup.get("cache")))
+        if isinstance(gm, list) and gm and seen and gm[0] not in seen:
+            return True
+    return False

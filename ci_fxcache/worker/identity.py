@@ -1,0 +1,212 @@
+"""A workload's identity: what must be unchanged for a recorded reference to judge it.
+
+A hot-only run compares the hot load with the outputs its cold phase recorded. That is only
+right while the workload is the one the reference was recorded for; a pull request that edits
+the model would otherwise be judged against the old model's outputs (a false `unsafe`).
+The identity holds, each as a sha256:
+
+- `source`: the bytes of every module the workload imported from outside the interpreter's
+  installation (the user's package, a module it imports; fxcache's own `workloads.py` for a
+  built-in workload): an edited line changes it, whatever it does to the numbers;
+- `libraries`: the name and version of each installed distribution the workload's own modules
+  use (a transformers upgrade), and of the workload's package where it is installed;
+- `state`, `inputs`: the factory's initial weights and buffers, and its inputs (with the second
+  input shape where the combination is dynamic), names, dtypes, shapes and bits;
+- `eager`: the outputs (and gradients when training) of one eager step on them, from the
+  seed every phase uses: what the workload computes, whatever the source says (a C extension,
+  a data file the factory reads, an environment variable it honours).
+
+The first four must be equal. Eager outputs match when bitwise equal or, where they are not,
+close within the dtype's tolerance: an eager reduction's last bits can differ between two
+processes (nondeterministic GPU kernels; a first call under load on some CPUs), while an edit
+that matters moves them further or shows in the source. The graph torch traces is compared
+after the hot phase (`ci_fxcache.verify.identity.graph_changed`).
+
+The cold phase records the identity of its warm-up step (no extra work: that step is its eager
+reference); the `identity` request computes it for a workload now, in a fresh process like a
+phase's, and says which recorded reference, if any, it matches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import site
+import sys
+import sysconfig
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from . import workloads
+from .accuracy import compare
+
+EXACT = ("source", "libraries", "state", "inputs")
+# What each exact part's change means, in the words of the report's line.
+CHANGED = {
+    "source": "its source changed",
+    "libraries": "a library it imports changed version",
+    "state": "its initial weights changed",
+    "inputs": "its inputs changed",
+}
+_WORKER = Path(__file__).resolve().parent
+
+
+class Modules:
+    """The modules a workload imports: those that appear after `start()` in this process."""
+
+    def __init__(self) -> None:
+        self.before = set(sys.modules)
+
+    def imported(self) -> list[tuple[str, Any]]:
+        return sorted((n, m) for n, m in list(sys.modules.items()) if n not in self.before)
+
+
+@cache
+def _installed_roots() -> tuple[str, ...]:
+    """Where the interpreter's standard library and installed distributions live."""
+    paths = set(site.getsitepackages()) | {site.getusersitepackages()}
+    paths |= {p for k, p in sysconfig.get_paths().items() if "lib" in k or "include" in k}
+    return tuple(sorted({os.path.realpath(p) + os.sep for p in paths if p}))
+
+
+def _module_file(module: Any) -> str | None:
+    path = getattr(module, "__file__", None)
+    if not isinstance(path, str) or not os.path.isfile(path):
+        return None
+    return os.path.realpath(path)
+
+
+def _own(path: str) -> bool:
+    """Whether a module file is the workload's own code (not installed, not fxcache's worker)."""
+    return not path.startswith(_installed_roots()) and not path.startswith(str(_WORKER) + os.sep)
+
+
+def own_modules(workload: str, imported: list[tuple[str, Any]]) -> list[tuple[str, Any, str]]:
+    """The workload's own modules among `imported` (name, module, file), in name order: those
+    whose file lies outside the interpreter's installation and fxcache's worker, and
+    fxcache's `workloads.py` for a built-in workload."""
+    found = [(n, m, f) for n, m in imported if (f := _module_file(m)) is not None and _own(f)]
+    if workload in workloads.BUILTINS:
+        found.append((workloads.__name__, workloads, os.path.realpath(workloads.__file__)))
+    return sorted(found, key=lambda item: item[0])
+
+
+def source_digest(own: list[tuple[str, Any, str]]) -> str:
+    """sha256 over the names and bytes of the workload's own modules (`own_modules`)."""
+    digest = hashlib.sha256()
+    for name, _, path in own:
+        digest.update(f"{name}\0{os.path.getsize(path)}\0".encode())
+        with open(path, "rb") as stream:
+            for block in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+@cache
+def _distributions() -> dict[str, list[str]]:
+    return dict(importlib.metadata.packages_distributions())
+
+
+def _referenced(module: Any) -> set[str]:
+    """The top-level packages a module's globals come from (`import transformers`, `from
+    transformers import AutoModel`)."""
+    tops = set()
+    for value in list(vars(module).values()):
+        try:
+            name = value.__name__ if isinstance(value, ModuleType) else value.__module__
+        except Exception:  # an object whose attribute access raises, or has none
+            continue
+        if isinstance(name, str) and name:
+            tops.add(name.partition(".")[0])
+    return tops
+
+
+def libraries_digest(workload: str, own: list[tuple[str, Any, str]]) -> str:
+    """sha256 over `name==version` of the installed distributions the workload's own modules
+    use (their globals' packages), and of the workload's own package where it is installed.
+    Read from the code, not from what happens to be imported in the process: a phase imports
+    more (its mechanism's setup) than the identity check."""
+    tops = {workload.partition(":")[0].partition(".")[0]}
+    for _, module, _ in own:
+        tops |= _referenced(module)
+    pairs: set[str] = set()
+    for top in tops:
+        for dist in _distributions().get(top, []):
+            try:
+                pairs.add(f"{dist}=={importlib.metadata.version(dist)}")
+            except importlib.metadata.PackageNotFoundError:
+                continue
+    return hashlib.sha256("\n".join(sorted(pairs)).encode()).hexdigest()
+
+
+def tensors_digest(named: list[tuple[str, Any]]) -> str:
+    """sha256 over each item's name, and a tensor's dtype, shape and bits (anything else: its
+    type and repr, as a factory may pass a flag or a size beside its tensors)."""
+    digest = hashlib.sha256()
+    for name, value in named:
+        digest.update(f"{name}\0".encode())
+        if isinstance(value, torch.Tensor):
+            t = value.detach().cpu().contiguous()
+            digest.update(f"{t.dtype}{list(t.shape)}\0".encode())
+            digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        else:
+            digest.update(f"{type(value).__name__}:{value!r}\0".encode())
+    return digest.hexdigest()
+
+
+def of(
+    workload: str,
+    modules: Modules,
+    state: dict[str, Any] | None,
+    inputs: tuple[Any, ...],
+    second: tuple[Any, ...] | None,
+    eager: list[torch.Tensor],
+) -> dict[str, str]:
+    """The identity of a workload built and stepped since `modules` was started."""
+    own = own_modules(workload, modules.imported())
+    return {
+        "source": source_digest(own),
+        "libraries": libraries_digest(workload, own),
+        "state": tensors_digest(sorted((state or {}).items())),
+        "inputs": tensors_digest(
+            [(f"input {i}", t) for i, t in enumerate(inputs)]
+            + [(f"second input {i}", t) for i, t in enumerate(second or ())]
+        ),
+        "eager": tensors_digest([(f"tensor {i}", t) for i, t in enumerate(eager)]),
+    }
+
+
+def exact_change(recorded: Any, current: dict[str, str]) -> str | None:
+    """What changed among the exact parts (`EXACT`), in a few words; None when nothing did."""
+    if not isinstance(recorded, dict) or not all(isinstance(recorded.get(k), str) for k in EXACT):
+        return "the reference records no workload identity (recorded by an older fxcache)"
+    changed = [CHANGED[k] for k in EXACT if recorded[k] != current[k]]
+    return ", ".join(changed) or None
+
+
+def eager_change(
+    recorded_eager: Any, eager_runs: list[list[torch.Tensor]], tol: dict[str, float]
+) -> str | None:
+    """None when one of this process's eager steps is bitwise equal to the recorded one, or
+    close within the dtype tolerance (see the module's docstring); else what changed."""
+    if not isinstance(recorded_eager, list):
+        return "its eager outputs changed (the reference holds none to compare with)"
+    worst: Any = None
+    for run in eager_runs:
+        check = compare(run, recorded_eager, tol)
+        if check["bitwise"] or check["close"]:
+            return None
+        worst = check["max_abs_err"]
+    return f"its eager outputs changed (max abs err {worst})"
+
+
+def build_error(exc: Exception) -> str:
+    """The reason an identity could not be computed (the cold phase will show the same)."""
+    if isinstance(exc, workloads.WorkloadError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"[:300]

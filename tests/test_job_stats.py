@@ -1,0 +1,384 @@
+"""The job's own compiles, observed (ci_fxcache/jobstats, `fxcache stats`): real torch compiles
+in fresh processes between `fxcache restore` and `fxcache save`, as a CI job runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ci_fxcache.jobstats import causes
+
+JOB = """
+import sys, torch
+import torch._inductor.config as inductor_config
+if "nofuse" in sys.argv:
+    inductor_config.epilogue_fusion = False
+def f(x, y):
+    return (x.sin() @ y).relu()
+def g(x, y):
+    return x.cos() @ y + 1
+fn = g if "other" in sys.argv else f
+x = torch.randn(32, 32, requires_grad=True)
+torch.compile(fn)(x, torch.randn(32, 32)).sum().backward()
+"""
+
+
+class Job:
+    """One CI job: restore (its export lines applied), steps, stats, save."""
+
+    def __init__(self, tmp: Path, name: str, extra_env: dict[str, str] | None = None) -> None:
+        self.state = tmp / f"{name}.state.json"
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("GITHUB_", "FXCACHE_", "TORCH"))
+        }
+        self.env.update({"FXCACHE_ROOT": str(tmp / "root"), **(extra_env or {})})
+        tmp.mkdir(parents=True, exist_ok=True)
+        self.script = tmp / "job.py"
+        self.script.write_text(JOB, encoding="utf-8")
+
+    def fxcache(self, *args: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "ci_fxcache", *args],
+            capture_output=True, text=True, env=self.env, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done
+
+    def restore(self, *flags: str) -> str:
+        out = self.fxcache(
+            "restore", "--python", sys.executable, "--state-file", str(self.state), *flags
+        ).stdout
+        for line in out.splitlines():
+            if line.startswith("export "):
+                name, _, value = line.removeprefix("export ").partition("=")
+                self.env[name] = value.strip("'")
+        return out
+
+    def step(self, *args: str) -> None:
+        subprocess.run([sys.executable, str(self.script), *args], env=self.env, check=True,
+                       capture_output=True)  # fmt: skip
+
+    def stats(self) -> dict[str, Any]:
+        return json.loads(self.fxcache("stats", "--state-file", str(self.state), "--json").stdout)
+
+    def save(self) -> str:
+        return self.fxcache("save", "--state-file", str(self.state)).stdout
+
+
+@pytest.mark.slow
+def test_a_job_run_again_hits_then_names_the_changed_inductor_setting(tmp_path: Path) -> None:
+    first = Job(tmp_path, "first")
+    assert "TORCH_TRACE" in first.restore()
+    first.step()
+    seen = first.stats()
+    assert seen["fxgraph"]["miss"] == 2 and seen["miss_causes"]["new graph"] == 2
+    assert "2 new graphs" in first.save()
+    trace_dir = Path(first.env["TORCH_TRACE"])
+    assert not trace_dir.exists(), "the job-private trace is removed once read"
+    assert first.stats()["miss_causes"]["new graph"] == 2, "kept after the save"
+
+    second = Job(tmp_path, "second")
+    second.restore()
+    second.step()
+    hit = second.stats()
+    assert hit["fxgraph"] == {"hit": 2, "miss": 0, "bypass": 0}
+    assert hit["aotautograd"]["hit"] == 1
+    assert hit["saved_s"] > 0
+    assert hit["cpp_builds"] < seen["cpp_builds"], "the hot load builds (almost) no C++"
+    assert "2 of 2 graphs from the cache" in second.save()
+
+    third = Job(tmp_path, "third")
+    third.restore()
+    third.step("nofuse")  # one Inductor setting changed
+    third.step("other")  # and a graph the scope never saw
+    changed = third.stats()
+    assert changed["processes"] == 2
+    by_cause = {m["cause"]: m for m in changed["misses"]}
+    assert changed["miss_causes"] == {"new graph": 2, "key changed": 2, "entry gone": 0}
+    names = [c["component"] for c in by_cause["key changed"]["changed"]]
+    assert names == ["inductor_config[epilogue_fusion]"]
+    assert by_cause["key changed"]["changed"][0]["was"] == "True"
+    assert by_cause["key changed"]["changed"][0]["now"] == "False"
+    assert "key changed: inductor_config[epilogue_fusion]" in third.save()
+    history = third.stats()["history"]
+    assert [row["hits"] for row in history] == [0, 2, 0]
+
+
+@pytest.mark.slow
+def test_every_process_of_one_job_counts(tmp_path: Path) -> None:
+    job = Job(tmp_path, "job")
+    job.restore()
+    job.step()  # step 1 compiles cold
+    job.step()  # step 2, a new process, loads what step 1 saved
+    seen = job.stats()
+    assert seen["processes"] == 2
+    assert seen["fxgraph"] == {"hit": 2, "miss": 2, "bypass": 0}
+    assert seen["miss_causes"]["new graph"] == 2
+    # fx_kwargs[get_decomp_fn] differs between the two processes: never named anywhere
+    assert "get_decomp_fn" not in json.dumps(seen)
+
+
+def test_a_trace_the_job_set_itself_is_read_not_replaced_nor_removed(tmp_path: Path) -> None:
+    own = tmp_path / "my-trace"
+    own.mkdir()
+    (own / "kept.log").write_text("not a trace\n", encoding="utf-8")
+    job = Job(tmp_path, "own", {"TORCH_TRACE": str(own)})
+    assert "TORCH_TRACE" not in job.restore()
+    assert job.stats()["trace"][-1]["dir"] == str(own)
+    job.save()
+    assert (own / "kept.log").is_file()
+
+
+def test_no_job_trace_turns_it_off(tmp_path: Path) -> None:
+    job = Job(tmp_path, "off")
+    assert "TORCH_TRACE" not in job.restore("--no-job-trace")
+    assert "no trace of its compiles" in job.save()
+
+
+def test_process_specific_components_are_never_a_cause() -> None:
+    a = {"fx_kwargs[get_decomp_fn]": ["aaa", "<function f at 0x7f00>"], "x": ["1", "1"]}
+    b = {"fx_kwargs[get_decomp_fn]": ["bbb", "<function f at 0x7f11>"], "x": ["2", "2"]}
+    assert causes.differing(a, b) == ["x"]
+    c = {**a, "other": ["h1", "<object at 0xdead>"]}
+    d = {**a, "other": ["h2", "<object at 0xbeef>"]}
+    assert causes.differing(c, d) == []
+
+
+def test_a_miss_on_a_key_the_scope_recorded_is_an_entry_gone() -> None:
+    comps = {"gm": ["g1", "graph"], "inductor_config[x]": ["h", "1"]}
+    recorded = {"fkey": {"graph": "gm:g1", "cold_ns": 5, "components": comps}}
+    lookup = {"cache": "fxgraph", "state": "miss", "key": "fkey", "components": comps,
+              "process": "p", "cold_ns": 0}  # fmt: skip
+    assert causes.explain([lookup], recorded)[0]["cause"] == causes.ENTRY_GONE
+    assert causes.explain([lookup], {})[0]["cause"] == causes.NEW_GRAPH
+
+
+def _header(name: str, pid: int = 7) -> str:
+    head = {"artifact": {"name": name, "encoding": "json"}, "frame_id": 0, "frame_compile_id": 0}
+    return f"V1204 20:59:36.331000 {pid} torch/x.py:1] {json.dumps(head)}\n"
+
+
+def _lookup(state: str, key: str, components: list[str]) -> str:
+    payload = {"key": key, "components": components, "time_taken_ns": 10**9}
+    return _header(f"fx_graph_cache_{state}") + "\t" + json.dumps(payload) + "\n"
+
+
+MARKUP = "<img src=x onerror=alert(1)> @octocat #1 ::set-output name=x::y [a](http://e.vil) `c`"
+
+
+def test_a_hostile_trace_is_bounded_and_escaped(tmp_path: Path) -> None:
+    from ci_fxcache.jobstats import count, history, records, trace
+    from ci_fxcache.report import job_line
+
+    d = tmp_path / "trace"
+    d.mkdir()
+    evil = [f"[h1] gm: {MARKUP}", f"[h2] inductor_config[{MARKUP}]: {MARKUP}"]
+    other = [f"[h1] gm: {MARKUP}", f"[h3] inductor_config[{MARKUP}]: x"]
+    with (d / "a.log").open("w", encoding="utf-8") as out:
+        out.write(_lookup("miss", "k1", evil))
+        out.write('V1204 garbage ] {not json\n\t{"key": \n')  # malformed header and payload
+        out.write("\x00\xff binary \x1b[31m\n")
+        out.write(_header("fx_graph_cache_miss") + "\t" + "x" * 5000 + "\n")  # overlong line
+        out.write(_lookup("miss", "k2", other))
+        out.write(_header("dynamo_graph_break_reason") + f"\tGraph Break Reason: {MARKUP}\n")
+        for _ in range(2000):  # many records past the limit
+            out.write(_lookup("hit", "k1", evil))
+    (d / "link.log").symlink_to("/etc/passwd")  # never followed
+    limits = trace.Limits(total_bytes=1 << 20, records=500, line_bytes=4096, payload_bytes=4096)
+    got, notes = trace.read(d, limits)
+    assert notes.files == 1 and notes.skipped_lines >= 1
+    assert notes.stopped == ["read 500 records, the limit"]
+    found = count.lookups(got)
+    assert len(found) < 500
+    misses = causes.explain(found, {})
+    assert [m["cause"] for m in misses[:2]] == ["new graph", "key changed"]
+    doc = {
+        "trace": [{"files": 1, **notes.to_dict()}],
+        **count.figures(got, found),
+        "miss_causes": causes.by_cause(misses),
+        "misses": misses,
+        "saved_s": 0.0,
+        "history": [history.row({"at": MARKUP, "graphs": 3})],
+    }
+    markdown = job_line.summary(doc)
+    for raw in ("<img", "@octocat", "#1 ", "[a](", "`c`"):
+        assert raw not in markdown, raw
+    assert "&lt;img" in markdown
+    assert "\x1b" not in job_line.text(doc)
+    # a record file the scope holds is read field by field: nothing but the schema's types
+    junk = {"schema": records.SCHEMA, "common": {"a": [1, 2]}, "entries": {"k": {"own": "x"}}}
+    assert records.decode(junk) == {"k": {"graph": "None", "cold_ns": 0, "components": {}}}
+    assert records.decode([1, 2]) == {}
+
+
+def test_a_huge_trace_is_read_to_its_byte_limit_only(tmp_path: Path) -> None:
+    from ci_fxcache.jobstats import trace
+
+    d = tmp_path / "trace"
+    d.mkdir()
+    line = _lookup("hit", "k", ["[h] gm: x"])
+    (d / "big.log").write_text(line * ((8 << 20) // len(line)), encoding="utf-8")
+    got, notes = trace.read(d, trace.Limits(total_bytes=1 << 20))
+    assert notes.stopped == [f"read {1 << 20} bytes, the limit"]
+    assert notes.bytes <= (1 << 20) + len(line)
+    assert 0 < len(got) < (8 << 20) // len(line)
+
+
+def test_a_run_that_may_not_write_records_nothing(tmp_path: Path) -> None:
+    from ci_fxcache.jobstats import history
+
+    reader = Job(tmp_path, "reader")
+    reader.restore("--read-only")
+    assert "not saved" in reader.save()
+    assert not (tmp_path / "root" / history.LOCAL_DIR).exists()
+    assert reader.stats()["recorded"] is False
+
+    writer = Job(tmp_path, "writer")
+    writer.restore()
+    writer.save()  # compiled nothing: a history row, and no file added to the scope
+    key = writer.stats()["scope_key"]
+    assert len(json.loads(history.local_file(tmp_path / "root", key).read_text())) == 1
+    assert not list((tmp_path / "root").glob("*/inductor/fxcache-jobs/*"))
+
+
+def _figures(tmp_path: Path) -> Path:
+    """A job's figures as `fxcache stats --json` writes them, with markup in a changed value."""
+    doc = {
+        "schema": "fxcache-stats/1",
+        "trace": [{"files": 2}],
+        "graphs": 38,
+        "fxgraph": {"hit": 35, "miss": 3, "bypass": 0},
+        "aotautograd": {"hit": 17, "miss": 2, "bypass": 0},
+        "miss_causes": {"new graph": 2, "key changed": 1, "entry gone": 0},
+        "misses": [
+            {"key": "fabc", "cause": "key changed", "changed": [
+                {"component": "inductor_config[epilogue_fusion]", "was": "True", "now": MARKUP}
+            ]},
+            *({"key": f"f{i}", "cause": "new graph", "changed": []} for i in range(30)),
+        ],
+        "saved_s": 150.0,
+        "history": [],
+    }  # fmt: skip
+    path = tmp_path / "stats.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+def test_the_pr_comment_gets_the_job_line_under_its_status(
+    fake_github: Any, run_fxcache: Any, tmp_path: Path
+) -> None:
+    from ci_fxcache.report import pr_comment
+    from tests.test_comment import PR, RESULTS, _env
+
+    fake_github.add_pull(PR)
+    env = _env(fake_github, tmp_path)
+    done = run_fxcache("comment", RESULTS, "--job-stats", str(_figures(tmp_path)), env=env)
+    assert done.returncode == 0, done.stderr
+    (body,) = [str(c["body"]) for c in fake_github.comments[PR]]
+    assert pr_comment.is_ours(body, "fxcache")
+    lines = body.splitlines()
+    status = next(i for i, line in enumerate(lines) if line.startswith("### fxcache:"))
+    assert lines[status + 2] == (
+        "**your job: 35 of 38 graphs from the cache, 1 key changed: "
+        "inductor\\_config\\[epilogue\\_fusion\\], 2 new graphs; the cache saved about 2.5 min "
+        "of compile**"
+    )
+    assert "<details><summary>your job: detail</summary>" in body
+    assert "<img" not in body and "… 21 more" in body  # ten misses shown, the rest counted
+
+
+@pytest.mark.slow
+def test_the_history_survives_a_restore_on_an_empty_runner_from_s3(
+    tmp_path: Path, seaweed: Any
+) -> None:
+    import uuid
+
+    name = f"t-{uuid.uuid4().hex[:16]}"
+    seaweed.make_bucket(name)
+    s3 = {**seaweed.env(), "FXCACHE_S3_URL": f"s3://{name}/ci"}
+    first = Job(tmp_path / "a", "first", s3)
+    first.restore("--store", "s3")
+    first.step()
+    assert "published to" in first.save()
+    row = first.stats()["history"][-1]
+    assert row["graphs"] == 2 and row["id"] != "current"
+
+    empty = Job(tmp_path / "b", "second", s3)  # another runner: its own, empty store root
+    assert not (tmp_path / "b" / "root").exists()
+    empty.restore("--store", "s3")
+    history = empty.stats()["history"]
+    assert [r["id"] for r in history] == [row["id"], "current"]
+    assert history[0]["misses"]["new graph"] == 2
+
+
+@pytest.mark.slow
+def test_the_matrix_compiles_are_not_the_jobs_own(tmp_path: Path) -> None:
+    job = Job(tmp_path, "verify")
+    job.restore()
+    job.fxcache(
+        "verify", "--python", sys.executable, "--dtypes", "float32", "--dynamic", "false",
+        "--mechanisms", "fxgraph", "--training", "false",
+    )  # fmt: skip
+    assert job.stats()["graphs"] == 0
+
+
+def test_without_a_state_file_stats_shows_the_scopes_history(tmp_path: Path) -> None:
+    from ci_fxcache.jobstats import history
+
+    job = Job(tmp_path, "job")
+    job.restore()
+    job.save()
+    rows = json.loads(history.local_file(tmp_path / "root", job.stats()["scope_key"]).read_text())
+    job.env.pop("FXCACHE_STATE_FILE")
+    shown = json.loads(job.fxcache("stats", "--python", sys.executable, "--json").stdout)
+    assert shown["history"] == rows
+    text = job.fxcache("stats", "--python", sys.executable).stdout
+    assert "history (last 1 runs of the scope):" in text
+    job.env["FXCACHE_ROOT"] = str(tmp_path / "elsewhere")
+    done = subprocess.run(
+        [sys.executable, "-m", "ci_fxcache", "stats", "--python", sys.executable],
+        capture_output=True, text=True, env=job.env, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "run 'fxcache restore' first" in done.stderr
+
+
+def test_jobs_saving_side_by_side_each_add_their_history_row(tmp_path: Path) -> None:
+    from ci_fxcache.jobstats import history
+
+    jobs = [Job(tmp_path, f"job{i}") for i in range(4)]
+    for job in jobs:
+        job.restore()
+    running = [
+        subprocess.Popen(
+            [sys.executable, "-m", "ci_fxcache", "save", "--state-file", str(job.state)],
+            env=job.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for job in jobs
+    ]
+    assert [p.wait() for p in running] == [0] * 4
+    key = jobs[0].stats()["scope_key"]
+    rows = json.loads(history.local_file(tmp_path / "root", key).read_text())
+    assert sorted(r["id"] for r in rows) == sorted(job.stats()["job_id"] for job in jobs)
+
+
+def test_one_endless_line_is_read_to_the_byte_limit_only(tmp_path: Path) -> None:
+    from ci_fxcache.jobstats import trace
+
+    d = tmp_path / "trace"
+    d.mkdir()
+    with (d / "endless.log").open("wb") as out:
+        out.write(b"\t" + b"x" * (6 << 20))  # no newline: one line of 6 MiB
+    got, notes = trace.read(d, trace.Limits(total_bytes=2 << 20, line_bytes=4096))
+    assert got == [] and notes.skipped_lines == 1
+    assert notes.bytes <= (3 << 20), notes.bytes
+    assert notes.stopped == [f"read {2 << 20} bytes, the limit"]
