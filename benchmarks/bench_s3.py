@@ -730,6 +730,7 @@ def _publish(root: str, key: str, go: str) -> None:
     """One saver: the client made (and its credentials read), then, once `go` exists, the
     real publish path of scope `key` of store `root`; its result as JSON."""
     from ci_fxcache.store.layout import Layout
+    from ci_fxcache.store.manifest import Committed
     from ci_fxcache.store.remote.s3 import client, tier
     from ci_fxcache.store.remote.tier import RemoteUnavailable
 
@@ -739,7 +740,9 @@ def _publish(root: str, key: str, go: str) -> None:
     while not os.path.exists(go):
         time.sleep(0.005)
     try:
-        print(json.dumps(s3.publish(Layout(Path(root)), key, None)))
+        layout = Layout(Path(root))
+        committed = Committed.read(layout.manifest(key))
+        print(json.dumps(s3.publish(layout, key, committed, None)))
     except RemoteUnavailable as exc:
         print(json.dumps({"published": False, "error": str(exc)}))
 

@@ -49,6 +49,9 @@ INPUTS_ENV = "FXCACHE_INPUTS"  # all of an action's inputs, as JSON, for one ste
 TOKEN_ENV = "FXCACHE_GITHUB_TOKEN"  # the comment step's token
 REDIS_URL_ENV = "FXCACHE_REDIS_URL"
 SETTINGS_ENV = "FXCACHE_ACTION_SETTINGS"  # where setup's settings are
+# Fault injection for the tests, never set in production (store.save, store.tiered, the S3
+# publish: see each for its values).
+TEST_FAULT_ENV = "FXCACHE_TEST_FAULT"
 # The Actions cache service's variables: only the steps that talk to it get them.
 CACHE_SERVICE_ENV = (
     "ACTIONS_RUNTIME_TOKEN",

@@ -169,6 +169,40 @@ def test_which_runs_may_hold_which_secrets(
     assert (trust.refusal(event, given) is not None) is refused
 
 
+@pytest.mark.parametrize(
+    "event_name",
+    ["issues", "discussion", "discussion_comment", "check_run", "fork", "watch", "label",
+     "gollum", "some_future_event"],
+)  # fmt: skip
+def test_an_event_not_on_the_allowlist_is_refused_with_a_secret_naming_the_event(
+    event_name: str,
+) -> None:
+    """Issue 39: the events admitted with secrets are an allowlist. Events outsiders start
+    (`issues`, `watch`, `fork`...) and names fxcache does not know are refused with any
+    secret, the message naming the event; without one the run restores read-only."""
+    from ci_fxcache.store import trust
+    from tests.runner_sim import run_event
+
+    event = trust.RunEvent.from_input(run_event(event_name, {}), event_name)
+    why = trust.refusal(event, ["signing-key"])
+    assert why is not None and f"event {event_name!r} is not one fxcache admits" in why, why
+    assert trust.refusal(event, []) is None
+    assert trust.unreviewed_code(event) is not None  # read-only, never writes
+
+
+@pytest.mark.parametrize(
+    "event_name",
+    ["push", "schedule", "workflow_dispatch", "merge_group", "release", "repository_dispatch"],
+)
+def test_the_admitted_events_keep_their_secrets(event_name: str) -> None:
+    from ci_fxcache.store import trust
+    from tests.runner_sim import run_event
+
+    event = trust.RunEvent.from_input(run_event(event_name, {}), event_name)
+    assert trust.refusal(event, ["signing-key", "github-token"]) is None
+    assert trust.unreviewed_code(event) is None
+
+
 def test_the_run_event_is_the_runners_not_the_event_file(tmp_path: Path) -> None:
     """A step rewrote $GITHUB_EVENT_PATH to make a fork's pull request look like the
     repository's own: setup decides from the runner's record (run-event) all the same."""

@@ -227,7 +227,9 @@ def test_store_github_keys(tmp_path: Path) -> None:
         check=True,
     ).stdout.strip()
     settings = s.settings()
-    assert settings["gha_path"] == str(tmp_path / "store" / scope)
+    # A run that may not upload keeps its commits in its own namespace (issue 39).
+    root = tmp_path / "store" / ("" if settings["upload"] else ".remote-readers")
+    assert settings["gha_path"] == str(root / scope)
     assert settings["gha_prefix"] == f"{scope}-llama-"
     assert settings["gha_key"] == f"{scope}-llama-run4242.2"
 
@@ -252,7 +254,11 @@ def test_store_github_save_policy(
     s = run_step(
         tmp_path, "setup", {"store": "github", "save": save}, event, event_name, GITHUB_REF=ref
     )
-    assert s.settings()["upload"] is upload
+    settings = s.settings()
+    assert settings["upload"] is upload
+    # Issue 39: what a run that may not upload commits stays out of what uploads read.
+    shared = tmp_path / "store"
+    assert Path(settings["root"]) == (shared if upload else shared / ".remote-readers")
 
 
 def test_untrusted_runs_never_upload_even_with_save_always(tmp_path: Path) -> None:
@@ -469,18 +475,16 @@ def _post(runner: Path, settings: Path | str, **env: str) -> Step:
 def _github_job(
     runner: Path, fake: FakeCacheService, save: str = "always", **env: str
 ) -> tuple[Path, Step]:
-    """setup, gha-restore (the JavaScript step, with the cache service's variables) and
-    restore of a `store: github` job on a fresh runner; (settings file, restore step)."""
+    """setup and restore (with the cache service's variables: `fxcache restore --store
+    github`) of a `store: github` job on a fresh runner; (settings file, restore step)."""
     runner.mkdir(parents=True, exist_ok=True)
     inputs = {"store": "github", "save": save}
     setup = run_step(runner, "setup", inputs)
     settings = setup.outputs["settings"]
     POST_STATE[settings] = setup.post_env()
-    got = run_step(runner, "gha-restore", inputs, FXCACHE_ACTION_SETTINGS=settings,
-                   **fake.env(), **env)  # fmt: skip
-    assert got.proc.returncode == 0 and got.errors == [], got.lines
-    restored = run_step(runner, "restore", inputs, FXCACHE_ACTION_SETTINGS=settings)
-    assert restored.proc.returncode == 0, restored.lines
+    restored = run_step(runner, "restore", inputs, FXCACHE_ACTION_SETTINGS=settings,
+                        **fake.env(), **env)  # fmt: skip
+    assert restored.proc.returncode == 0 and restored.errors == [], restored.lines
     return Path(settings), restored
 
 
@@ -488,7 +492,7 @@ def test_store_github_end_of_job_save_uploads_and_the_next_runner_restores_it(
     tmp_path: Path,
 ) -> None:
     """The post step (no save sub-action) uploads through the cache service itself; a fresh
-    runner's gha-restore finds the entry by the scope prefix; a run that adds nothing, a
+    runner's restore finds the entry by the scope prefix; a run that adds nothing, a
     `save: never` run and a step without the service's variables upload nothing."""
     with FakeCacheService() as fake:
         settings, first = _github_job(tmp_path / "a", fake)
@@ -562,13 +566,11 @@ def test_store_github_a_corrupt_entry_is_a_warning_and_a_cold_start(tmp_path: Pa
         runner.mkdir()
         inputs = {"store": "github"}
         settings_b = run_step(runner, "setup", inputs).outputs["settings"]
-        got = run_step(runner, "gha-restore", inputs, FXCACHE_ACTION_SETTINGS=settings_b,
-                       **fake.env())  # fmt: skip
-        assert got.proc.returncode == 0, got.lines
-        assert any("restoring from the GitHub cache failed" in line for line in got.lines)
-        assert not Path(json.loads(Path(settings_b).read_text())["gha_path"]).exists()
-        restored = run_step(runner, "restore", inputs, FXCACHE_ACTION_SETTINGS=settings_b)
-        assert restored.proc.returncode == 0 and restored.outputs["cache-hit"] == "false"
+        restored = run_step(runner, "restore", inputs, FXCACHE_ACTION_SETTINGS=settings_b,
+                            **fake.env())  # fmt: skip
+        assert restored.proc.returncode == 0, restored.lines
+        assert any("restoring from the GitHub cache failed" in line for line in restored.lines)
+        assert restored.outputs["cache-hit"] == "false"
 
 
 @pytest.mark.parametrize(
@@ -597,6 +599,12 @@ def test_store_s3_writes_only_from_the_default_branch(
     assert s.proc.returncode == 0, s.lines
     settings = s.settings()
     assert settings["remote"] is True and settings["upload"] is writes
+    # Issue 39: a run that commits but may not write the bucket commits into its own trust
+    # namespace of the runner's store, which no writing run reads or publishes (a fork's run
+    # is read-only: a private overlay of the shared root, never saved).
+    shared = tmp_path / "store"
+    own = writes or settings["read_only"]
+    assert Path(settings["root"]) == (shared if own else shared / ".remote-readers"), settings
 
 
 @pytest.mark.parametrize(

@@ -214,3 +214,32 @@ def test_the_issues_reproduction_is_refused_or_inert() -> None:
     elements, links = _signature(_render(doc, 10**7))
     base, base_links = _signature(_render(DOCS["single"], 10**7))
     assert not (elements - base) and links <= base_links
+
+
+# Bidi embeddings, overrides, isolates and marks; zero-width, word joiner, BOM, soft hyphen,
+# a tag character, a C1 control, the line and paragraph separators (issue 39).
+INVISIBLE = [
+    "\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2066", "\u2067", "\u2068", "\u2069",
+    "\u200e", "\u200f", "\u061c", "\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad",
+    "\U000e0041", "\x85", "\u2028", "\u2029",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(DOCS))
+def test_no_invisible_or_bidi_character_of_a_document_reaches_any_rendering(name: str) -> None:
+    """A fork's results cannot reorder or hide what a reader sees: every free-text field
+    (log tails included) carries each character, and no rendering (markdown at every size
+    level, the text format, JUnit) holds one the renderer did not write itself."""
+    hostile = [f"a{c}b" for c in INVISIBLE]
+    bad, good = _variants(DOCS[name], FREE[name], hostile)
+    for doc, expect_none in ((good, False), (bad, True)):
+        report = report_pkg.from_document(doc, "test")
+        outputs = [render.markdown(report, max_chars=n) for n in (10**7, 4000, 600)]
+        outputs += [render.text(report), render.junit(report)]
+        own = {c for c in INVISIBLE for out in outputs if c in out}
+        if not expect_none:
+            renderer_own = own  # what the templates write themselves (word joiners, ...)
+            continue
+        assert own <= renderer_own, sorted(f"U+{ord(c):04X}" for c in own - renderer_own)
+        for out in outputs:
+            assert "\u202e" not in out and "\u2066" not in out

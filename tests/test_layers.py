@@ -170,6 +170,25 @@ def test_backends_import_no_other_backend_and_only_the_factory_picks_one() -> No
     assert wrong == []
 
 
+def test_a_tier_is_built_only_by_the_factory() -> None:
+    """Issue 39: the store is chosen once and one factory (store/remote/factory.py) builds
+    every remote tier; nothing outside store/remote/ constructs a backend itself."""
+    import re
+
+    built = re.compile(r"\b(S3Tier|GitHubTier)\(")
+    remote = PACKAGE / "store" / "remote"
+    wrong = [
+        f"{path.relative_to(PACKAGE.parent)}:{n}"
+        for _name, path in MODULES
+        if remote not in path.parents
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if built.search(line)
+    ]
+    assert wrong == []
+    made = (remote / "factory.py").read_text(encoding="utf-8")
+    assert "S3Tier(" in made and "GitHubTier(" in made  # the rule is not vacuous
+
+
 def test_the_store_has_no_import_cycle() -> None:
     """Imports inside functions count: a function-level import does not hide a circle here."""
     modules = {name for name, _ in MODULES}
@@ -247,3 +266,33 @@ def test_the_walk_sees_imports() -> None:
     assert (f"{REMOTE}.s3.fetch", f"{REMOTE}.packs") in edges
     assert (f"{REMOTE}.transfer", "ci_fxcache.store.scopes") in edges
     assert (FACTORY, f"{REMOTE}.s3.tier") in edges
+
+
+def test_the_action_makes_typed_calls_never_argv() -> None:
+    """Issue 39: each action step calls the toolkit's typed functions (the ones the CLI's
+    commands are), never `cli.main(argv)`."""
+    action = PACKAGE / "action"
+    wrong = [
+        f"{path.relative_to(PACKAGE.parent)}:{n}"
+        for path in sorted(action.glob("*.py"))
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if "cli.main(" in line
+    ]
+    assert wrong == []
+    assert any(action.glob("*.py"))
+
+
+def test_every_fxcache_variable_name_is_written_once() -> None:
+    """Issue 39: each `FXCACHE_*` environment name appears as a string in one place of the
+    package (a constant the rest imports), never spelled again elsewhere."""
+    import re
+    from collections import Counter
+
+    name = re.compile(r"FXCACHE_[A-Z0-9_]+")
+    spelled: Counter[str] = Counter()
+    for _module, path in MODULES:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and name.fullmatch(str(node.value)):
+                spelled[str(node.value)] += 1
+    assert len(spelled) > 10  # the walk sees them
+    assert [n for n, count in spelled.items() if count > 1] == []

@@ -174,6 +174,19 @@ def test_invalidate_redis_removes_only_idle_pt2_keys(store: Store, url: str) -> 
     assert "scanned 2 pt2: keys, removed 0 idle ones" in table.stdout
 
 
+def test_invalidate_redis_unreachable_is_a_failed_check_never_a_usage_error(store: Store) -> None:
+    """Issue 39: a network failure is exit 1 (the scheduled job's input was fine), one line."""
+    with socket.socket() as held:  # bound, never listening: connections are refused
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        proc = store.run(
+            "invalidate", "--redis", "--max-age", "1d", "--redis-url", f"redis://127.0.0.1:{port}/0"
+        )
+    assert proc.returncode == 1, proc.stderr
+    assert f"Redis at redis://127.0.0.1:{port}/0" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_invalidate_redis_needs_max_age(store: Store, url: str) -> None:
     proc = store.run("invalidate", "--redis", "--keep-latest", "1", "--redis-url", url)
     assert proc.returncode == 2 and "needs --max-age" in proc.stderr

@@ -328,6 +328,7 @@ def test_24_runners_saving_one_scope_at_once_lose_no_file(
     (the real publish path, one client each, a barrier before the first request): every file
     reaches the bucket, or the save says it did not and the next save on that runner
     publishes it."""
+    from ci_fxcache.store import manifest as mf
     from ci_fxcache.store.layout import Layout
 
     a = _store(tmp_path, "a", run_fxcache, seaweed, bucket)
@@ -343,7 +344,9 @@ def test_24_runners_saving_one_scope_at_once_lose_no_file(
     def save(n: int) -> None:
         barrier.wait()
         try:
-            results[n] = tiers[n].publish(Layout(roots[n]), key, None)
+            layout = Layout(roots[n])
+            committed = mf.Committed.read(layout.manifest(key))
+            results[n] = tiers[n].publish(layout, key, committed, None)
         except Exception as exc:  # RemoteUnavailable: the save says it did not publish
             results[n] = {"published": False, "error": str(exc)}
 
@@ -354,7 +357,9 @@ def test_24_runners_saving_one_scope_at_once_lose_no_file(
         worker.join()
     said_no = [n for n, r in results.items() if not r.get("published")]
     for n in said_no:  # the next save on that runner publishes what it kept
-        assert _tier(bucket).publish(Layout(roots[n]), key, None)["published"], n
+        layout = Layout(roots[n])
+        committed = mf.Committed.read(layout.manifest(key))
+        assert _tier(bucket).publish(layout, key, committed, None)["published"], n
     got, target = _restore_in_process(bucket, tmp_path / "reader", key)
     names = set(tree_digest(target))
     expected = {f"inductor/fxgraph/r{n}/e{i}" for n in range(SAVERS) for i in range(2)}

@@ -51,6 +51,7 @@ class Settings:
     gha_path: str = ""
     gha_key: str = ""
     gha_prefix: str = ""
+    key_suffix: str = ""  # store github: the key-suffix input
     notes: list[str] = field(default_factory=list)
     nonce: str = ""  # this job's setup; restore records it in its state file
     schema: str = SCHEMA

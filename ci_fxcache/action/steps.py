@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import cli, gha, names
+from ci_fxcache import gha, names
 from ci_fxcache.action import inputs as inp
 from ci_fxcache.action import job_compiles, job_stats
 from ci_fxcache.action.inputs import Input
@@ -31,9 +31,10 @@ from ci_fxcache.action.settings import (
     store_root,
 )
 from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
+from ci_fxcache.store import manifest as mf
 from ci_fxcache.store import save as store_save
 from ci_fxcache.store import state_file, tiered, trust
-from ci_fxcache.store.layout import Layout
+from ci_fxcache.store.layout import Layout, trust_root
 from ci_fxcache.store.remote import redis_cache
 from ci_fxcache.store.remote.s3 import client as s3_client
 
@@ -107,12 +108,11 @@ RUNS: dict[str, Run] = {
                 ("GITHUB_STATE",),
                 (names.SETTINGS_ENV,),
             ),
-            StepSpec("gha-restore", "Restore from the GitHub cache", (), names.CACHE_SERVICE_ENV),
             StepSpec(
                 "restore",
                 "Restore the cache",
                 ("signing-key", "redis-url"),
-                names.OBJECT_STORE_ENV,
+                (*names.OBJECT_STORE_ENV, *names.CACHE_SERVICE_ENV),
             ),
             StepSpec("verify", "Verify hot loads", ("redis-url",)),
             StepSpec("report", "Report"),
@@ -212,16 +212,60 @@ def _set_env(name: str, value: str | None) -> None:
         os.environ.pop(name, None)
 
 
-def _matrix_flags(values: dict[str, Any]) -> list[str]:
-    """verify's matrix flags for the matrix inputs that are set (empty: verify's default)."""
-    flags = [(f"--{name}", values[name]) for name in [*inp.MATRIX_AXES, "matrix-file"]]
-    return [arg for flag, value in flags if value for arg in (flag, value)]
+def _remote_cache(values: dict[str, Any], read_only: bool) -> tuple[bool, list[str]]:
+    """Whether torch's Redis remote cache is on (store redis: a URL, a run that may write)
+    or the S3 tier stands behind the local store (store s3 with a URL; runs that may not
+    write read the bucket only), and the notices saying why not."""
+    store, notes = values["store"], []
+    if store == "redis" and not values["redis-url"]:
+        notes.append("store redis without a redis-url (a fork's run has no secrets): local only")
+    elif store == "redis" and read_only:
+        notes.append(
+            "read-only run: torch's Redis remote cache stays off, so nothing reaches the "
+            "shared cache (local only)"
+        )
+    elif store == "s3" and not values["s3-url"]:
+        notes.append("store s3 without an s3-url: local only")
+    return store in ("redis", "s3") and not notes, notes
+
+
+def _root(store: str, cache_root: str, read_only: bool, upload: bool) -> Path:
+    """The store root of this run (a warning when the input's is not writable)."""
+    if store == "github" and read_only:
+        # A read-only run never unpacks a GitHub cache entry (which an untrusted run can fill
+        # itself) into the runner's shared store: it restores from a private root.
+        root = runner_temp() / "fxcache-read-only-store"
+        root.mkdir(parents=True, exist_ok=True)
+        return root
+    root, problem = store_root(cache_root)
+    if problem:
+        gha.warn(problem)
+    if store in ("github", "s3") and not read_only:
+        # What a run that may not write the remote commits stays in its own namespace.
+        root = trust_root(root, may_write_remote=upload)
+    return root
+
+
+def _github_keys(settings: Settings, key_suffix: str) -> None:
+    """Store github: the entry keys. Actions cache entries are immutable: save under a unique
+    key (scope, suffix, run, attempt), restore the newest entry of this scope by prefix
+    (store/remote/github/cache_service.py)."""
+    from ci_fxcache.env import fingerprint, scopekey
+    from ci_fxcache.store.remote.github.cache_service import entry_key
+    from ci_fxcache.store.remote.github.tier import entry_prefix
+
+    scope = scopekey.scope_key(fingerprint.collect(settings.python))
+    settings.key_suffix = key_suffix
+    settings.gha_prefix = entry_prefix(scope, key_suffix)
+    run_id = os.environ.get("GITHUB_RUN_ID", "0")
+    attempt = os.environ.get("GITHUB_RUN_ATTEMPT", "1")
+    settings.gha_key = entry_key(settings.gha_prefix, run_id, attempt)
+    settings.gha_path = str(Path(settings.root) / scope)
 
 
 def setup() -> int:
     """Check every input (and the verification matrix) before anything is touched, decide
     trust and defaults, write the settings file and the step outputs."""
-    from ci_fxcache.env import fingerprint, scopekey
     from ci_fxcache.fleet import plan
 
     values = inp.from_env(inp.MAIN)
@@ -232,36 +276,11 @@ def setup() -> int:
     fork = trust.fork_reason(event) if event.name.startswith("pull_request") else None
     read_only = values["read-only"] == "true" or untrusted is not None
     store = values["store"]
-    notes: list[str] = []
-    remote_tier = False
-    if store == "redis":
-        if not values["redis-url"]:
-            notes.append(
-                "store redis without a redis-url (a fork's run has no secrets): local only"
-            )
-        elif read_only:
-            notes.append(
-                "read-only run: torch's Redis remote cache stays off, so nothing reaches the "
-                "shared cache (local only)"
-            )
-        else:
-            remote_tier = True
-    if store == "s3":
-        if not values["s3-url"]:
-            notes.append("store s3 without an s3-url: local only")
-        else:
-            remote_tier = True  # runs that may not write read the bucket only (remote_write)
+    remote_tier, notes = _remote_cache(values, read_only)
     for note in notes:
         gha.say("notice", note)
-    if store == "github" and read_only:
-        # A read-only run never unpacks a GitHub cache entry (which an untrusted run can fill
-        # itself) into the runner's shared store: it restores from a private root.
-        root, problem = runner_temp() / "fxcache-read-only-store", None
-        root.mkdir(parents=True, exist_ok=True)
-    else:
-        root, problem = store_root(values["cache-root"])
-    if problem:
-        gha.warn(problem)
+    upload = remote_write_decision(values["save"], store, read_only, event)
+    root = _root(store, values["cache-root"], read_only, upload)
     work = runner_temp() / "fxcache" / values["report-id"]
     work.mkdir(parents=True, exist_ok=True)
     number = event.number
@@ -279,24 +298,13 @@ def setup() -> int:
         untrusted=untrusted,
         comment=comment_decision(values["comment"], event.name, fork, number),
         save=values["save"],
-        upload=remote_write_decision(values["save"], store, read_only, event),
+        upload=upload,
         timeout_s=max(1, round(values["timeout-minutes"] * 60)),
         notes=notes,
         nonce=secrets.token_hex(16),
     )
     if store == "github":
-        # Actions cache entries are immutable: save under a unique key (scope, suffix, run,
-        # attempt), restore the newest entry of this scope by prefix
-        # (store/remote/github/cache_service.py).
-        scope = scopekey.scope_key(fingerprint.collect(settings.python))
-        suffix = values["key-suffix"]
-        settings.gha_prefix = f"{scope}-{suffix + '-' if suffix else ''}"
-        run_id = os.environ.get("GITHUB_RUN_ID", "0")
-        attempt = os.environ.get("GITHUB_RUN_ATTEMPT", "1")
-        from ci_fxcache.store.remote.github.cache_service import entry_key
-
-        settings.gha_key = entry_key(settings.gha_prefix, run_id, attempt)
-        settings.gha_path = str(root / scope)
+        _github_keys(settings, values["key-suffix"])
     digest = settings.write()
     path = settings.path
     # Runner-held, for the post step: it acts only on the settings exactly as written here.
@@ -319,26 +327,27 @@ def setup() -> int:
 def restore() -> int:
     """`fxcache restore` into the settings' root, read-only when setup decided so; the bucket
     read only by runs that may not write it (settings.remote_write_decision)."""
+    from ci_fxcache.commands import restore as restore_command
+
     values = inp.from_env(inp.MAIN)
     s = load()
-    argv = ["restore", "--python", s.python, "--root", s.root, "--state-file", str(s.state_file)]
-    argv += ["--store", s.store if s.remote else "local"]
-    if s.remote and s.store == "redis" and values["redis-writers-run-code"]:
-        argv.append("--redis-writers-run-code")
-    if s.read_only:
-        argv.append("--read-only")
-    elif s.remote and s.store == "s3" and not s.upload:
-        argv.append("--remote-read-only")
-    if not values["invalidate-on-upgrade"]:
-        argv.append("--no-invalidate-on-upgrade")
-    if not values["job-stats"]:
-        argv.append("--no-job-trace")
+    tier = s.store == "github" or (s.remote and s.store == "s3")
     _set_env(names.SIGNING_ENV, values["signing-key"])
     _set_env(redis_cache.URL_ENV, values["redis-url"] if s.remote else None)
     _set_env(s3_client.URL_ENV, values["s3-url"] if s.remote else None)
     _set_env(state_file.NONCE_ENV, s.nonce)
     started = time.monotonic()
-    rc = cli.main(argv)
+    rc = restore_command.run(
+        python=s.python, salt=None, root=Path(s.root), read_only=s.read_only,
+        invalidate_on_upgrade=bool(values["invalidate-on-upgrade"]), verify=None,
+        overlay_strategy=None, as_json=False, state_file=s.state_file,
+        store=s.store if s.remote or s.store == "github" else "local",
+        redis_url=None, s3_url=None,
+        redis_writers_run_code=bool(s.remote and values["redis-writers-run-code"]),
+        remote_read_only=bool(not s.read_only and tier and not s.upload),
+        key_suffix=s.key_suffix if s.store == "github" else "",
+        job_trace=bool(values["job-stats"]),
+    )  # fmt: skip
     _record_time(s, "restore_s", time.monotonic() - started)
     return rc
 
@@ -365,19 +374,28 @@ def _timings(s: Settings) -> dict[str, float]:
 def verify() -> int:
     """`fxcache verify`; a failed fail-on check is kept for the last step, so that the report
     and the comment are still written."""
+    from ci_fxcache.commands import verify as verify_command
+    from ci_fxcache.store.layout import VERIFY_DIR_ENV
+
     values = inp.from_env(inp.MAIN)
     s = load()
-    argv = ["verify", "--python", s.python, "--phase", "auto", "--json", str(s.results)]
-    argv += ["--timeout", str(s.timeout_s), "--report-id", s.report_id]
+    cache_dir = os.environ.get(VERIFY_DIR_ENV) or None
+    cache_state = os.environ.get(state_file.STATE_FILE_ENV) or None
     if s.state_file.is_file():
         state = state_file.read_state(s.state_file, Path(s.root))
-        argv += ["--cache-dir", str(state["verify_dir"]), "--cache-state", str(s.state_file)]
-    argv += _matrix_flags(values)
-    if values["min-speedup"] is not None:
-        argv += ["--min-speedup", str(values["min-speedup"])]
-    argv += ["--fail-on", values["fail-on"]]
+        cache_dir, cache_state = str(state["verify_dir"]), str(s.state_file)
+    axes = {axis: values[name] or None for name, axis in inp.MATRIX_AXES.items()}
+    speedup = values["min-speedup"]
     _set_env(redis_cache.URL_ENV, values["redis-url"] if s.remote else None)
-    rc = cli.main(argv)
+    rc = verify_command.run(
+        python=s.python, **axes, matrix_file=values["matrix-file"] or None, phase="auto",
+        cache_dir=cache_dir, json_path=str(s.results),
+        min_speedup=None if speedup is None else float(speedup), compare="bitwise",
+        fail_on=values["fail-on"], timeout=float(s.timeout_s), jobs=None,
+        recheck_all=os.environ.get(verify_command.RECHECK_ALL_ENV) == "1",
+        separate_cold=os.environ.get(verify_command.SEPARATE_COLD_ENV) == "1", deterministic=False,
+        cache_state=cache_state, redis_url=None, report_id=s.report_id, salt=None,
+    )  # fmt: skip
     if rc == EXIT_CHECK_FAILED and s.results.is_file():
         s.verify_rc.write_text(f"{rc}\n", encoding="utf-8")
         rc = 0
@@ -391,7 +409,12 @@ def report() -> int:
     the rest of the job unless `on-unsafe: keep`."""
     values = inp.from_env(inp.MAIN)
     s = load()
-    rc = cli.main(["report", str(s.results), "--format", "md", "-o", str(s.markdown)])
+    from ci_fxcache.commands import report as report_command
+
+    rc = report_command.run(
+        results=str(s.results), output_format="md", template=None, output=str(s.markdown),
+        max_chars=None,
+    )  # fmt: skip
     if rc:
         return rc
     summary = json.loads(s.results.read_text(encoding="utf-8")).get("summary", {})
@@ -414,13 +437,14 @@ def post_comment() -> int:
     if not s.comment:
         print("fxcache: no pull-request comment for this run")
         return 0
+    from ci_fxcache.report import pr_comment
+
     _set_env(names.TOKEN_ENV, values["github-token"])
-    argv = ["comment", str(s.results), "--report-id", s.report_id]
-    argv += ["--token-env", names.TOKEN_ENV]
-    number = values["run-event"].number  # the runner's record, not the event file
-    if number is not None:
-        argv += ["--pr", str(number)]
-    return cli.main(argv)
+    return pr_comment.run(
+        results=str(s.results), report_id=s.report_id, token_env=names.TOKEN_ENV,
+        pr=values["run-event"].number,  # the runner's record, not the event file
+        repo=None, author=None, from_artifact=None, template=None, job_stats=None,
+    )  # fmt: skip
 
 
 def post_job_comment() -> int:
@@ -434,13 +458,20 @@ def post_job_comment() -> int:
     figures = job_compiles.figures_file(s)
     if not (s.comment and figures.is_file() and s.results.is_file()):
         return 0
+    from ci_fxcache.errors import FxcacheError
+    from ci_fxcache.report import pr_comment
+
     _set_env(names.TOKEN_ENV, values["github-token"])
-    argv = ["comment", str(s.results), "--report-id", s.report_id, "--job-stats", str(figures)]
-    argv += ["--token-env", names.TOKEN_ENV]
-    number = values["run-event"].number
-    if number is not None:
-        argv += ["--pr", str(number)]
-    if cli.main(argv) != 0:
+    try:
+        rc = pr_comment.run(
+            results=str(s.results), report_id=s.report_id, token_env=names.TOKEN_ENV,
+            pr=values["run-event"].number, repo=None, author=None, from_artifact=None,
+            template=None, job_stats=str(figures),
+        )  # fmt: skip
+    except FxcacheError as exc:
+        gha.say("error", str(exc))
+        rc = exc.exit_code
+    if rc != 0:
         gha.warn("the pull-request comment was not updated with the job's own compiles")
     return 0
 
@@ -468,12 +499,13 @@ def write_refusal(s: Settings, event: trust.RunEvent) -> str | None:
     return None
 
 
-def _save_result(s: Settings, key: str | None, event: trust.RunEvent) -> dict[str, Any]:
+def _save_result(s: Settings, key: str | None, event: trust.RunEvent) -> store_save.Outcome:
     refusal = write_refusal(s, event)
     if refusal is not None:
-        return {"saved": False, "reason": refusal}
+        return store_save.Outcome({"saved": False, "reason": refusal}, None)
     if not s.state_file.is_file():
-        return {"saved": False, "reason": "the fxcache action stopped before restoring"}
+        why = "the fxcache action stopped before restoring"
+        return store_save.Outcome({"saved": False, "reason": why}, None)
     state = state_file.read_state(s.state_file, Path(s.root), key)
     if state.get("nonce") != s.nonce:
         raise UsageError(
@@ -481,20 +513,20 @@ def _save_result(s: Settings, key: str | None, event: trust.RunEvent) -> dict[st
             "setup's): not saving"
         )
     if state["read_only"]:  # restore's own fallback (an unusable store): nothing to save
-        return {"saved": False, "reason": f"read-only restore ({state['read_only_reason']})"}
+        why = f"read-only restore ({state['read_only_reason']})"
+        return store_save.Outcome({"saved": False, "reason": why}, None)
     layout = Layout(Path(s.root))
-    tier = tiered.remote_tier(state, s.store)  # malformed settings: before the commit
-    try:
-        result = store_save.save(layout, state, key)
-    except (OSError, TimeoutError) as exc:
-        gha.warn(f"could not save cache scope {state['scope_key']}: {exc}; continuing")
-        return {"saved": False, "reason": str(exc)}
+    # Malformed settings: before the commit. The GitHub entry is uploaded by gha_upload, with
+    # the manifest this save returns.
+    tier = tiered.remote_tier(state, s.store) if s.store != "github" else None
+    result, committed = store_save.save_or_warn(layout, state, key)
     if s.store == "s3" and not s.upload:
         if result.get("saved") and isinstance(state.get("remote"), dict):
             result["remote"] = {"published": False, "reason": "this run reads the bucket only"}
             print("fxcache: not writing the bucket: the save policy does not publish this run")
-        return result
-    return tiered.publish_from_state(layout, state, result, key, tier)
+        return store_save.Outcome(result, committed)
+    published = tiered.publish_from_state(layout, state, result, committed, key, tier)
+    return store_save.Outcome(published, committed)
 
 
 def _scope_key(s: Settings) -> str | None:
@@ -524,7 +556,7 @@ def save(post: bool = False) -> int:
     compiles = job_compiles.at_save(s, key, write_refusal(s, values["run-event"]) is None)
     before = job_stats.committed_files(Path(s.root), scope) if scope else {}
     started = time.monotonic()
-    result = _save_result(s, key, values["run-event"])
+    result, committed = _save_result(s, key, values["run-event"])
     _record_time(s, "save_s", time.monotonic() - started)
     upload = bool(result["saved"]) and s.upload and int(result.get("added", 0)) > 0
     if s.store == "github" and result["saved"]:
@@ -540,27 +572,34 @@ def save(post: bool = False) -> int:
     stats = job_stats.compute(before, after, result, _timings(s))
     job_stats.publish(stats, s.job_stats)
     job_compiles.publish(compiles)
-    return gha_upload(s, values["run-event"], key)
+    return gha_upload(s, values["run-event"], key, committed)
 
 
-def _unsigned_scope(scope: Path, signing_key: str) -> str | None:
-    """Why the scope's manifest is not one this key signed (None when it is): a keyed job
-    never uploads what its key did not sign, such as a manifest rewritten after its save."""
-    from ci_fxcache.store import manifest as mf
-
+def _recommitted(scope: Path, signing_key: str | None) -> tuple[mf.Committed | None, str | None]:
+    """For an upload retried by a later step (the save's manifest is no longer in memory):
+    the scope's manifest read once, and why it is not one this key signed (None when it is,
+    or without a key). A keyed job never uploads what its key did not sign, such as a
+    manifest rewritten after its save; what it checks is exactly what it uploads."""
     try:
-        manifest = mf.load(scope / "manifest.json")
+        committed = mf.Committed.read(scope / "manifest.json")
     except (mf.ManifestError, OSError) as exc:
-        return str(exc)
-    return mf.signature_problem(manifest, signing_key)
+        return None, str(exc)
+    if signing_key:
+        return committed, mf.signature_problem(committed.manifest, signing_key)
+    return committed, None
 
 
-def gha_upload(s: Settings, event: trust.RunEvent, signing_key: str | None) -> int:
-    """Upload the committed scope as this run's GitHub cache entry when `save` decided so
-    (with a signing key, only a scope whose manifest that key signed). A failed upload is a
-    warning: the job's own result stands, the next run compiles cold."""
-    from ci_fxcache.store.remote.github import cache_service
-    from ci_fxcache.store.remote.github.tier import GitHubTier
+def gha_upload(
+    s: Settings,
+    event: trust.RunEvent,
+    signing_key: str | None,
+    committed: mf.Committed | None = None,
+) -> int:
+    """Upload the committed scope as this run's GitHub cache entry when `save` decided so:
+    `committed`, the manifest this step's save wrote; None (a retry by a later step): the
+    scope's, with a signing key only when that key signed it. A failed upload is a warning:
+    the job's own result stands, the next run compiles cold."""
+    from ci_fxcache.store.remote.factory import StoreChoice, tier_for
     from ci_fxcache.store.remote.tier import RemoteUnavailable
 
     if s.store != "github":
@@ -571,18 +610,22 @@ def gha_upload(s: Settings, event: trust.RunEvent, signing_key: str | None) -> i
     if not done.get("upload") or write_refusal(s, event) is not None:
         print("fxcache: nothing to upload to the GitHub cache")
         return 0
-    where, problem = cache_service.runtime()
-    if where is None:
-        gha.warn(f"store github: this run added to the cache, but nothing was uploaded: {problem}")
-        return 0
-    tier = GitHubTier(cache_service.CacheService(where), s.gha_key, s.gha_prefix)
     scope = Path(s.gha_path)
-    unsigned = _unsigned_scope(scope, signing_key) if signing_key else None
-    if unsigned is not None:
+    choice = StoreChoice(kind="github", key_suffix=s.key_suffix, entry_key=s.gha_key)
+    try:
+        tier = tier_for(choice, scope.name)
+    except RemoteUnavailable as exc:
+        gha.warn(f"store github: this run added to the cache, but nothing was uploaded: {exc}")
+        return 0
+    assert tier is not None
+    unsigned = None
+    if committed is None:
+        committed, unsigned = _recommitted(scope, signing_key)
+    if committed is None or unsigned is not None:
         gha.warn(f"store github: not uploading {s.gha_key}: {unsigned} with this job's key")
         return 0
     try:
-        sent = tier.publish(Layout(scope.parent), scope.name, signing_key)
+        sent = tier.publish(Layout(scope.parent), scope.name, committed, signing_key)
     except (RemoteUnavailable, OSError) as exc:
         gha.warn(f"store github: uploading {s.gha_key} failed: {exc}")
         return 0
@@ -595,45 +638,15 @@ def gha_upload(s: Settings, event: trust.RunEvent, signing_key: str | None) -> i
     return 0
 
 
-def gha_restore() -> int:
-    """Store github: download the newest entry of this scope (by key prefix) into the store
-    root before `restore` checks it. Nothing found, or a failed download, is a cold start."""
-    from ci_fxcache.store.remote.github import cache_service
-    from ci_fxcache.store.remote.github.tier import GitHubTier
-    from ci_fxcache.store.remote.transfer import fetch_scope
-
-    s = load()
-    if s.store != "github":
-        return 0
-    where, problem = cache_service.runtime()
-    if where is None:
-        gha.warn(f"store github: nothing restored from the GitHub cache: {problem}")
-        return 0
-    target = Path(s.gha_path)
-    tier = GitHubTier(cache_service.CacheService(where), s.gha_key, s.gha_prefix)
-    got = fetch_scope(
-        Layout(target.parent), target.name, tier, read_only=True, signing_key=None
-    )  # read_only: touch sends nothing for this tier either way
-    if got.get("local"):
-        print(f"fxcache: {target} is already on this runner; not downloading")
-    elif got.get("fetched"):
-        print(f"fxcache: restored GitHub cache entry {tier.matched} into {target}")
-    elif "error" not in got:
-        print(f"fxcache: no GitHub cache entry for {s.gha_prefix}*")
-    return 0
-
-
 def invalidate() -> int:
     """The invalidate sub-action: `fxcache invalidate --json`, kept in a file."""
+    from ci_fxcache.commands import invalidate as invalidate_command
+
     values = inp.from_env(inp.INVALIDATE)
-    argv = ["invalidate", "--json"]
-    for name in ("cache-root", "max-age", "max-size", "keep-latest", "older-torch-than"):
-        if values[name]:
-            argv += ["--root" if name == "cache-root" else f"--{name}", values[name]]
-    if values["target"] != "local":
-        argv.append(f"--{values['target']}")
-    if values["dry-run"]:
-        argv.append("--dry-run")
+    target = values["target"]
+    keep = values["keep-latest"] or None
+    if keep is not None and not keep.isdigit():
+        raise UsageError(f"input keep-latest: {keep!r} is not a whole number")
     _set_env(redis_cache.URL_ENV, values["redis-url"])
     _set_env(s3_client.URL_ENV, values["s3-url"])
     _set_env("GITHUB_TOKEN", values["github-token"])
@@ -641,7 +654,15 @@ def invalidate() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        rc = cli.main(argv)
+        rc = invalidate_command.run(
+            root=Path(values["cache-root"]) if values["cache-root"] else None,
+            python=os.environ.get(names.PYTHON_ENV) or "python3",
+            max_age=values["max-age"] or None, max_size=values["max-size"] or None,
+            keep_latest=None if keep is None else int(keep),
+            older_torch_than=values["older-torch-than"] or None, dry_run=bool(values["dry-run"]),
+            as_json=True, github=target == "github", redis=target == "redis",
+            redis_url=None, s3=target == "s3", s3_url=None, gc_grace="1d",
+        )  # fmt: skip
     print(buffer.getvalue(), end="")
     if rc in (0, 1) and buffer.getvalue().strip():  # 1: done, with removals that failed
         out.write_text(buffer.getvalue(), encoding="utf-8")
@@ -663,7 +684,6 @@ STEPS: dict[str, Callable[[], int]] = {
     "save": save,
     "post-save": lambda: save(post=True),
     "post-comment": post_job_comment,
-    "gha-restore": gha_restore,
     "invalidate": invalidate,
 }
 

@@ -40,6 +40,13 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         help="pull request number (default: from $GITHUB_EVENT_PATH); the workflow_run "
         "follow-up for forks passes it from the artifact",
     )
+    _source_options(parser)
+    # The command is pr_comment.run itself (already imported with the action's steps).
+    parser.set_defaults(func=pr_comment.run)
+
+
+def _source_options(parser: argparse.ArgumentParser) -> None:
+    """Where the comment goes and what it is made from, beyond the results."""
     parser.add_argument(
         "--repo",
         default=None,
@@ -74,5 +81,3 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         metavar="T",
         help="jinja2 template for the markdown (default: the built-in one)",
     )
-    # The command is pr_comment.run itself (already imported with the action's steps).
-    parser.set_defaults(func=pr_comment.run)

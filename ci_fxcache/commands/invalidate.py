@@ -119,37 +119,14 @@ def run(
         )
     result: dict[str, Any] = {"dry_run": dry_run, "rows": []}
     if redis:
-        if policy.max_age_s is None:
-            raise UsageError("--redis needs --max-age (Redis keys are expired by idle time)")
-        url = redis_cache.resolve_url(redis_url)
-        try:
-            result["redis"] = redis_cache.expire_idle(url, policy.max_age_s, dry_run)
-        except Exception as exc:  # redis errors: report, do not crash the scheduled job
-            raise UsageError(f"Redis at {redis_cache.redact(url)}: {exc}") from exc
+        result["redis"] = _redis(policy, redis_url, dry_run)
     if github:
         from ci_fxcache.store.remote.github.invalidate import run as github_run
 
         result["rows"] += github_run(policy, dry_run)
     if s3:
-        from ci_fxcache.store.remote.s3 import client as s3_client
-        from ci_fxcache.store.remote.s3 import invalidate as s3_invalidate
-        from ci_fxcache.store.remote.s3.tier import S3Tier
-        from ci_fxcache.store.remote.tier import RemoteUnavailable
-
-        grace = parse_duration(gc_grace)
-        if grace < s3_invalidate.MIN_GRACE_S:
-            raise UsageError(
-                f"--gc-grace {gc_grace}: at least {s3_invalidate.MIN_GRACE_S / 3600:g}h (a save "
-                "in flight uploads its packs before the head that names them)"
-            )
-        tier = S3Tier(s3_client.resolve_url(s3_url))
-        try:
-            done = s3_invalidate.run(tier, policy, dry_run, grace)
-        except RemoteUnavailable as exc:  # the network, not the user's input: exit 1
-            raise CheckFailed(f"S3 {tier.describe()}: {exc}") from exc
-        result["rows"] += done["rows"]
-        result["s3"] = {"url": tier.describe(), "dry_run": dry_run, "gc": done["gc"],
-                        "scopes": done["scopes"], "bucket": done["bucket"]}  # fmt: skip
+        rows, result["s3"] = _s3(policy, s3_url, gc_grace, dry_run)
+        result["rows"] += rows
     if not redis and not github and not s3:
         layout = Layout(userfiles.output_dir(resolve_root(root), "--root"))
         result["root"] = str(layout.root)
@@ -165,6 +142,41 @@ def run(
     failed = [r for r in result["rows"] if str(r["action"]).startswith("failed")]
     stopped = "error" in result.get("s3", {}).get("gc", {})
     return EXIT_CHECK_FAILED if failed or stopped else 0
+
+
+def _redis(policy: Policy, redis_url: str | None, dry_run: bool) -> dict[str, Any]:
+    """Redis keys idle longer than --max-age; CheckFailed (exit 1) when Redis fails."""
+    if policy.max_age_s is None:
+        raise UsageError("--redis needs --max-age (Redis keys are expired by idle time)")
+    url = redis_cache.resolve_url(redis_url)
+    try:
+        return redis_cache.expire_idle(url, policy.max_age_s, dry_run)
+    except Exception as exc:  # redis errors: the network or the server, not the user's input
+        raise CheckFailed(f"Redis at {redis_cache.redact(url)}: {exc}") from exc
+
+
+def _s3(
+    policy: Policy, s3_url: str | None, gc_grace: str, dry_run: bool
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The bucket's scopes by policy, then its unreferenced objects: the rows and the
+    result's `s3` object; CheckFailed (exit 1) when the bucket cannot be used."""
+    from ci_fxcache.store.remote.factory import s3_tier
+    from ci_fxcache.store.remote.s3 import invalidate as s3_invalidate
+    from ci_fxcache.store.remote.tier import RemoteUnavailable
+
+    grace = parse_duration(gc_grace)
+    if grace < s3_invalidate.MIN_GRACE_S:
+        raise UsageError(
+            f"--gc-grace {gc_grace}: at least {s3_invalidate.MIN_GRACE_S / 3600:g}h (a save "
+            "in flight uploads its packs before the head that names them)"
+        )
+    tier = s3_tier(s3_url)
+    try:
+        done = s3_invalidate.run(tier, policy, dry_run, grace)
+    except RemoteUnavailable as exc:  # the network, not the user's input: exit 1
+        raise CheckFailed(f"S3 {tier.describe()}: {exc}") from exc
+    return done["rows"], {"url": tier.describe(), "dry_run": dry_run, "gc": done["gc"],
+                          "scopes": done["scopes"], "bucket": done["bucket"]}  # fmt: skip
 
 
 def _table(result: dict[str, Any]) -> str:

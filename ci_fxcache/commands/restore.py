@@ -17,6 +17,7 @@ from ci_fxcache.store import overlay
 
 if TYPE_CHECKING:
     from ci_fxcache.env.fingerprint import Fingerprint
+    from ci_fxcache.store.layout import Layout
 
 OVERLAY_ENV = "FXCACHE_OVERLAY"
 
@@ -64,12 +65,25 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "--json", dest="as_json", action="store_true", help="print the state object as JSON"
     )
     options.state_file_option(parser)
+    _store_options(parser)
+    parser.set_defaults(func=run)
+
+
+def _store_options(parser: argparse.ArgumentParser) -> None:
+    """Which store stands behind the local one, and what this run may do with it."""
     parser.add_argument(
         "--store",
-        choices=("local", "redis", "s3"),
+        choices=("local", "redis", "s3", "github"),
         default="local",
         help="local (default): the store on this runner's disk; redis: also torch's Redis "
-        "remote cache; s3: a bucket behind the local store (--s3-url)",
+        "remote cache; s3: a bucket behind the local store (--s3-url); github: the "
+        "repository's Actions cache behind it (inside a JavaScript action's step)",
+    )
+    parser.add_argument(
+        "--key-suffix",
+        default="",
+        help="--store github: a suffix of this job's entry keys, so that jobs of one scope "
+        "with different caches (several models) keep separate entries (default: none)",
     )
     options.redis_url_option(parser, "Redis URL")
     options.s3_url_option(parser)
@@ -77,7 +91,8 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "--remote-read-only",
         action="store_true",
         help="read the remote tier (--store s3), never write it: no last-used marker, and "
-        "'fxcache save' commits locally only (for runs that must not write what others read)",
+        "'fxcache save' commits locally only, into a namespace of the store root that no run "
+        "writing the remote reads (for runs that must not write what others read)",
     )
     parser.add_argument(
         "--no-job-trace",
@@ -92,7 +107,6 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         help="with FXCACHE_SIGNING_KEY, still use store redis: torch unpickles its entries, "
         "unsigned, so whoever can write that Redis runs code in this job",
     )
-    parser.set_defaults(func=run)
 
 
 def _cold_fallback(key: str, root: Path, error: str, fp: Fingerprint) -> dict[str, Any]:
@@ -153,94 +167,165 @@ def run(
     s3_url: str | None,
     redis_writers_run_code: bool,
     remote_read_only: bool,
+    key_suffix: str,
     job_trace: bool,
 ) -> int:
     """Restore, write the state file, export the environment."""
     taking = Pending(python, salt)
-    from ci_fxcache.store.remote.factory import tier_for
+    from ci_fxcache.store import trust
+    from ci_fxcache.store.remote.factory import StoreChoice, tier_for
 
+    reason = "--read-only" if read_only else trust.untrusted_reason()
+    writes = reason is None and not remote_read_only
+    choice = StoreChoice(kind=store, url=s3_url, key_suffix=key_suffix, may_write_remote=writes)
     # Made first: a remote tier starts what its first request needs (the S3 client) while
-    # the rest is imported and the job's interpreter reports its versions.
-    tier = tier_for(store, s3_url)
+    # the rest is imported and the job's interpreter reports its versions. The GitHub tier
+    # needs the scope key (its entries' keys): made once the key is known.
+    tier = tier_for(choice) if choice.kind != "github" else None
     # Imported while the job's interpreter reports its versions: a restore is on every job's
     # critical path (docs/store.md, Performance).
     from ci_fxcache.env import scopekey, torch_support
     from ci_fxcache.store import restore as store_restore
-    from ci_fxcache.store import scopes, trust
+    from ci_fxcache.store import scopes
     from ci_fxcache.store import state_file as states
-    from ci_fxcache.store.layout import VERIFY_DIR_ENV, Layout, resolve_root
-    from ci_fxcache.store.remote import redis_cache
-    from ci_fxcache.store.remote.transfer import fetch_scope
+    from ci_fxcache.store.layout import Layout, resolve_root, trust_root
 
     if state_file is not None:
         states.check_target(state_file)
     scopes.check_env()
     strategy = _overlay_strategy(overlay_strategy)
     key_for_signing = trust.signing_key()
-    redis_url = redis_cache.resolve_url(redis_url) if store == "redis" else None
-    if redis_url is not None:
-        redis_cache.check_signed_use(key_for_signing, redis_writers_run_code)
+    redis_url = _redis_url(store, redis_url, key_for_signing, redis_writers_run_code)
     fp = taking.result()
     torch_support.announce_newer(fp.torch_version)
     key = scopekey.scope_key(fp)
-    store_root = resolve_root(root)
-    reason = "--read-only" if read_only else trust.untrusted_reason()
+    store_root = trust_root(resolve_root(root), may_write_remote=not remote_read_only)
     restore_options = store_restore.Options(
-        read_only=reason is not None,
-        read_only_reason=reason,
+        read_only=reason is not None, read_only_reason=reason,
         invalidate_on_upgrade=invalidate_on_upgrade,
         full_verify=store_restore.full_verification(verify, key_for_signing),
-        overlay_strategy=strategy,
-        signing_key=key_for_signing,
-    )
+        overlay_strategy=strategy, signing_key=key_for_signing,
+    )  # fmt: skip
+    state = _restore(Layout(store_root), key, fp, restore_options, choice, tier)
+    if isinstance(state.get("remote"), dict):
+        state["remote"]["read_only"] = remote_read_only
+    _hand_out(state, state_file, redis_url, key_for_signing, as_json, job_trace)
+    return 0
+
+
+def _hand_out(
+    state: dict[str, Any],
+    state_file: Path | None,
+    redis_url: str | None,
+    signing_key: str | None,
+    as_json: bool,
+    job_trace: bool,
+) -> None:
+    """Write the state file (MAC'd with the signing key) and export the job's environment,
+    with torch's Redis remote cache when it answers."""
+    from ci_fxcache.jobstats.trace import job_env
+    from ci_fxcache.store import state_file as states
+
+    state_path = state_file or states.new_state_file()
+    env = _job_env(state, state_path)
+    env.update(job_env(state_path, job_trace))  # the job's own compiles, for `fxcache stats`
+    state["redis"] = None
+    if redis_url is not None:
+        env.update(_redis(state, redis_url))
+    state["state_file"] = str(state_path)
+    states.write_state(state_path, state, signing_key)
+    _publish(state, env, as_json)
+
+
+def _restore(
+    layout: Layout, key: str, fp: Fingerprint, options: Any, choice: Any, tier: Any
+) -> dict[str, Any]:
+    """Tier 2 first (a scope it has becomes a local one), then the local restore; a local
+    store that cannot be used is a cold fallback. The state, its cache dirs made."""
+    from ci_fxcache.store import restore as store_restore
+    from ci_fxcache.store.remote.transfer import fetch_scope
+
     remote_info = None
     try:
-        if tier is not None:  # tier 2 first: a scope it has becomes a local one
-            remote_info = fetch_scope(
-                Layout(store_root), key, tier, read_only=reason is not None or remote_read_only,
-                signing_key=key_for_signing,
-            )  # fmt: skip
-            remote_info["read_only"] = remote_read_only
-        state = store_restore.restore(Layout(store_root), key, fp, restore_options)
+        if choice.kind == "github":
+            tier, remote_info = _github_tier(choice, key)
+        if tier is not None:
+            remote_info = fetch_scope(layout, key, tier, signing_key=options.signing_key)
+        if remote_info is not None and choice.kind == "github":
+            remote_info["key_suffix"] = choice.key_suffix
+        state = store_restore.restore(layout, key, fp, options)
     except PermissionError as exc:
         # Not tampering: another user's files in a shared store. Nothing is quarantined.
         why = f"permission denied: {exc.filename or exc}; the scope is left as it is"
-        state = _cold_fallback(key, store_root, why, fp)
+        state = _cold_fallback(key, layout.root, why, fp)
     except (OSError, TimeoutError) as exc:
-        state = _cold_fallback(key, store_root, str(exc), fp)
+        state = _cold_fallback(key, layout.root, str(exc), fp)
     if remote_info is not None:
-        state["store"], state["remote"] = store, remote_info
+        state["store"], state["remote"] = choice.kind, remote_info
     for name in ("inductor_dir", "triton_dir", "verify_dir"):
         Path(state[name]).mkdir(parents=True, exist_ok=True)
-    state_path = state_file or states.new_state_file()
-    # FXCACHE_VERIFY_DIR / FXCACHE_STATE_FILE are verify's defaults for --cache-dir and
-    # --cache-state, so `restore; verify; save` checks and keeps the scope's own references.
-    env = {
+    return state
+
+
+def _redis_url(
+    store: str, redis_url: str | None, signing_key: str | None, writers_run_code: bool
+) -> str | None:
+    """Store redis: the URL (UsageError when unset or refused with a signing key)."""
+    from ci_fxcache.store.remote import redis_cache
+
+    if store != "redis":
+        return None
+    url = redis_cache.resolve_url(redis_url)
+    redis_cache.check_signed_use(signing_key, writers_run_code)
+    return url
+
+
+def _job_env(state: dict[str, Any], state_path: Path) -> dict[str, str]:
+    """What the job's later steps get: the cache dirs, and FXCACHE_VERIFY_DIR /
+    FXCACHE_STATE_FILE, verify's defaults for --cache-dir and --cache-state, so that
+    `restore; verify; save` checks and keeps the scope's own references."""
+    from ci_fxcache.store import state_file as states
+    from ci_fxcache.store.layout import VERIFY_DIR_ENV
+
+    return {
         "TORCHINDUCTOR_CACHE_DIR": state["inductor_dir"],
         "TRITON_CACHE_DIR": state["triton_dir"],
         VERIFY_DIR_ENV: state["verify_dir"],
         states.STATE_FILE_ENV: str(state_path),
     }
-    from ci_fxcache.jobstats.trace import job_env
 
-    env.update(job_env(state_path, job_trace))  # the job's own compiles, for `fxcache stats`
-    state["redis"] = None
-    if redis_url is not None:
-        problem = redis_cache.probe(redis_url)
-        state["store"] = "redis"
-        state["redis"] = {"url": redis_cache.redact(redis_url), "reachable": problem is None}
-        if problem is None:
-            env.update(redis_cache.job_env(redis_url))
-        else:
-            state["redis"]["error"] = problem
-            gha.warn(
-                f"Redis at {redis_cache.redact(redis_url)} unreachable ({problem}); "
-                "continuing with the local store only"
-            )
-    state["state_file"] = str(state_path)
-    states.write_state(state_path, state, key_for_signing)
-    _publish(state, env, as_json)
-    return 0
+
+def _redis(state: dict[str, Any], redis_url: str) -> dict[str, str]:
+    """torch's Redis remote cache beside the store: the state's `redis` object, and the
+    variables that switch it on (none when Redis does not answer: one warning)."""
+    from ci_fxcache.store.remote import redis_cache
+
+    problem = redis_cache.probe(redis_url)
+    state["store"] = "redis"
+    state["redis"] = {"url": redis_cache.redact(redis_url), "reachable": problem is None}
+    if problem is None:
+        return redis_cache.job_env(redis_url)
+    state["redis"]["error"] = problem
+    gha.warn(
+        f"Redis at {redis_cache.redact(redis_url)} unreachable ({problem}); "
+        "continuing with the local store only"
+    )
+    return {}
+
+
+def _github_tier(choice: Any, key: str) -> tuple[Any, dict[str, Any] | None]:
+    """The GitHub tier of scope `key`, or None and the state's `remote` object saying why
+    not (no Actions cache service in this step: one warning, local only)."""
+    from ci_fxcache.store.remote.factory import tier_for
+    from ci_fxcache.store.remote.tier import RemoteUnavailable
+
+    try:
+        return tier_for(choice, key), None
+    except RemoteUnavailable as exc:
+        gha.warn(f"restoring from the GitHub cache failed ({exc}); continuing with the local "
+                 "store only")  # fmt: skip
+        return None, {"store": "github", "url": "the GitHub cache", "fetched": False,
+                      "error": str(exc)}  # fmt: skip
 
 
 def _where(state: dict[str, Any]) -> str:

@@ -60,11 +60,13 @@ def run(*, root: Path | None, state_file: Path | None, as_json: bool) -> int:
         gha.print_untrusted(f"fxcache: {plain(headline(job))}\n", file=out)
     sent = result.get("remote")
     if sent and not as_json:
-        if sent.get("published"):
+        if sent.get("published") and "files" in sent:
             print(
                 f"fxcache: published to {sent['url']}: {sent['files']} file(s), "
                 f"{sent['uploaded_bytes']} bytes uploaded"
             )
+        elif sent.get("published"):  # a GitHub cache entry: the whole scope, one archive
+            print(f"fxcache: published to {sent['url']}: {sent.get('bytes', 0)} bytes uploaded")
         elif "reason" in sent:
             print(f"fxcache: nothing published to {sent['url']}: {sent['reason']}")
     return 0

@@ -22,6 +22,10 @@ from ci_fxcache.store.remote import redis_cache
 from ci_fxcache.verify import causes, matrix, runner, versions
 from ci_fxcache.verify.forkserver import ForkServer
 
+# Environment defaults of --recheck-all and --separate-cold ("1": on).
+RECHECK_ALL_ENV = "FXCACHE_RECHECK_ALL"
+SEPARATE_COLD_ENV = "FXCACHE_SEPARATE_COLD"
+
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     """Add the `verify` subcommand."""
@@ -35,6 +39,29 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     )
     options.python_option(parser)
     add_matrix_options(parser, "matrix (comma-separated; override --matrix-file)")
+    _where_options(parser)
+    _verdict_options(parser)
+    _run_options(parser)
+    parser.add_argument(
+        "--cache-state",
+        metavar="F",
+        default=os.environ.get(state_file.STATE_FILE_ENV) or None,
+        help="restore's state (JSON), embedded in the results (env FXCACHE_STATE_FILE, which "
+        "`fxcache restore` exports; default: none)",
+    )
+    options.redis_url_option(parser, "Redis for the remote mechanism")
+    options.report_id_option(
+        parser,
+        default="fxcache",
+        help="id of this report (default: fxcache); report, comment and merge keep one sticky "
+        "comment per id",
+    )
+    parser.add_argument("--salt", default=None, help=argparse.SUPPRESS)
+    parser.set_defaults(func=run)
+
+
+def _where_options(parser: argparse.ArgumentParser) -> None:
+    """Which phases run, where their caches live, where the results go."""
     parser.add_argument(
         "--phase",
         choices=("cold", "hot", "both", "auto"),
@@ -55,6 +82,10 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="write the results document (- = stdout; default: none, the table only)",
     )
+
+
+def _verdict_options(parser: argparse.ArgumentParser) -> None:
+    """What counts as safe, and what fails the command."""
     parser.add_argument(
         "--min-speedup",
         type=options.finite_float,
@@ -77,6 +108,10 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         help="exit 1 on: unsafe (default); error (unsafe or error); no-gain (unsafe, error or "
         "no-gain); never",
     )
+
+
+def _run_options(parser: argparse.ArgumentParser) -> None:
+    """How the phases run: time bound, determinism, parallelism, shared work."""
     parser.add_argument(
         "--timeout",
         type=options.seconds,
@@ -100,7 +135,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--recheck-all",
         action="store_true",
-        default=os.environ.get("FXCACHE_RECHECK_ALL") == "1",
+        default=os.environ.get(RECHECK_ALL_ENV) == "1",
         help="a hot-only run re-checks every combination; by default it carries the no-gain "
         "verdicts of mega and precompile from the run that built the cache (docs/verify.md; "
         "env FXCACHE_RECHECK_ALL=1)",
@@ -108,28 +143,12 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--separate-cold",
         action="store_true",
-        default=os.environ.get("FXCACHE_SEPARATE_COLD") == "1",
+        default=os.environ.get(SEPARATE_COLD_ENV) == "1",
         help="every phase does all its own work: one cold phase per combination, and no C++ "
         "kernel build copied from another phase of the run; by default fxgraph and mega share "
         "one cold phase and a kernel is compiled once per run (docs/verify.md; env "
         "FXCACHE_SEPARATE_COLD=1)",
     )
-    parser.add_argument(
-        "--cache-state",
-        metavar="F",
-        default=os.environ.get(state_file.STATE_FILE_ENV) or None,
-        help="restore's state (JSON), embedded in the results (env FXCACHE_STATE_FILE, which "
-        "`fxcache restore` exports; default: none)",
-    )
-    options.redis_url_option(parser, "Redis for the remote mechanism")
-    options.report_id_option(
-        parser,
-        default="fxcache",
-        help="id of this report (default: fxcache); report, comment and merge keep one sticky "
-        "comment per id",
-    )
-    parser.add_argument("--salt", default=None, help=argparse.SUPPRESS)
-    parser.set_defaults(func=run)
 
 
 def add_matrix_options(parser: argparse.ArgumentParser, title: str) -> None:
@@ -259,65 +278,71 @@ def run(
     keep_out_of_job_trace()
     flags = matrix_flags(devices, dtypes, dynamic, mechanisms, training, workloads)
     plan = matrix.build(flags, matrix_file)
+    _check_flags(phase, cache_dir, jobs, min_speedup, json_path)
+    state = _cache_state(cache_state)
+    interpreter_path = interpreter.resolve(python)
+    fp = fingerprint.collect(interpreter_path, salt)
+    torch_support.announce_newer(fp.torch_version)
+    temporary = cache_dir is None
+    cache_path, run_dir = _cache_path(cache_dir), Path(tempfile.mkdtemp(prefix="fxcache-run-"))
+    settings = runner.Settings(
+        phase=phase, cache_dir=cache_path, run_dir=run_dir, min_speedup=min_speedup,
+        compare=compare, fail_on=fail_on, timeout=timeout, jobs=jobs,
+        redis_url=redis_cache.configured_url(redis_url), share_cold=not separate_cold,
+        recheck_all=recheck_all, deterministic=deterministic, scope_key=scopekey.scope_key(fp),
+    )  # fmt: skip
+    try:
+        combos, settings.phase = _phases(interpreter_path, plan, settings)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if temporary:
+            shutil.rmtree(cache_path, ignore_errors=True)
+    doc = writer.document(
+        fingerprint=fp.to_dict(), scope_key=settings.scope_key, cache=state,
+        settings=settings.to_dict(), matrix=plan.to_dict(), combos=combos, report_id=report_id,
+    )  # fmt: skip
+    if json_path:
+        writer.write(doc, json_path)
+    if json_path != "-":
+        _table(doc)
+    return _exit_status(doc, fail_on)
+
+
+def _check_flags(
+    phase: str, cache_dir: str | None, jobs: int | None, min_speedup: float | None,
+    json_path: str | None,
+) -> None:  # fmt: skip
+    """UsageError for flags that do not go together, before anything runs."""
     if phase == "hot" and not cache_dir:
         raise UsageError("--phase hot needs --cache-dir (where the cold phase recorded references)")
     if (jobs is not None and jobs < 1) or (min_speedup is not None and min_speedup < 0):
         raise UsageError("--jobs must be positive, --min-speedup not negative")
     if json_path and json_path != "-":
         userfiles.output_file(json_path, "--json", make_parents=True)
-    state = _cache_state(cache_state)
-    interpreter_path = interpreter.resolve(python)
-    fp = fingerprint.collect(interpreter_path, salt)
-    torch_support.announce_newer(fp.torch_version)
-    temporary = cache_dir is None
+
+
+def _cache_path(cache_dir: str | None) -> Path:
+    """--cache-dir (a directory we can write), else a new temporary one."""
     cache_path = Path(cache_dir or tempfile.mkdtemp(prefix="fxcache-verify-")).absolute()
     userfiles.output_dir(cache_path, "--cache-dir")
     cache_path.mkdir(parents=True, exist_ok=True)
-    run_dir = Path(tempfile.mkdtemp(prefix="fxcache-run-"))
-    settings = runner.Settings(
-        phase=phase,
-        cache_dir=cache_path,
-        run_dir=run_dir,
-        min_speedup=min_speedup,
-        compare=compare,
-        fail_on=fail_on,
-        timeout=timeout,
-        jobs=jobs,
-        redis_url=redis_cache.configured_url(redis_url),
-        share_cold=not separate_cold,
-        recheck_all=recheck_all,
-        deterministic=deterministic,
-        scope_key=scopekey.scope_key(fp),
-    )
+    return cache_path
+
+
+def _phases(
+    interpreter_path: str, plan: matrix.Matrix, settings: runner.Settings
+) -> tuple[list[dict[str, Any]], str]:
+    """Every combination's phases through one fork server in the user's interpreter: the
+    results, and which phases ran."""
+    server = ForkServer(interpreter_path, settings.run_dir)
     try:
-        server = ForkServer(interpreter_path, run_dir)
-        try:
+        total = len(plan.combos())
+        if "auto" in plan.devices:
+            runner.expand_devices(plan, server.info)
             total = len(plan.combos())
-            if "auto" in plan.devices:
-                runner.expand_devices(plan, server.info)
-                total = len(plan.combos())
-            combos, phase_run = runner.run(server, plan, settings, _progress(total))
-        finally:
-            server.close()
+        return runner.run(server, plan, settings, _progress(total))
     finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
-        if temporary:
-            shutil.rmtree(cache_path, ignore_errors=True)
-    settings.phase = phase_run
-    doc = writer.document(
-        fingerprint=fp.to_dict(),
-        scope_key=settings.scope_key,
-        cache=state,
-        settings=settings.to_dict(),
-        matrix=plan.to_dict(),
-        combos=combos,
-        report_id=report_id,
-    )
-    if json_path:
-        writer.write(doc, json_path)
-    if json_path != "-":
-        _table(doc)
-    return _exit_status(doc, fail_on)
+        server.close()
 
 
 def _table(doc: dict[str, Any]) -> None:

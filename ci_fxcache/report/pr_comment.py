@@ -212,6 +212,18 @@ def _fork_warning(number: int, message: str) -> None:
     gha.append_summary(f"> [!WARNING]\n> fxcache: {text}\n")
 
 
+def _token(token_env: str) -> str:
+    """The token in $`token_env` (GitHubClient masks it inside Actions); UsageError when
+    there is none."""
+    token = os.environ.get(token_env, "")
+    if not token:
+        raise UsageError(
+            f"no token in ${token_env}: pass 'env: {token_env}: ${{{{ github.token }}}}' "
+            "(with 'permissions: pull-requests: write') or choose another variable with --token-env"
+        )
+    return token
+
+
 def run(
     *,
     results: str,
@@ -228,7 +240,6 @@ def run(
     from ci_fxcache.github_api import GitHubClient, GitHubError
     from ci_fxcache.report import render
 
-    token = os.environ.get(token_env, "")  # GitHubClient masks it inside Actions
     number = pr or pull_number_from_event(os.environ.get("GITHUB_EVENT_PATH"))
     expected = artifact_report_id(results, from_artifact) if from_artifact else None
     limit = render.COMMENT_LIMIT - 200  # room for the marker line
@@ -247,12 +258,7 @@ def run(
         event = os.environ.get("GITHUB_EVENT_NAME") or "no GitHub event"
         print(f"fxcache: not a pull request ({event}): no comment posted")
         return 0
-    if not token:
-        raise UsageError(
-            f"no token in ${token_env}: pass 'env: {token_env}: ${{{{ github.token }}}}' "
-            "(with 'permissions: pull-requests: write') or choose another variable with --token-env"
-        )
-    client = GitHubClient(token, repository, os.environ.get("GITHUB_API_URL") or None)
+    client = GitHubClient(_token(token_env), repository, os.environ.get("GITHUB_API_URL") or None)
     try:
         author = author or token_author(client)
         try:

@@ -41,15 +41,31 @@ class Detail:
 
 _ZWSP = "\u200b"  # breaks mentions, issue references and autolinks without a visible change
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+# What changes what a reader sees without being seen: bidi embeddings, overrides, isolates and
+# marks (a fork's text could reorder the words around it), zero-width and other invisible
+# format characters, Unicode tag characters, C1 controls, line and paragraph separators.
+_INVISIBLE = re.compile(
+    "[\u0080-\u009f\u00ad\u061c\u115f\u1160\u180e\u200b-\u200f\u2028-\u202e"
+    "\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb\U000e0000-\U000e0fff]+"
+)
 _MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")
 _LIST_MARKER = re.compile(r"^([-+]|\d{1,9}[.)])(?=\s|$)")
 _AUTOLINK = re.compile(r"(://|(?i:www)\.)")
 _GH_REFERENCE = re.compile(r"\b(gh)(?=-\d)", re.I)
 
 
+def visible(text: str) -> str:
+    """`text` without the characters that change what a reader sees without being seen
+    (_INVISIBLE): every escape of free text (markdown, HTML, log blocks, JUnit) goes through
+    here, so what a reader sees is the order the text has."""
+    return _INVISIBLE.sub("", text)
+
+
 def plain(value: Any) -> str:
-    """Free text on one line: control characters (newlines, ANSI escapes) become spaces."""
-    return _CONTROL.sub(" ", _ANSI.sub("", "" if value is None else str(value))).strip()
+    """Free text on one line: control characters (newlines, ANSI escapes) become spaces,
+    invisible ones go (visible)."""
+    text = visible(_ANSI.sub("", "" if value is None else str(value)))
+    return _CONTROL.sub(" ", text).strip()
 
 
 def _neutralise(text: str) -> str:
@@ -132,7 +148,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
 def _tail(text: str, limit: int) -> str:
-    text = _ANSI.sub("", text)
+    text = visible(_ANSI.sub("", text))
     if len(text) <= limit:
         return text
     cut = text[-limit:]
@@ -507,7 +523,7 @@ def junit(report: Report) -> str:
     """JUnit XML: one testsuite per environment and runner, one testcase per combination."""
     import xml.etree.ElementTree as ET
 
-    root = ET.Element("testsuites", name=f"fxcache {report.report_id}")
+    root = ET.Element("testsuites", name=_xml(f"fxcache {report.report_id}"))
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for section in report.sections:
         for runner in section.runners:
@@ -521,15 +537,15 @@ def junit(report: Report) -> str:
             for k, v in counts.items():
                 totals[k] += v
             attrs = {k: str(v) for k, v in counts.items()}
-            attrs["name"] = f"fxcache {section.title} @ {runner}"
+            attrs["name"] = _xml(f"fxcache {section.title} @ {runner}")
             attrs["time"] = f"{sum(_seconds(r) for r in rows):.3f}"
             suite = ET.SubElement(root, "testsuite", attrs)
             for r in rows:
                 case = ET.SubElement(
                     suite,
                     "testcase",
-                    name=str(r.combo["id"]),
-                    classname=f"fxcache.{section.arch}.{r.combo['workload']}",
+                    name=_xml(str(r.combo["id"])),
+                    classname=_xml(f"fxcache.{section.arch}.{r.combo['workload']}"),
                     time=f"{_seconds(r):.3f}",
                 )
                 message = f"{r.why}: {r.reason}" if r.reason else r.why
@@ -554,8 +570,8 @@ _XML_BAD = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def _xml(text: str) -> str:
-    """Drop characters XML 1.0 cannot hold (ANSI escapes in logs, NULs)."""
-    return _XML_BAD.sub("", text)
+    """Drop characters XML 1.0 cannot hold (ANSI escapes in logs, NULs) and invisible ones."""
+    return _XML_BAD.sub("", visible(text))
 
 
 def _seconds(row: Row) -> float:

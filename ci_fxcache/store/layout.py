@@ -21,6 +21,11 @@ LEASES = ".leases"
 OVERLAYS = ".overlays"
 SPARES = ".spares"
 SEALS = ".seals"
+# The trust namespace of runs that read a remote tier they may not write (a pull request's
+# under `save: auto`): a store root of its own inside the shared one, where such a run
+# restores, fetches and commits. No run that writes the remote tier reads or publishes it,
+# so what an unreviewed branch compiled never reaches the remote (docs/security.md).
+REMOTE_READERS = ".remote-readers"
 
 
 def default_root() -> Path:
@@ -37,6 +42,15 @@ def default_root() -> Path:
 def resolve_root(value: Path | None) -> Path:
     """The root from --root, else `default_root()`."""
     return value if value is not None else default_root()
+
+
+def trust_root(root: Path, *, may_write_remote: bool) -> Path:
+    """The store root of a run's trust namespace in shared root `root`: `root` itself for a
+    run that may write the remote tier (or has none), its REMOTE_READERS namespace for one
+    that only reads it. Idempotent: a namespace's root maps to itself."""
+    if may_write_remote or root.name == REMOTE_READERS:
+        return root
+    return root / REMOTE_READERS
 
 
 class Layout:

@@ -366,15 +366,38 @@ def listed(manifest: Mapping[str, Any]) -> Listed:
     return Listed(list(files), [m["size"] for m in metas], [m.get("mtime_ns", -1) for m in metas])
 
 
+@dataclass(frozen=True)
+class Committed:
+    """A manifest as a save checked, signed and wrote it under the scope's lock: its parse
+    and its exact text (a signature stays valid over the text). What a publish sends: never
+    a re-read of `manifest.json`, which a key-less writer of the store can swap once the
+    lock is released."""
+
+    manifest: dict[str, Any]
+    text: str
+
+    @classmethod
+    def of(cls, manifest: dict[str, Any]) -> Committed:
+        """`manifest` and the text write_atomic writes for it."""
+        return cls(manifest, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+    @classmethod
+    def read(cls, path: Path) -> Committed:
+        """A manifest file as it is now, for tools that publish without a save (benchmarks,
+        tests); ManifestError when unusable."""
+        raw, _digest = read_raw(path)
+        return cls(parse(raw), raw.decode("utf-8"))
+
+
 def write_atomic(
     path: Path,
-    manifest: dict[str, Any],
+    manifest: dict[str, Any] | Committed,
     tmp_dir: Path,
     before_rename: Callable[[], None] | None = None,
 ) -> str:
     """Write the manifest as JSON through a temporary file in `tmp_dir` (same filesystem);
     the sha256 of what was written."""
-    text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
+    text = (manifest if isinstance(manifest, Committed) else Committed.of(manifest)).text
     atomic_write.write_text(path, text, tmp_dir, before_rename, modes.file_mode())
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

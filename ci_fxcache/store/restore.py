@@ -182,6 +182,59 @@ def _check_scope(layout: Layout, key: str, opts: Options) -> _Checked:
     return _Checked(None, busy, {"scope": key, "reason": reason, "problems": lines[:20]})
 
 
+def _checked_scope(
+    layout: Layout, key: str, opts: Options, base: Path, use_spares: bool, private: bool
+) -> _Checked:
+    """Under the scope's lock: the scope checked (a read-only job may take a spare built
+    from it instead); a keyed job checks the scope itself first (a changed file quarantines
+    it now), then takes a spare, which is checked the same way."""
+    checked = None
+    if opts.read_only and use_spares:
+        checked = _from_spare(layout, key, opts, base)
+    if checked is None:
+        checked = _check_scope(layout, key, opts)
+        if private and use_spares and checked.contents is not None:
+            taken = _from_spare(layout, key, opts, base)
+            if taken is not None:
+                checked.contents, checked.strategy = taken.contents, taken.strategy
+    return checked
+
+
+def _overlay(
+    layout: Layout, key: str, opts: Options, checked: _Checked, base: Path, private: bool
+) -> tuple[str, Path | None]:
+    """Under the scope's lock: a private overlay at `base` (taken from a spare, or built);
+    its strategy and, for a job that may save, its lease."""
+    scope, contents = layout.scope(key), checked.contents
+    if checked.strategy is not None:
+        strategy = checked.strategy
+    else:
+        files = sorted(contents.files) if contents else []
+        strategy = overlay.build(scope, files, base, opts.overlay_strategy)
+    for name in CACHE_DIRS:
+        (base / name).mkdir(parents=True, exist_ok=True)
+    if private:
+        base.chmod(0o700)  # no other user adds files for this job's save to sign
+        for name in CACHE_DIRS:  # the scope its save merges into
+            (scope / name).mkdir(parents=True, exist_ok=True)
+    lease = None if opts.read_only else scopes.take_lease(layout, key, "overlay", base)
+    if contents is not None and scope.exists():
+        scopes.touch_last_used(layout, key)
+    return strategy, lease
+
+
+def _in_place(layout: Layout, key: str, contents: _Contents | None) -> Path:
+    """Under the scope's lock: the scope handed out in place; the lease."""
+    scope = layout.scope(key)
+    for name in CACHE_DIRS:
+        (scope / name).mkdir(parents=True, exist_ok=True)
+    lease = scopes.take_lease(layout, key, "in-place")
+    scopes.touch_last_used(layout, key)
+    if contents is not None:  # locks an older save made read-only
+        in_place.make_writable(scope, contents.files, modes.file_mode())
+    return lease
+
+
 def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[str, Any]:
     """Run the restore; return the state object (see docs/store.md).
 
@@ -193,52 +246,18 @@ def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[st
     invalidated: list[dict[str, Any]] = []
     if opts.invalidate_on_upgrade and not opts.read_only:
         invalidated = upgrade.remove_stale(layout, key, fp)
-    read_only, ro_reason = opts.read_only, opts.read_only_reason
-    lease: Path | None = None
-    quarantined: list[dict[str, Any]] = []
     base = layout.overlays / f"{key}.{uuid.uuid4().hex[:12]}"
     use_spares = opts.overlay_strategy == "auto"
     private = private_writes(opts)
+    scope = layout.scope(key)
     with scopes.lock(layout, key):
-        checked = None
-        if read_only and use_spares:
-            checked = _from_spare(layout, key, opts, base)
-        if checked is None:
-            checked = _check_scope(layout, key, opts)
-            if private and use_spares and checked.contents is not None:
-                # A keyed job checks the scope itself first (a changed file quarantines it
-                # now), then takes a spare, which is checked the same way.
-                taken = _from_spare(layout, key, opts, base)
-                if taken is not None:
-                    checked.contents, checked.strategy = taken.contents, taken.strategy
-        if checked.quarantined:
-            quarantined.append(checked.quarantined)
-        contents = checked.contents
-        scope = layout.scope(key)
-        if not read_only and not checked.busy and not private:
-            for name in CACHE_DIRS:
-                (scope / name).mkdir(parents=True, exist_ok=True)
-            lease = scopes.take_lease(layout, key, "in-place")
-            scopes.touch_last_used(layout, key)
-            if contents is not None:  # locks an older save made read-only
-                in_place.make_writable(scope, contents.files, modes.file_mode())
+        checked = _checked_scope(layout, key, opts, base, use_spares, private)
+        if not opts.read_only and not checked.busy and not private:
+            lease: Path | None = _in_place(layout, key, checked.contents)
             base, strategy = scope, "in-place"
         else:
-            if checked.strategy is not None:
-                strategy = checked.strategy
-            else:
-                files = sorted(contents.files) if contents else []
-                strategy = overlay.build(scope, files, base, opts.overlay_strategy)
-            for name in CACHE_DIRS:
-                (base / name).mkdir(parents=True, exist_ok=True)
-            if private:
-                base.chmod(0o700)  # no other user adds files for this job's save to sign
-                for name in CACHE_DIRS:  # the scope its save merges into
-                    (scope / name).mkdir(parents=True, exist_ok=True)
-            if not read_only:
-                lease = scopes.take_lease(layout, key, "overlay", base)
-            if contents is not None and scope.exists():
-                scopes.touch_last_used(layout, key)
+            strategy, lease = _overlay(layout, key, opts, checked, base, private)
+    contents = checked.contents
     if base != scope and use_spares and contents is not None:
         spare.build_in_background(layout, key)  # the next overlay restore is a rename
     return {
@@ -247,10 +266,10 @@ def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[st
         "root": str(layout.root),
         "scope_key": key,
         "hit": contents is not None and bool(contents.files),
-        "read_only": read_only,
-        "read_only_reason": ro_reason,
+        "read_only": opts.read_only,
+        "read_only_reason": opts.read_only_reason,
         "mode": strategy,
-        "overlay_reason": _overlay_reason(strategy, read_only, private),
+        "overlay_reason": _overlay_reason(strategy, opts.read_only, private),
         "scope_dir": str(scope),
         "inductor_dir": str(base / "inductor"),
         "triton_dir": str(base / "triton"),
@@ -264,7 +283,7 @@ def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[st
         "signature_checked": bool(opts.signing_key),
         "invalidated": invalidated,
         "set_aside": checked.set_aside,
-        "quarantined": quarantined,
+        "quarantined": [checked.quarantined] if checked.quarantined else [],
         "lease": str(lease) if lease else None,
         "fingerprint": fp.to_dict(),
         "restored_at": scopes.utc_now(),

@@ -12,14 +12,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ci_fxcache import gha
+from ci_fxcache import gha, names
 from ci_fxcache.store import in_place, modes, scopes, seal, spare, stat_batch, state_file
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store.layout import LOCKS, Layout
 
 # Fault injection for the reliability tests, never set in production: `pause:SECONDS` (so a
 # test can kill -9 the save between the temporary manifest and the rename) or `enospc`.
-FAULT_ENV = "FXCACHE_TEST_FAULT"
+FAULT_ENV = names.TEST_FAULT_ENV
 
 
 def _verification(scope: Path) -> list[str]:
@@ -49,6 +49,14 @@ def _inspect(
         gha.warn(f"save: removed symlink {rel} from scope {key} (never cached)")
         (scope / rel).unlink(missing_ok=True)
     return mf.inspect(scope, {"files": listed}, False, sealed) if strays else found
+
+
+class Outcome(NamedTuple):
+    """A save's summary (JSON), and the manifest it checked, signed and wrote under the scope's
+    lock (None when it wrote none): what a publish sends, never a re-read of the disk."""
+
+    summary: dict[str, Any]
+    committed: mf.Committed | None
 
 
 class _Committed(NamedTuple):
@@ -134,13 +142,61 @@ def _torch_paths(previous: dict[str, Any] | None, state: dict[str, Any]) -> list
     return sorted(paths)
 
 
+def _job_files(
+    layout: Layout,
+    key: str,
+    unlisted: list[str],
+    listed: dict[str, Any],
+    overlay_dir: Path | None,
+    signing_key: str | None,
+) -> list[str]:
+    """The files this save commits. A job that had the scope in place adds what it wrote
+    there (`unlisted`), but for the files torch writes in place; with a key its files are
+    only ever those of its private overlay (moved in), and files that appeared in the scope
+    itself are set aside, never signed."""
+    if signing_key and unlisted:
+        _set_aside_unsigned(layout, key, in_place.committable(unlisted), overlay_dir is None)
+    if overlay_dir is None:
+        return [] if signing_key else in_place.committable(unlisted)
+    return _merge(overlay_dir, layout.scope(key), listed)
+
+
+def _manifest(
+    scope: Path,
+    key: str,
+    state: dict[str, Any],
+    previous: dict[str, Any] | None,
+    listed: dict[str, Any],
+    signing_key: str | None,
+) -> dict[str, Any]:
+    """The scope's next manifest: `listed` (committed entries and the new ones), signed with
+    the key when there is one."""
+    now = scopes.utc_now()
+    manifest = {
+        "schema": mf.SCHEMA,
+        "scope_key": key,
+        "fingerprint": state.get("fingerprint"),
+        "torch_paths": _torch_paths(previous, state),
+        "created_at": (previous or {}).get("created_at") or now,
+        "updated_at": now,
+        "last_used_at": now,
+        "verification": {"references": _verification(scope)},
+        "files": dict(sorted(listed.items())),
+        "total_bytes": sum(e["size"] for e in listed.values()),
+    }
+    if signing_key:
+        mf.sign(manifest, signing_key)
+    return manifest
+
+
 def _release(layout: Layout, lease: Path | None) -> None:
     if lease is not None:
         scopes.release_lease(layout, lease)
 
 
-def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict[str, Any]:
-    """Add the job's new files to the scope's manifest atomically; return a summary.
+def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> Outcome:
+    """Add the job's new files to the scope's manifest atomically; the summary and the
+    manifest written.
 
     Only new files are hashed and recorded: committed ones keep their entries. A job that had
     the scope in place adds the unlisted files of the scope; a job that got a private overlay
@@ -155,46 +211,26 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict
     with scopes.lock(layout, key):
         if scope.is_symlink() or not scope.is_dir():
             _release(layout, lease)
-            return {"saved": False, "reason": f"scope {key} no longer exists (quarantined?)"}
+            gone = f"scope {key} no longer exists (quarantined?)"
+            return Outcome({"saved": False, "reason": gone}, None)
         try:
             previous, found = _committed(layout, key, signing_key)
         except Refused as exc:
             _release(layout, lease)
-            return {"saved": False, "reason": f"scope {key} quarantined: {exc}"}
+            return Outcome({"saved": False, "reason": f"scope {key} quarantined: {exc}"}, None)
         committed: dict[str, Any] = dict(previous["files"]) if previous else {}
         # Entries an older save made of files torch writes in place are dropped (in_place).
         listed = {rel: committed[rel] for rel in in_place.committable(committed)}
         unlisted = sorted(p.path for p in found.problems if mf.is_unlisted(p))
-        if signing_key and unlisted:
-            _set_aside_unsigned(layout, key, in_place.committable(unlisted), overlay_dir is None)
-        # A job that had the scope in place adds what it wrote there (not listed yet), but for
-        # the files torch writes in place; with a key its files are only ever those of its
-        # private overlay.
-        if overlay_dir is None:
-            new = [] if signing_key else in_place.committable(unlisted)
-        else:
-            new = _merge(overlay_dir, scope, listed)
+        new = _job_files(layout, key, unlisted, listed, overlay_dir, signing_key)
         entries, stats = _new_entries(scope, new)
         listed.update(entries)
-        now = scopes.utc_now()
-        manifest = {
-            "schema": mf.SCHEMA,
-            "scope_key": key,
-            "fingerprint": state.get("fingerprint"),
-            "torch_paths": _torch_paths(previous, state),
-            "created_at": (previous or {}).get("created_at") or now,
-            "updated_at": now,
-            "last_used_at": now,
-            "verification": {"references": _verification(scope)},
-            "files": dict(sorted(listed.items())),
-            "total_bytes": sum(e["size"] for e in listed.values()),
-        }
-        if signing_key:
-            mf.sign(manifest, signing_key)
+        manifest = _manifest(scope, key, state, previous, listed, signing_key)
         mf.make_read_only(scope, stats)
         modes.close_directories(scope, [*new, *found.locks])
         in_place.make_writable(scope, [*found.locks, *committed], modes.file_mode())
-        digest = _write(layout, key, manifest)
+        written = mf.Committed.of(manifest)
+        digest = _write(layout, key, written)
         # What the check listed is sealed for the new manifest, but for directories holding
         # files it does not list (another job's, when this one had an overlay).
         kept_out = {rel.rpartition("/")[0] for rel in set(unlisted) - set(new)}
@@ -208,14 +244,9 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> dict
         scopes.remove_tree(overlay_dir)
     if layout.spares.is_dir() and any(layout.spares.glob(f"{key}.*")):
         spare.build_in_background(layout, key)  # overlays are in use: refresh the spare
-    return {
-        "saved": True,
-        "scope_key": key,
-        "files": len(manifest["files"]),
-        "added": len(new),
-        "bytes": manifest["total_bytes"],
-        "signed": bool(signing_key),
-    }
+    summary = {"saved": True, "scope_key": key, "files": len(manifest["files"]), "added": len(new),
+               "bytes": manifest["total_bytes"], "signed": bool(signing_key)}  # fmt: skip
+    return Outcome(summary, written)
 
 
 def _fault_hook() -> Callable[[], None] | None:
@@ -238,19 +269,25 @@ def _fault_hook() -> Callable[[], None] | None:
     return None
 
 
-def _write(layout: Layout, key: str, manifest: dict[str, Any]) -> str:
-    return mf.write_atomic(layout.manifest(key), manifest, layout.root / LOCKS, _fault_hook())
+def _write(layout: Layout, key: str, committed: mf.Committed) -> str:
+    return mf.write_atomic(layout.manifest(key), committed, layout.root / LOCKS, _fault_hook())
 
 
-def save_from_state(path: Path, root: Path | None, signing_key: str | None) -> dict[str, Any]:
+def save_from_state(path: Path, root: Path | None, signing_key: str | None) -> Outcome:
     """Save the scope restore handed out (root: the state's unless given), or say why not."""
     scopes.check_env()
     state = state_file.read_state(path, root, signing_key)
     root = root if root is not None else Path(state["root"])
     if state.get("read_only"):
-        return {"saved": False, "reason": f"read-only restore ({state.get('read_only_reason')})"}
+        why = f"read-only restore ({state.get('read_only_reason')})"
+        return Outcome({"saved": False, "reason": why}, None)
+    return save_or_warn(Layout(root), state, signing_key)
+
+
+def save_or_warn(layout: Layout, state: dict[str, Any], signing_key: str | None) -> Outcome:
+    """`save`; a local failure (a full disk, a lock not had in time) is one warning."""
     try:
-        return save(Layout(root), state, signing_key)
+        return save(layout, state, signing_key)
     except (OSError, TimeoutError) as exc:
         gha.warn(f"could not save cache scope {state['scope_key']}: {exc}; continuing")
-        return {"saved": False, "reason": str(exc)}
+        return Outcome({"saved": False, "reason": str(exc)}, None)

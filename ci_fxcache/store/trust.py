@@ -10,9 +10,11 @@ the command line run from a job's own steps (`from_environment`).
 One rule (`unreviewed_code`): a run may execute code the repository did not review when its
 event is `pull_request_target`, `issue_comment` or `workflow_run` (the base repository's
 workflow, secrets and token, driven by someone outside it; fxcache cannot see what the job
-checked out, so it assumes the pull request's code), or a pull request whose head repository
-is not the base repository (a fork). Such a run restores read-only and never writes, and the
-action refuses to start in it when it was given a secret (`refusal`).
+checked out, so it assumes the pull request's code), a pull request whose head repository
+is not the base repository (a fork), or any event not in ADMITTED_EVENTS (an allowlist: what
+fxcache does not know, such as `issues`, `watch` or `fork`, which anyone can start, counts as
+outside). Such a run restores read-only and never writes, and the action refuses to start in
+it when it was given a secret (`refusal`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,16 @@ from ci_fxcache import gha, names
 from ci_fxcache.errors import UsageError
 
 UNTRUSTED_EVENTS = frozenset({"pull_request_target", "issue_comment", "workflow_run"})
+# Events whose runs only the repository's writers (or its schedule) start, and the pull
+# request events, whose runs are trusted unless they come from a fork (fork_reason): the
+# only events a run may hold a secret in. Anything else is refused with a secret.
+PULL_REQUEST_EVENTS = frozenset(
+    {"pull_request", "pull_request_review", "pull_request_review_comment"}
+)
+ADMITTED_EVENTS = frozenset(
+    {"push", "schedule", "workflow_dispatch", "merge_group", "release", "create", "delete",
+     "deployment", "deployment_status", "repository_dispatch", *PULL_REQUEST_EVENTS}
+)  # fmt: skip
 FORK_COMMENT_WORKFLOW = "workflows/fxcache-comment-fork.yml"
 
 
@@ -132,11 +144,12 @@ def event_payload() -> dict[str, Any] | None:
 
 
 def from_environment() -> RunEvent | None:
-    """The command line's view of the run (None outside Actions): $GITHUB_EVENT_NAME and the
-    payload file."""
-    if not gha.in_actions():
+    """The command line's view of the run (None outside Actions, or where no event is
+    named: the runner always names one): $GITHUB_EVENT_NAME and the payload file."""
+    name = os.environ.get("GITHUB_EVENT_NAME", "")
+    if not gha.in_actions() or not name:
         return None
-    return RunEvent.from_payload(os.environ.get("GITHUB_EVENT_NAME", ""), event_payload())
+    return RunEvent.from_payload(name, event_payload())
 
 
 def fork_reason(event: RunEvent) -> str | None:
@@ -164,8 +177,10 @@ def unreviewed_code(event: RunEvent | None) -> str | None:
         return None
     if event.name in UNTRUSTED_EVENTS:
         return f"{event.name} event"
-    if event.name.startswith("pull_request"):
+    if event.name in PULL_REQUEST_EVENTS:
         return fork_reason(event)
+    if event.name not in ADMITTED_EVENTS:
+        return f"{event.name or 'unnamed'} event, which fxcache does not admit"
     return None
 
 
@@ -205,10 +220,17 @@ def refusal(event: RunEvent | None, given: Iterable[str]) -> str | None:
     why = unreviewed_code(event)
     if why is None or event is None:
         return None
-    fork_pull = event.name.startswith("pull_request") and event.name not in UNTRUSTED_EVENTS
+    fork_pull = event.name in PULL_REQUEST_EVENTS
     held = [name for name in given if not (fork_pull and name == "github-token")]
     if not held:
         return None
+    if event.name not in ADMITTED_EVENTS | UNTRUSTED_EVENTS:
+        return (
+            f"event {event.name!r} is not one fxcache admits with secrets (it was given "
+            f"{', '.join(held)}): anyone may be able to start its runs. Admitted: "
+            f"{', '.join(sorted(ADMITTED_EVENTS))}; run fxcache from one of those, or give "
+            "this workflow no secret (it then restores read-only)"
+        )
     return (
         f"this run may execute code the repository did not review ({why}), and it was given "
         f"{', '.join(held)}: that code could read them from the job's processes, so fxcache "

@@ -1,25 +1,94 @@
-"""The one place that turns the store choice into a remote-tier backend."""
+"""The one place that turns the store choice into a remote-tier backend.
+
+The choice is a frozen value (`StoreChoice`) decided once: from the CLI's flags, or by the
+action's setup. `tier_for` builds every backend of tier 2 (S3, GitHub's Actions cache) from
+it; a run that may not write the remote gets the backend wrapped in `ReadOnly`. Redis is
+torch's own remote cache beside the tiers, never a tier.
+"""
 
 from __future__ import annotations
 
-from ci_fxcache.store.remote.tier import RemoteTier
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ci_fxcache.errors import UsageError
+from ci_fxcache.store.remote.tier import ReadOnly, RemoteTier, RemoteUnavailable
+
+if TYPE_CHECKING:
+    from ci_fxcache.store.remote.s3.tier import S3Tier
+
+KINDS = ("local", "redis", "s3", "github")
+TIER_KINDS = ("s3", "github")  # the kinds with a tier 2
 
 
-def check_settings(store: str) -> None:
-    """UsageError when the environment's settings of `store`'s tier are malformed (for s3:
+@dataclass(frozen=True, kw_only=True)
+class StoreChoice:
+    """Which store a run uses: the kind, the bucket URL (s3; None: $FXCACHE_S3_URL), the
+    key suffix (github: entries of one scope told apart), the key this run's GitHub entry is
+    saved under when it was decided already (the action's setup; None: from the scope, the
+    suffix and $GITHUB_RUN_ID / $GITHUB_RUN_ATTEMPT) and whether this run may write the
+    remote tier (False: it reads it only)."""
+
+    kind: str
+    url: str | None = None
+    key_suffix: str = ""
+    entry_key: str | None = None
+    may_write_remote: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise UsageError(f"unknown store {self.kind!r}: one of {', '.join(KINDS)}")
+
+    @property
+    def has_tier(self) -> bool:
+        """Whether a remote tier stands behind the local store."""
+        return self.kind in TIER_KINDS
+
+
+def check_settings(choice: StoreChoice) -> None:
+    """UsageError when the environment's settings of the choice's tier are malformed (for s3:
     FXCACHE_S3_TIMEOUT, FXCACHE_S3_DEADLINE): checked before anything is committed."""
-    if store == "s3":
+    if choice.kind == "s3":
         from ci_fxcache.store.remote.s3 import client
 
         client.check_config()
 
 
-def tier_for(store: str, url: str | None) -> RemoteTier | None:
-    """The backend that the CLI's `--store` names (None for stores without tier 2)."""
-    if store == "s3":
-        # Imported here, not at the top: only `store: s3` pays its start-up (~12 ms measured),
-        # and restore runs on every job's critical path.
-        from ci_fxcache.store.remote.s3 import client, tier
+def tier_for(choice: StoreChoice, scope_key: str | None = None) -> RemoteTier | None:
+    """The backend of the choice (None for stores without tier 2), wrapped in ReadOnly when
+    this run may not write it. The GitHub tier needs the scope key (its entries' keys);
+    RemoteUnavailable when this step has no Actions cache service."""
+    tier: RemoteTier
+    match choice.kind:
+        case "local" | "redis":
+            return None
+        case "s3":
+            tier = s3_tier(choice.url)
+        case "github":
+            from ci_fxcache.store.remote.github import cache_service
+            from ci_fxcache.store.remote.github import tier as github
 
-        return tier.S3Tier(client.resolve_url(url))
-    return None
+            if scope_key is None:
+                raise ValueError("the GitHub tier needs the scope key")
+            where, problem = cache_service.runtime()
+            if where is None:
+                raise RemoteUnavailable(str(problem))
+            prefix = github.entry_prefix(scope_key, choice.key_suffix)
+            run = os.environ.get("GITHUB_RUN_ID", "0"), os.environ.get("GITHUB_RUN_ATTEMPT", "1")
+            key = choice.entry_key or cache_service.entry_key(prefix, *run)
+            tier = github.GitHubTier(cache_service.CacheService(where), key, prefix)
+        case other:
+            raise UsageError(f"unknown store {other!r}")
+    return tier if choice.may_write_remote else ReadOnly(tier)
+
+
+def s3_tier(url: str | None) -> S3Tier:
+    """The S3 backend itself (invalidation works on its objects): `url`, else $FXCACHE_S3_URL;
+    UsageError when neither is an s3:// URL."""
+    # Imported here, not at the top: only `store: s3` pays its start-up (~12 ms measured),
+    # and restore runs on every job's critical path.
+    from ci_fxcache.store.remote.s3 import client
+    from ci_fxcache.store.remote.s3 import tier as s3
+
+    return s3.S3Tier(client.resolve_url(url))

@@ -10,9 +10,10 @@ import os
 import re
 from typing import Any
 
+from ci_fxcache import names
 from ci_fxcache.errors import UsageError
 
-URL_ENV = "FXCACHE_REDIS_URL"
+URL_ENV = names.REDIS_URL_ENV
 KEY_PATTERN = "pt2:*"
 CONNECT_TIMEOUT_S = 2.0
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ci_fxcache.store.layout import Layout
+from ci_fxcache.store.manifest import Committed
 from ci_fxcache.store.seal import Seal
 
 # Fetches in progress (fresh directories renamed into a scope when complete) and what
@@ -46,6 +47,10 @@ class RemoteTier(Protocol):
     """A backend of tier 2."""
 
     name: str
+    read_only: bool  # True only for the ReadOnly wrapper
+    # Whether a save that added nothing still publishes (S3: it completes what a killed save
+    # left half-sent); False where each publish makes a new immutable entry (GitHub).
+    publishes_every_save: bool
 
     def describe(self) -> str:
         """Where it is, for messages (never a credential)."""
@@ -59,8 +64,12 @@ class RemoteTier(Protocol):
         against the remote index first."""
         ...
 
-    def publish(self, layout: Layout, key: str, signing_key: str | None) -> dict[str, Any]:
-        """Upload what the remote copy of committed local scope `key` lacks."""
+    def publish(
+        self, layout: Layout, key: str, committed: Committed, signing_key: str | None
+    ) -> dict[str, Any]:
+        """Upload what the remote copy of local scope `key` lacks of the files `committed` (the
+        manifest its save checked and signed under the lock) lists, each file read from the
+        scope and left out unless it still matches its entry."""
         ...
 
     def touch(self, key: str) -> None:
@@ -70,3 +79,39 @@ class RemoteTier(Protocol):
     def stats(self) -> dict[str, Any]:
         """Transfer counts so far (requests by kind, bytes each way), where the backend has them."""
         ...
+
+
+class ReadOnly:
+    """A backend this run reads and never writes (a pull request's run under `save: auto`):
+    the one way read-only is done for every tier. Its publish sends nothing, its touch
+    nothing (no last-used marker)."""
+
+    read_only = True
+    publishes_every_save = False
+
+    def __init__(self, tier: RemoteTier) -> None:
+        self.inner = tier
+        self.name = tier.name
+
+    def describe(self) -> str:
+        """The wrapped backend's."""
+        return self.inner.describe()
+
+    def fetch(
+        self, layout: Layout, key: str, target: Path, signing_key: str | None
+    ) -> Fetched | None:
+        """The wrapped backend's fetch."""
+        return self.inner.fetch(layout, key, target, signing_key)
+
+    def publish(
+        self, layout: Layout, key: str, committed: Committed, signing_key: str | None
+    ) -> dict[str, Any]:
+        """Nothing sent."""
+        return {"published": False, "reason": "this run reads the remote tier only"}
+
+    def touch(self, key: str) -> None:
+        """Nothing sent."""
+
+    def stats(self) -> dict[str, Any]:
+        """The wrapped backend's counts."""
+        return self.inner.stats()

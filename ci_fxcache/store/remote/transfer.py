@@ -147,11 +147,12 @@ def _fetch_dir(layout: Layout, key: str) -> Iterator[Path]:
 
 
 def fetch_scope(
-    layout: Layout, key: str, tier: RemoteTier, *, read_only: bool, signing_key: str | None
+    layout: Layout, key: str, tier: RemoteTier, *, signing_key: str | None
 ) -> dict[str, Any]:
     """Bring scope `key` from the remote tier into the local root unless it is present; the
     state's `remote` object. Never raises for the remote's sake: an unusable remote is one
-    warning, a broken remote copy is quarantined locally (the job continues cold)."""
+    warning, a broken remote copy is quarantined locally (the job continues cold). A tier
+    this run may not write (ReadOnly) gets no last-used marker."""
     info: dict[str, Any] = {"store": tier.name, "url": tier.describe(), "fetched": False}
     try:
         layout.root.mkdir(parents=True, exist_ok=True)
@@ -168,7 +169,7 @@ def fetch_scope(
     except RemoteCorrupt as exc:
         info["error"] = str(exc)
         _refused(tier, key, exc, info.setdefault("quarantined", None))
-    if not read_only and "error" not in info and info.get("found", True):
+    if not tier.read_only and "error" not in info and info.get("found", True):
         _touch(tier, key, info)
     info.update(tier.stats())
     return info
@@ -233,13 +234,18 @@ def _touch(tier: RemoteTier, key: str, info: dict[str, Any]) -> None:
 
 
 def publish_scope(
-    layout: Layout, key: str, tier: RemoteTier, signing_key: str | None
+    layout: Layout,
+    key: str,
+    tier: RemoteTier,
+    committed: mf.Committed,
+    signing_key: str | None,
 ) -> dict[str, Any]:
-    """Publish committed scope `key`; the save result's `remote` object (one warning when the
-    remote is unusable, never an exception for its sake)."""
+    """Publish the files of scope `key` that `committed` (its save's manifest) lists; the save
+    result's `remote` object (one warning when the remote is unusable, never an exception for
+    its sake)."""
     info: dict[str, Any] = {"store": tier.name, "url": tier.describe()}
     try:
-        info.update(tier.publish(layout, key, signing_key))
+        info.update(tier.publish(layout, key, committed, signing_key))
     except (RemoteUnavailable, RemoteCorrupt) as exc:
         info.update(published=False, error=str(exc))
         gha.warn(f"publishing {key} to {tier.describe()} failed ({exc}); kept locally")

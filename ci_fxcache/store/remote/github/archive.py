@@ -88,19 +88,20 @@ def _add_committed(framer: packs.Framer, scope: Path, rel: str, meta: dict[str, 
         raise ArchiveError(f"{rel} changed since it was committed")
 
 
-def write(scope: Path, archive: Path) -> int:
-    """The archive of committed scope `scope` (its manifest and every file it lists) into
+def write(scope: Path, archive: Path, committed: mf.Committed | None = None) -> int:
+    """The archive of committed scope `scope` (manifest `committed`, as its save wrote it;
+    None: the scope's manifest.json, for tools without a save) and every file it lists into
     `archive`; its size in bytes. ArchiveError when the scope is not as committed, or when
     its header would be larger than a restore reads (never uploaded). Memory: one frame read,
     decoded and stored at a time, plus the header (~250 bytes a file)."""
     import zstandard
 
-    try:
-        raw, _digest = mf.read_raw(scope / MANIFEST)
-        manifest = mf.parse(raw)
-    except mf.ManifestError as exc:
-        raise ArchiveError(str(exc)) from None
-    files: dict[str, dict[str, Any]] = manifest["files"]
+    if committed is None:
+        try:
+            committed = mf.Committed.read(scope / MANIFEST)
+        except mf.ManifestError as exc:
+            raise ArchiveError(str(exc)) from None
+    files: dict[str, dict[str, Any]] = committed.manifest["files"]
     offsets: dict[str, int] = {}
     with tempfile.TemporaryFile(dir=archive.parent) as frames:
         framer = packs.Framer(frames.write)
@@ -112,12 +113,12 @@ def write(scope: Path, archive: Path) -> int:
         framer.flush()
         header = {
             "schema": HEADER_SCHEMA,
-            "manifest": raw.decode("utf-8"),
+            "manifest": committed.text,
             "offsets": offsets,
             "frames": [list(f) for f in framer.frames],
         }
         text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")
-        del header, raw, manifest
+        del header
         packed = zstandard.ZstdCompressor(level=packs.LEVEL).compress(text)
         if len(text) > MAX_HEADER_JSON or len(packed) > MAX_HEADER_STORED:
             raise ArchiveError(

@@ -40,6 +40,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ci_fxcache import __version__
 from ci_fxcache.errors import FxcacheError
+from ci_fxcache.store import manifest as mf
 from ci_fxcache.store.remote.github import archive
 
 if TYPE_CHECKING:
@@ -58,9 +59,19 @@ MAX_KEYS = 10
 
 
 class CacheServiceError(FxcacheError):
-    """A cache service or blob request that failed for good."""
+    """A cache service or blob request that failed for good; `status`: the service's HTTP
+    status, when it answered one."""
 
     exit_code = 1
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ArchiveUnusable(CacheServiceError):
+    """An entry that downloaded but is not an archive a save wrote, or whose bytes do not
+    match its manifest: the remote copy is broken (never the network's fault)."""
 
 
 @dataclass(frozen=True)
@@ -156,10 +167,14 @@ class CacheService:
         except ValueError:
             answer = None
         if not isinstance(answer, dict):
-            raise CacheServiceError(f"{method}: HTTP {response.status_code}, not a JSON object")
+            raise CacheServiceError(
+                f"{method}: HTTP {response.status_code}, not a JSON object", response.status_code
+            )
         if response.status_code >= 300:
             msg = answer.get("msg") or answer.get("code") or "error"
-            raise CacheServiceError(f"{method}: HTTP {response.status_code}: {msg}")
+            raise CacheServiceError(
+                f"{method}: HTTP {response.status_code}: {msg}", response.status_code
+            )
         return answer
 
     def lookup(self, key: str, restore_keys: list[str]) -> tuple[str, str] | None:
@@ -182,7 +197,7 @@ class CacheService:
         try:
             answer = self.call("CreateCacheEntry", {"key": key, "version": ENTRY_VERSION})
         except CacheServiceError as exc:
-            if "HTTP 409" in str(exc):
+            if exc.status == 409:  # the key exists
                 return None
             raise
         if not answer.get("ok"):
@@ -310,16 +325,19 @@ class Restored:
     unpacked: archive.Unpacked
 
 
-def save_directory(service: CacheService, directory: Path, key: str) -> dict[str, Any]:
-    """Upload committed scope `directory` as a new entry `key`: {"uploaded": bool, "key",
-    "bytes"?, "reason"?}. CacheServiceError when the scope is not as its manifest says."""
+def save_directory(
+    service: CacheService, directory: Path, key: str, committed: mf.Committed | None = None
+) -> dict[str, Any]:
+    """Upload committed scope `directory` (manifest `committed`: archive.write) as a new entry
+    `key`: {"uploaded": bool, "key", "bytes"?, "reason"?}. CacheServiceError when the scope
+    is not as its manifest says."""
     url = service.create(key)
     if url is None:
         return {"uploaded": False, "key": key, "reason": "the key exists or was refused"}
     with tempfile.TemporaryDirectory(prefix="fxcache-upload-") as tmp:
         path = Path(tmp) / "scope.fxscope"
         try:
-            size = archive.write(directory, path)
+            size = archive.write(directory, path, committed)
         except archive.ArchiveError as exc:
             raise CacheServiceError(f"not uploaded: {exc}") from None
         service.upload(url, path)
@@ -348,7 +366,7 @@ def restore_directory(
             unpacked = archive.extract(read, directory)
     except archive.ArchiveError as exc:
         _remove(directory)
-        raise CacheServiceError(f"unusable cache archive: {exc}") from None
+        raise ArchiveUnusable(f"unusable cache archive: {exc}") from None
     except BaseException:
         _remove(directory)
         raise

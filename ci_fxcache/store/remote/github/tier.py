@@ -13,16 +13,24 @@ from pathlib import Path
 from typing import Any
 
 from ci_fxcache.store.layout import Layout
+from ci_fxcache.store.manifest import Committed
 from ci_fxcache.store.remote.github import cache_service
 from ci_fxcache.store.remote.tier import Fetched, RemoteCorrupt, RemoteUnavailable
 
-_BROKEN_ARCHIVE = "unusable cache archive"
+
+def entry_prefix(scope_key: str, key_suffix: str) -> str:
+    """The key prefix of scope `scope_key`'s entries (the one a restore looks up): the scope,
+    then the key suffix. Entries are immutable: each run saves under the prefix plus
+    `run<id>.<attempt>` (cache_service.entry_key)."""
+    return f"{scope_key}-{key_suffix + '-' if key_suffix else ''}"
 
 
 class GitHubTier:
     """The Actions cache as tier 2: save under `save_key`, restore by `restore_prefix`."""
 
     name = "github"
+    read_only = False
+    publishes_every_save = False  # each publish is a new immutable entry
 
     def __init__(
         self, service: cache_service.CacheService, save_key: str, restore_prefix: str
@@ -46,9 +54,9 @@ class GitHubTier:
             restored = cache_service.restore_directory(
                 self._service, target, self.save_key, [self.restore_prefix]
             )
+        except cache_service.ArchiveUnusable as exc:
+            raise RemoteCorrupt(str(exc)) from None
         except cache_service.CacheServiceError as exc:
-            if _BROKEN_ARCHIVE in str(exc):
-                raise RemoteCorrupt(str(exc)) from None
             raise RemoteUnavailable(str(exc)) from None
         if restored is None:
             return None
@@ -56,10 +64,14 @@ class GitHubTier:
         done = restored.unpacked
         return Fetched(done.files, done.total_bytes, {"matched_key": self.matched}, done.seal)
 
-    def publish(self, layout: Layout, key: str, signing_key: str | None) -> dict[str, Any]:
-        """Upload the committed scope as entry `save_key`."""
+    def publish(
+        self, layout: Layout, key: str, committed: Committed, signing_key: str | None
+    ) -> dict[str, Any]:
+        """Upload the committed scope (`committed`, its save's manifest) as entry `save_key`."""
         try:
-            sent = cache_service.save_directory(self._service, layout.scope(key), self.save_key)
+            sent = cache_service.save_directory(
+                self._service, layout.scope(key), self.save_key, committed
+            )
         except cache_service.CacheServiceError as exc:
             raise RemoteUnavailable(str(exc)) from None
         return {"published": bool(sent.pop("uploaded")), **sent}

@@ -52,6 +52,10 @@ class S3Unavailable(Exception):
     one warning, then local-only operation."""
 
 
+class S3NotModified(Exception):
+    """A conditional GET's object is unchanged (304 Not Modified)."""
+
+
 class S3Missing(Exception):
     """An object the tier expected is not in the bucket."""
 
@@ -214,6 +218,8 @@ class Bucket:
     def _fail(self, exc: BaseException, key: str) -> BaseException:
         """The exception to raise for a failed request on `key`."""
         code, status = _code(exc)
+        if status == 304:
+            return S3NotModified(key)
         if code in ("NoSuchKey", "NotFound", "InvalidRange") or (
             status in (404, 416) and code != "NoSuchBucket"
         ):
@@ -256,10 +262,8 @@ class Bucket:
         def request() -> tuple[bytes, str] | None:  # the body's read is inside the bound too
             try:
                 answer = self._send("get_object", key, Key=key, **extra)
-            except S3Unavailable as exc:
-                if "HTTP 304" in str(exc):
-                    return None
-                raise
+            except S3NotModified:
+                return None
             etag = str(answer.get("ETag", ""))
             with self._body(answer, key, limit, etag) as read:
                 return read(limit + 1), etag

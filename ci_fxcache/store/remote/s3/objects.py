@@ -6,6 +6,8 @@ a head it has not published yet)."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import json
 import os
 import tempfile
@@ -198,20 +200,40 @@ class S3Objects:
     def _sent_dir(self, layout: Layout, key: str) -> Path:
         return self.runner_dir(layout) / "sent" / key
 
-    def record_sent(self, layout: Layout, key: str, pack: str, files: dict[str, Any]) -> None:
+    def record_sent(
+        self,
+        layout: Layout,
+        key: str,
+        pack: str,
+        files: dict[str, Any],
+        signing_key: str | None = None,
+    ) -> None:
         """Remember that pack `pack` (holding `files`: path -> index entry) is in the bucket, for
         a save of `key` killed before its head: the next save reuses it (sent_packs). Kept
-        as a one-pack segment (index.encode_segment), read back with its checks."""
+        as a one-pack segment (index.encode_segment), read back with its checks; with a
+        signing key, with its MAC beside it (`<pack>.mac`), so that a keyed save reuses only
+        records a keyed save wrote."""
         where = self._sent_dir(layout, key)
         where.mkdir(parents=True, exist_ok=True)
         raw = encode_segment({rel: {**e, "pack": pack} for rel, e in files.items()})
-        tmp = where / f".{pack}.{os.getpid()}.{threading.get_ident()}"
-        tmp.write_bytes(raw)
-        os.replace(tmp, where / pack)
+        made = (
+            [(f"{pack}.mac", _sent_mac(signing_key, key, pack, raw).encode())]
+            if signing_key
+            else []
+        )
+        for name, body in [*made, (pack, raw)]:
+            tmp = where / f".{name}.{os.getpid()}.{threading.get_ident()}"
+            tmp.write_bytes(body)
+            os.replace(tmp, where / name)
 
-    def sent_packs(self, layout: Layout, key: str, max_age_s: float) -> dict[str, dict[str, Any]]:
+    def sent_packs(
+        self, layout: Layout, key: str, max_age_s: float, signing_key: str | None = None
+    ) -> dict[str, dict[str, Any]]:
         """Path -> index entry (pack included) of the packs this runner uploaded for `key` in
-        the last `max_age_s` that no published head of its own named yet."""
+        the last `max_age_s` that no published head of its own named yet. With a signing key,
+        only records whose MAC verifies with it: any writer of the runner's store can write a
+        record, and a keyed save would otherwise sign a head that names the pack and offsets
+        the record says (a wrong one sends every reader cold)."""
         found: dict[str, dict[str, Any]] = {}
         now = time.time()
         for path in sorted(self._sent_dir(layout, key).glob("*")):
@@ -224,6 +246,8 @@ class S3Objects:
                     continue
                 with path.open("rb") as f:
                     raw = f.read(MAX_SEGMENT_OBJECT + 1)
+                if signing_key and not _sent_mac_matches(path, signing_key, key, pack, raw):
+                    continue
                 found.update(decode_segment(raw, pack, {pack}))
             except (OSError, RemoteCorrupt):
                 continue
@@ -234,6 +258,7 @@ class S3Objects:
         where = self._sent_dir(layout, key)
         for pack in packs:
             (where / pack).unlink(missing_ok=True)
+            (where / f"{pack}.mac").unlink(missing_ok=True)
 
     # -- reading the index -------------------------------------------------------------------
     def head_object(self, key: str) -> tuple[bytes, str] | None:
@@ -307,3 +332,21 @@ class S3Objects:
         for i in range(len(segments)):
             merged.update(found[i])
         return merged
+
+
+_SENT_MAC_CONTEXT = b"fxcache-s3-sent-record/1\0"
+
+
+def _sent_mac(signing_key: str, key: str, pack: str, raw: bytes) -> str:
+    """The MAC of a sent record: bound to the scope, the pack and the record's bytes."""
+    payload = _SENT_MAC_CONTEXT + f"{key}\0{pack}\0".encode() + raw
+    return hmac.new(signing_key.encode(), payload, hashlib.sha256).hexdigest()
+
+
+def _sent_mac_matches(path: Path, signing_key: str, key: str, pack: str, raw: bytes) -> bool:
+    try:
+        with path.with_name(f"{pack}.mac").open("rb") as f:
+            given = f.read(65).decode("ascii", "replace")
+    except OSError:
+        return False
+    return hmac.compare_digest(given, _sent_mac(signing_key, key, pack, raw))

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import gha
+from ci_fxcache import gha, names
 from ci_fxcache.env.cpus import usable_cpus
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store.layout import Layout
@@ -72,7 +72,7 @@ BACKOFF_CAP_S = 2.0
 ORPHAN_REUSE_S = 30 * 60.0
 # Fault injection for the tests, never set in production (store.save's variable):
 # `s3-pause:SECONDS` pauses a publish after its packs and segment, before the head's PUT.
-FAULT_ENV = "FXCACHE_TEST_FAULT"
+FAULT_ENV = names.TEST_FAULT_ENV
 
 
 def _fault_pause() -> None:
@@ -106,18 +106,20 @@ class _Index:
 
 
 def publish(
-    objects: S3Objects, layout: Layout, key: str, signing_key: str | None
+    objects: S3Objects,
+    layout: Layout,
+    key: str,
+    committed: mf.Committed,
+    signing_key: str | None,
 ) -> dict[str, Any]:
-    """Upload what the bucket lacks of committed scope `key` (store.remote.tier.RemoteTier)."""
-    try:
-        local = mf.load(layout.manifest(key))
-    except mf.ManifestError as exc:
-        return {"published": False, "reason": f"no committed local scope ({exc})"}
+    """Upload what the bucket lacks of committed scope `key` (store.remote.tier.RemoteTier):
+    the files `committed` lists, never what manifest.json says by now."""
+    local = committed.manifest
     files: dict[str, Any] = local["files"]
     bad = objects.bad_packs(layout)
     orphans = {
         rel: e
-        for rel, e in objects.sent_packs(layout, key, ORPHAN_REUSE_S).items()
+        for rel, e in objects.sent_packs(layout, key, ORPHAN_REUSE_S, signing_key).items()
         if e["pack"] not in bad
     }
     uploaded: dict[str, dict[str, Any]] = {}  # this save's packs: path -> entry
@@ -134,38 +136,21 @@ def publish(
             return {"published": False, "reason": "the bucket has every file",
                         "attempts": losses + 1, **objects.stats()}  # fmt: skip
         known = {e["sha256"]: e for e in (*index.files.values(), *uploaded.values())}
-        entries: dict[str, dict[str, Any]] = {}
-        upload: list[str] = []
-        for rel in lacking:
-            sha = files[rel]["sha256"]
-            found = known.get(sha) or orphans.get(rel)
-            if found is not None and found["sha256"] == sha:
-                entries[rel] = {**found}
-            else:
-                upload.append(rel)
+        entries, upload = _reused(lacking, files, known, orphans)
         if upload:
-            fresh, names = _upload_packs(objects, layout, key, upload, files)
+            fresh, names = _upload_packs(objects, layout, key, upload, files, signing_key)
             sent |= names
             uploaded.update(fresh)
             entries.update(fresh)
         new_segs = _put_segments(objects, entries)
         composed = _compose(objects, key, current, index, new_segs, entries, local, signing_key)
-        body = encode_head(composed)
-        if len(body) > MAX_HEAD_BYTES:  # never publish what a restore refuses
-            raise RemoteUnavailable(
-                f"not published: the head would be {len(body):,} bytes, more than a restore "
-                f"reads ({MAX_HEAD_BYTES:,})"
-            )
+        body = _head_body(composed)
         if losses == 0:
             _fault_pause()
         try:
-            objects.bucket.put(
-                objects.head_key(key),
-                body,
-                if_match=current.etag,
-                if_absent=current.etag is None,
-                content_type="application/json",
-            )
+            objects.bucket.put(objects.head_key(key), body, if_match=current.etag,
+                               if_absent=current.etag is None,
+                               content_type="application/json")  # fmt: skip
             break
         except S3Conflict:
             losses += 1
@@ -174,10 +159,7 @@ def publish(
             replaced = replaced or current.replaced
         except (S3Unavailable, S3Missing) as exc:
             raise RemoteUnavailable(str(exc)) from None
-    if bad & sent:  # uploaded again, whole: good from now on
-        objects.set_bad(layout, bad - sent)
-    named = {p for seg in composed["segments"] for p in seg["packs"]}
-    objects.forget_sent(layout, key, named & (sent | {e["pack"] for e in orphans.values()}))
+    named = _settle(objects, layout, key, bad, sent, orphans, composed)
     dropped = _warn_dropped(objects, key, index, len(entries))
     return {
         "published": True,
@@ -194,6 +176,61 @@ def publish(
         **({"dropped_segments": dropped} if dropped else {}),
         **objects.stats(),
     }
+
+
+def _reused(
+    lacking: list[str],
+    files: dict[str, Any],
+    known: dict[str, dict[str, Any]],
+    orphans: dict[str, dict[str, Any]],
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Of the files the index lacks: the entries of those already in a pack (the index's,
+    this save's, or one this runner sent for a save killed before its head), and the paths
+    still to upload."""
+    entries: dict[str, dict[str, Any]] = {}
+    upload: list[str] = []
+    for rel in lacking:
+        sha = files[rel]["sha256"]
+        found = known.get(sha) or orphans.get(rel)
+        if found is not None and found["sha256"] == sha:
+            entries[rel] = {**found}
+        else:
+            upload.append(rel)
+    return entries, upload
+
+
+def _head_body(composed: dict[str, Any]) -> bytes:
+    """The head's bytes; RemoteUnavailable when a restore would refuse them (never
+    published)."""
+    body = encode_head(composed)
+    if len(body) > MAX_HEAD_BYTES:
+        raise RemoteUnavailable(
+            f"not published: the head would be {len(body):,} bytes, more than a restore "
+            f"reads ({MAX_HEAD_BYTES:,})"
+        )
+    return body
+
+
+def _settle(
+    objects: S3Objects,
+    layout: Layout,
+    key: str,
+    bad: set[str],
+    sent: set[str],
+    orphans: dict[str, dict[str, Any]],
+    composed: dict[str, Any],
+) -> set[str]:
+    """After the head's PUT: packs uploaded again, whole, are good from now on; the sent
+    records the head now names are forgotten. The packs the head names."""
+    if bad & sent:
+        objects.set_bad(layout, bad - sent)
+    named = {p for seg in composed["segments"] for p in seg["packs"]}
+    objects.forget_sent(layout, key, named & (sent | {e["pack"] for e in orphans.values()}))
+    return named
+
+
+def _packs_of(entries: dict[str, dict[str, Any]]) -> list[str]:
+    return sorted({e["pack"] for e in entries.values()})
 
 
 def _warn_dropped(
@@ -271,7 +308,12 @@ def _usable_index(
 
 
 def _upload_packs(
-    objects: S3Objects, layout: Layout, key: str, upload: list[str], files: dict[str, Any]
+    objects: S3Objects,
+    layout: Layout,
+    key: str,
+    upload: list[str],
+    files: dict[str, Any],
+    signing_key: str | None,
 ) -> tuple[dict[str, dict[str, Any]], set[str]]:
     """Upload `upload` (paths of scope `key`) as packs: their entries, and the packs' names.
     Each pack is built into a file of this runner's (objects.spool) as its frames are made,
@@ -293,7 +335,7 @@ def _upload_packs(
             with cpu:
                 name, placed = packs.build_into(scope, chunks[int(index)], files, out)
             objects.bucket.put_file(objects.pack_key(name), out, out.tell())
-        objects.record_sent(layout, key, name, placed)
+        objects.record_sent(layout, key, name, placed, signing_key)
         with lock:
             names.add(name)
             for rel, e in placed.items():

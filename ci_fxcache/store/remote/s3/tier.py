@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ci_fxcache.store.layout import Layout
+from ci_fxcache.store.manifest import Committed
 from ci_fxcache.store.remote.s3 import fetch, publish
 from ci_fxcache.store.remote.s3.client import S3Conflict, S3Missing, S3Unavailable
 from ci_fxcache.store.remote.s3.deadline import TOUCH_S
@@ -18,6 +19,8 @@ class S3Tier(S3Objects):
     """The S3 backend of the remote tier (store.remote.tier.RemoteTier)."""
 
     name = "s3"
+    read_only = False
+    publishes_every_save = True  # a save that added nothing completes a killed one's upload
 
     def fetch(
         self, layout: Layout, key: str, target: Path, signing_key: str | None
@@ -27,11 +30,13 @@ class S3Tier(S3Objects):
         self.start()
         return fetch.fetch(self, layout, key, target, signing_key)
 
-    def publish(self, layout: Layout, key: str, signing_key: str | None) -> dict[str, Any]:
+    def publish(
+        self, layout: Layout, key: str, committed: Committed, signing_key: str | None
+    ) -> dict[str, Any]:
         """Upload what the bucket lacks of committed scope `key` (store.remote.tier.RemoteTier),
         within one time bound (deadline.py)."""
         self.start()
-        return publish.publish(self, layout, key, signing_key)
+        return publish.publish(self, layout, key, committed, signing_key)
 
     def touch(self, key: str) -> None:
         """PUT the scope's empty last-used marker (one small request), best-effort: at most
