@@ -156,7 +156,9 @@ def _plant_sent_records(root: Path, bucket_url: str, key: str, files: dict[str, 
 
     made = root.parent / "planted"
     write_files(made, files)
-    entries = {rel: {"sha256": hashlib.sha256(b).hexdigest()} for rel, b in files.items()}
+    entries = {
+        rel: {"sha256": hashlib.sha256(b).hexdigest(), "size": len(b)} for rel, b in files.items()
+    }
     _blob, placed = packs.build(made, sorted(files), entries)
     elsewhere = hashlib.sha256(b"a pack nobody uploaded").hexdigest()
     tier.S3Tier(client.parse_url(bucket_url)).record_sent(Layout(root), key, elsewhere, placed)
