@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ci_fxcache.jobstats import records
+from ci_fxcache.store import modes
 
 ROWS = 20
 LOCAL_DIR = ".jobstats"  # under the store root, beside the scopes
@@ -97,7 +98,9 @@ def rows(
 
 
 def save_local(root: Path, key: str, rows_: list[dict[str, Any]]) -> None:
-    """Rewrite the local history file (atomically; the last ROWS)."""
+    """Rewrite the local history file (atomically; the last ROWS), under the store's modes:
+    whatever the job's umask, nothing any other local user could write (a planted row)."""
+    modes.restrict_umask()
     path = local_file(root, key)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
