@@ -13,6 +13,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ACCESS_KEY = "fxcache-test-access"
 SECRET_KEY = "fxcache-test-secret-0123456789"
@@ -74,6 +75,17 @@ class SeaweedS3:
             "AWS_CONFIG_FILE": os.devnull,
             "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
         }
+
+    def damage(self, bucket: str, key: str, how: str) -> None:
+        """Fault injection on one object of `bucket` (`s3://name/...`): `delete` it, or (any
+        other `how`) overwrite it with its last byte flipped (same size)."""
+        s3: Any = self.client()
+        name = bucket.removeprefix("s3://").split("/")[0]
+        if how == "delete":
+            s3.delete_object(Bucket=name, Key=key)
+            return
+        body = s3.get_object(Bucket=name, Key=key)["Body"].read()
+        s3.put_object(Bucket=name, Key=key, Body=body[:-1] + bytes([body[-1] ^ 1]))
 
     def client(self) -> object:
         """A boto3 client of this server (for tests that reach into the bucket)."""

@@ -231,14 +231,8 @@ def test_a_damaged_pack_is_quarantined_locally_and_the_next_save_repairs_the_buc
 ) -> None:
     a = _store(tmp_path, "a", run_fxcache, seaweed, bucket)
     _first_job(a)
-    s3: Any = seaweed.client()
-    name = bucket.removeprefix("s3://").split("/")[0]
     (pack,) = [k for k in _objects(seaweed, bucket) if "/packs/" in k]
-    if damage == "delete":
-        s3.delete_object(Bucket=name, Key=pack)
-    else:
-        body = s3.get_object(Bucket=name, Key=pack)["Body"].read()
-        s3.put_object(Bucket=name, Key=pack, Body=body[:-1] + bytes([body[-1] ^ 1]))
+    seaweed.damage(bucket, pack, damage)
     b = _store(tmp_path, "b", run_fxcache, seaweed, bucket)
     got = b.restore("--store", "s3")
     assert not got["hit"] and got["files"] == 0 and got["mode"] == "in-place", got

@@ -174,13 +174,7 @@ def test_an_unreadable_segment_warns_and_later_saves_repair_the_index(
     got_b = b.restore("--store", "s3")
     write_files(_compiles_into(got_b), {"inductor/fxgraph/bb/from-b": b"b" * 300})
     assert _save_json(b)["remote"]["published"]
-    s3: Any = seaweed.client()
-    name = bucket.removeprefix("s3://").split("/")[0]
-    if damage == "delete":
-        s3.delete_object(Bucket=name, Key=first)
-    else:
-        body = s3.get_object(Bucket=name, Key=first)["Body"].read()
-        s3.put_object(Bucket=name, Key=first, Body=body[:-1] + bytes([body[-1] ^ 1]))
+    seaweed.damage(bucket, first, damage)
     c = _store(tmp_path, "c", run_fxcache, seaweed, bucket)
     cold = c.restore("--store", "s3")
     assert not cold["hit"] and "index segment" in cold["remote"]["error"], cold["remote"]
