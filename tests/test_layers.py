@@ -4,7 +4,7 @@ functions included): data flows one way, and each rule below names where a thing
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -17,10 +17,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "ci_fxcache"
 # driven by verify (which also judges its evidence), so it sits below verify. The fleet plans the
 # fan-out and merges shards after the report's environment names; the entry points come last.
 # Cross-cutting helpers: the package's version, errors, Actions I/O, naming rules, user files,
-# GitHub's REST API, atomic writes, the timestamp format, the secret variables. The package
-# root holds only these and the entry points (cli, __main__, guard): 12 modules at most.
+# GitHub's REST API, atomic writes, the timestamp format, the secret variables, the registry of
+# verification mechanisms. The package root holds only these and the entry points (cli,
+# __main__, guard): 12 modules at most.
 HELPERS = ("__init__", "errors", "gha", "names", "userfiles", "github_api", "atomic_write",
-           "timestamps")  # fmt: skip
+           "timestamps", "mechanisms")  # fmt: skip
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("helpers", HELPERS),
     ("env", ("env",)),  # fingerprint, GPUs, CPU, interpreter, probe, scope key, torch support
@@ -296,3 +297,51 @@ def test_every_fxcache_variable_name_is_written_once() -> None:
                 spelled[str(node.value)] += 1
     assert len(spelled) > 10  # the walk sees them
     assert [n for n, count in spelled.items() if count > 1] == []
+
+
+# The registry of verification mechanisms, and the worker's torch calls keyed by its names (the
+# worker imports nothing of the orchestrator; tests/test_mechanisms.py checks both agree).
+MECHANISM_HOMES = ("ci_fxcache.mechanisms", "ci_fxcache.worker")
+
+
+def _mechanism_lists(tree: ast.AST, known: set[str]) -> Iterator[int]:
+    """Lines that list two or more mechanism names (a tuple, list, set or dict's keys), or
+    compare a mechanism with a name."""
+
+    def named(nodes: Sequence[ast.expr | None]) -> int:
+        return sum(1 for n in nodes if isinstance(n, ast.Constant) and n.value in known)
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            listed = named(node.elts) >= 2
+        elif isinstance(node, ast.Dict):
+            listed = named(node.keys) >= 2
+        elif isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            listed = bool(named(sides)) and "mechanism" in ast.unparse(node)
+        else:
+            continue
+        if listed:
+            yield node.lineno
+
+
+def test_mechanism_names_are_listed_only_in_the_registry() -> None:
+    """Issue 39: one record per verification mechanism (ci_fxcache/mechanisms.py); nothing
+    else lists their names or branches on one, so a new record is all a new mechanism needs
+    outside the worker's torch calls."""
+    from ci_fxcache import mechanisms
+
+    known = set(mechanisms.names())
+    wrong = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}"
+        for name, path in MODULES
+        if not _within(name, *MECHANISM_HOMES)
+        for line in _mechanism_lists(ast.parse(path.read_text(encoding="utf-8")), known)
+    ]
+    assert wrong == []
+    planted = (
+        'A = ("mega", "precompile")\nB = {"fxgraph": 1, "aot": 2}\n'
+        'if combo["mechanism"] == "remote": pass\nif "remote" in matrix.mechanisms: pass\n'
+        'if lookup["cache"] != "fxgraph": pass\nC = ("fxgraph", "aotautograd")\n'
+    )
+    assert list(_mechanism_lists(ast.parse(planted), known)) == [1, 2, 3, 4]
