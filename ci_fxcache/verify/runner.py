@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from ci_fxcache import mechanisms, timestamps
 from ci_fxcache.env import cpus, gpus, torch_support
-from ci_fxcache.store import manifest
+from ci_fxcache.store.manifest import holds_committed_files
 from ci_fxcache.store.remote import redis_cache
 from ci_fxcache.verify import causes, recheck, verdicts, versions, workload_check
 from ci_fxcache.verify.forkserver import ForkServer
@@ -520,7 +520,7 @@ class Runner:
         that combination compiles, and is judged, in a fresh directory of this run's scratch,
         and the store keeps the entries it committed."""
         for c in (combo, *serves):
-            if manifest.holds_committed_files(self.combo_dir(c)):
+            if holds_committed_files(self.combo_dir(c)):
                 self._dirs[c.id] = self.settings.run_dir / c.id / "fresh"
             shutil.rmtree(self.combo_dir(c), ignore_errors=True)
             self.combo_dir(c).mkdir(parents=True)
