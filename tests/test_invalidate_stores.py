@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from ci_fxcache.action import inputs as action_inputs
 from ci_fxcache.store.invalidate import LocalStore
 from ci_fxcache.store.layout import REMOTE_READERS
 from ci_fxcache.store.remote import factory, redis_cache
@@ -21,6 +24,7 @@ from ci_fxcache.store.remote.github.invalidate import ActionsCaches
 from ci_fxcache.store.remote.s3.invalidate import Bucket
 from tests.conftest import RunFxcache
 from tests.fake_github import FakeGitHub
+from tests.runner_sim import run_event
 from tests.store_helpers import write_files
 
 KEY = "fxcache-v1-linux-x86_64-cp311-torch2.13.0-cu12.8-sm90-{:012x}"
@@ -131,3 +135,54 @@ def test_each_namespace_keeps_its_own_latest(tmp_path: Path, run_fxcache: RunFxc
     rows = json.loads(proc.stdout)["rows"]
     assert [r["scope"] for r in rows] == [f"{REMOTE_READERS}/{newer_read[0].name}"]
     assert trusted.exists() and newer_read[1].exists() and not newer_read[0].exists()
+
+
+def _invalidate_step(tmp_path: Path, **inputs: str) -> subprocess.CompletedProcess[str]:
+    """The invalidate sub-action's step (`fxcache action invalidate`), as the runner starts it."""
+    values = {i.name: "" for i in action_inputs.INVALIDATE}
+    event = run_event("schedule", {"schedule": "0 3 * * *"})
+    values.update({"python": sys.executable, "dry-run": "false", "run-event": event})
+    values.update(inputs)
+    for name in ("github-output", "summary"):
+        (tmp_path / name).write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "FXCACHE_"))}
+    env.update(
+        GITHUB_ACTIONS="true",
+        GITHUB_OUTPUT=str(tmp_path / "github-output"),
+        GITHUB_STEP_SUMMARY=str(tmp_path / "summary"),
+        GITHUB_EVENT_NAME="schedule",
+        RUNNER_TEMP=str(tmp_path / "runner-temp"),
+        FXCACHE_INPUTS=json.dumps(values),
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "ci_fxcache", "action", "invalidate"],
+        env=env, capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+
+
+def test_the_invalidate_sub_action_makes_the_same_typed_call(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    old, old_read = _plant(root, 1, 30), _plant(root / REMOTE_READERS, 2, 30)
+    step = _invalidate_step(tmp_path, **{"cache-root": str(root), "max-age": "14d",
+                                         "target": "local"})  # fmt: skip
+    assert step.returncode == 0, step.stderr
+    printed = json.loads(step.stdout)
+    kept = tmp_path / "runner-temp" / "fxcache" / "invalidate-local.json"
+    assert json.loads(kept.read_text()) == printed
+    output = (tmp_path / "github-output").read_text().splitlines()
+    assert output[0].startswith("report-json<<") and output[1] == str(kept)
+    assert sorted(r["scope"] for r in printed["rows"]) == [
+        f"{REMOTE_READERS}/{old_read.name}",
+        old.name,
+    ]
+    assert "## fxcache invalidate" in (tmp_path / "summary").read_text()
+
+
+def test_the_invalidate_sub_action_passes_the_redis_url_it_was_given(
+    tmp_path: Path, refused_port: int
+) -> None:
+    """The URL is an argument (no variable set for the toolkit to find): Redis down is exit 1."""
+    url = f"redis://127.0.0.1:{refused_port}/0"
+    step = _invalidate_step(tmp_path, **{"redis-url": url, "max-age": "1d", "target": "redis"})
+    assert step.returncode == 1, step.stderr
+    assert f"Redis at {url}" in step.stderr and "Traceback" not in step.stderr
