@@ -52,10 +52,13 @@ class Mechanism:
 
 ALL: tuple[Mechanism, ...] = (
     Mechanism(name="fxgraph", needs=_BASE, hot_in_place=True, shares_cold=True),
-    # Shares fxgraph's cold phase: it compiles with the same caches on and then only calls
-    # save_cache_artifacts(), which serializes what the compile recorded and changes neither
-    # the compile nor the cache directory. precompile does not: caching_precompile bundles the
-    # AOTAutograd entries and drops ID_MATCH / DICT_VERSION guards (torch 2.13.0).
+    # Shares fxgraph's cold phase: both compile with the FX graph and AOTAutograd caches on
+    # (caching_precompile off) into an empty directory; mega then only calls
+    # torch.compiler.save_cache_artifacts(), which serializes what the compile recorded
+    # (CacheArtifactManager.serialize) and changes neither the compile nor the directory.
+    # precompile does not share it: caching_precompile bundles the AOTAutograd entries
+    # (autograd_cache.should_bundle_autograd_cache) and drops ID_MATCH / DICT_VERSION guards
+    # (torch/_dynamo/guards.py), so its cold compile is different work (checked in 2.13.0).
     Mechanism(
         name="mega",
         needs=(*_BASE, "cache_artifacts"),
