@@ -29,8 +29,14 @@ def changed_names(doc: dict[str, Any]) -> list[str]:
     return sorted(counts, key=lambda n: (-counts[n], n))
 
 
+def observed(doc: dict[str, Any]) -> bool:
+    """Whether the job's trace held anything: a job that compiled nothing writes none, and
+    then its line is noise where it is not asked for (`fxcache save`)."""
+    return any(t.get("files") for t in doc.get("trace") or [])
+
+
 def _read_nothing(doc: dict[str, Any]) -> bool:
-    return not any(t.get("files") for t in doc.get("trace") or [])
+    return not observed(doc)
 
 
 def headline(doc: dict[str, Any]) -> str:
