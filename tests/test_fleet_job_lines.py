@@ -115,6 +115,9 @@ def test_merge_shows_one_job_line_per_architecture(tmp_path: Path, run_fxcache: 
     # A runner that sent no figures: no line, nothing invented.
     assert _section_block(md.stdout, "sm100")[1:] == []
     assert _section_block(md.stdout, "gfx942")[1:] == []
+    summary = json.loads(run_fxcache("report", str(out), "--format", "json").stdout)
+    lines = {e["arch"]: e["job_line"] for e in summary["environments"]}
+    assert lines["sm90"].startswith("your job: 35 of 38 graphs") and lines["sm100"] is None
     text = run_fxcache("report", str(out), "--format", "text").stdout
     assert "\nsm90: your job: 35 of 38 graphs from the cache, 1 key changed" in text
     # A merge of the merged document keeps the lines.
