@@ -53,7 +53,8 @@ def judged(
     if _check(cold).get("name") == SPECIALIZE_FLOAT.name:
         return _specialized(cold, finding)
     if _check(hot).get("name") == UNMARKED.name:
-        return _unmarked(combo, _check(hot), finding)
+        refused = str((hot.get("artifact") or {}).get("refused") or "its guard refused")
+        return _unmarked(combo, _check(hot), refused, finding)
     return finding, None
 
 
@@ -94,10 +95,11 @@ def _specialized(cold: dict[str, Any], finding: Finding) -> tuple[Finding, dict[
 
 
 def _unmarked(
-    combo: dict[str, Any], check: dict[str, Any], finding: Finding
+    combo: dict[str, Any], check: dict[str, Any], refused: str, finding: Finding
 ) -> tuple[Finding, dict[str, Any]]:
-    """The hot phase's loaded artifact refused marked inputs and was then called unmarked: a
-    wrong result there is unsafe; a correct one is the verified workaround."""
+    """The hot phase's loaded artifact refused marked inputs (`refused`: torch's words) and
+    was then called unmarked: a wrong result there is unsafe (its reason names the refusal, so
+    the known issue stays matched); a correct one is the verified workaround."""
     verdict, cause, reason = finding
     tolerance = f"{combo['dtype']} tolerance"
     if check.get("error"):
@@ -108,9 +110,9 @@ def _unmarked(
     if not check.get("close"):
         detail = f"; {check['detail']}" if check.get("detail") else ""
         how = (
-            "the loaded artifact, called with unmarked inputs (the second input shape), "
-            f"computed values that differ from eager beyond the {tolerance} (max abs err "
-            f"{check.get('max_abs_err')}{detail})"
+            f"the loaded artifact, refused for marked inputs ({refused}) and called with "
+            "unmarked inputs (the second input shape), computed values that differ from eager "
+            f"beyond the {tolerance} (max abs err {check.get('max_abs_err')}{detail})"
         )
         if verdict == "unsafe":
             return (verdict, cause, f"{reason}; also {how}"), _record(UNMARKED, False, how)
