@@ -44,8 +44,8 @@ def _artifact(**kw: Any) -> dict[str, Any]:
 def _judge(
     dynamic: str, cold: dict[str, Any], hot: dict[str, Any], vs_cold: dict[str, Any] = SAME
 ) -> dict[str, Any]:
-    combo = {"id": f"mlp-cpu-float32-{dynamic}-aot-infer", "workload": "mlp", "device": "cpu"}
-    combo.update(dtype="float32", dynamic=dynamic, mechanism="aot", training=False)
+    combo: dict[str, Any] = {"id": f"mlp-cpu-float32-{dynamic}-aot-infer", "workload": "mlp"}
+    combo.update(device="cpu", dtype="float32", dynamic=dynamic, mechanism="aot", training=False)
     judged = verdicts.judge(combo, cold, hot, {}, {"vs_cold": vs_cold}, SETTINGS)
     out = {**combo, **judged}
     validate({**example(), "combos": [out]})
@@ -168,3 +168,14 @@ def test_without_a_workaround_the_verdicts_are_unchanged() -> None:
     assert (combo["verdict"], combo["cause"]) == ("no-gain", "refused")
     assert "workaround" not in combo
     assert not ISSUES["aot-mark-dynamic-guard"].applies(combo, "2.15.0")
+
+
+def test_a_carried_verdict_says_which_run_verified_its_workaround() -> None:
+    """A hot-only run carries a no-gain verdict from the run that built the cache: the
+    recommendation says that run verified it, not this one."""
+    combo = _marked(UNMARKED_OK)
+    combo["notes"] = [{"kind": "carried", "text": "not re-checked", "judged_at": "2026-12-05"}]
+    assert _advice(combo) == (
+        f"{workarounds.UNMARKED.advice}: verified when this cache was built (2026-12-05), "
+        "not re-checked this run"
+    )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ci_fxcache.report.labels import COMPILER_CAUSES, fmt_speedup, short_dtype
+from ci_fxcache.report.labels import COMPILER_CAUSES, carried_from, fmt_speedup, short_dtype
 from ci_fxcache.verify import workarounds
 
 DISABLE_LINE = "Where no alternative fits, disable the cache for that model."
@@ -122,9 +122,17 @@ def _instead(
 
 def verified_workaround(combo: dict[str, Any]) -> str:
     """`<the workaround>: verified on this runner` where this run verified a known upstream
-    failure's workaround for `combo` (the wording is the report's, never the document's)."""
+    failure's workaround for `combo` (the wording is the report's, never the document's); a
+    verdict carried from the run that built the cache says that run verified it, not this one."""
     found = workarounds.verified(combo)
-    return f"{found.advice}: {workarounds.VERIFIED}" if found else ""
+    if found is None:
+        return ""
+    when = carried_from(combo)
+    if when is not None:
+        return (
+            f"{found.advice}: verified when this cache was built ({when}), not re-checked this run"
+        )
+    return f"{found.advice}: {workarounds.VERIFIED}"
 
 
 def group_safe(combos: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
