@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ci_fxcache.report.labels import COMPILER_CAUSES, fmt_speedup, short_dtype
+from ci_fxcache.report.labels import COMPILER_CAUSES, carried_from, fmt_speedup, short_dtype
+from ci_fxcache.verify import workarounds
 
 DISABLE_LINE = "Where no alternative fits, disable the cache for that model."
 NOTHING_SAFE = "nothing for this model was verified safe in this run"
@@ -87,7 +88,22 @@ def advice(
     alt_label: str,
     not_safe_on: list[str] | None = None,
 ) -> str:
-    """What to do instead of `bad`, in one clause (without its label)."""
+    """What to do instead of `bad`, in one clause (without its label): a known upstream
+    failure's workaround first where this run verified it."""
+    verified = verified_workaround(bad)
+    if verified and (cause in COMPILER_CAUSES or alternative is None):
+        return verified
+    instead = _instead(bad, cause, alternative, alt_label, not_safe_on)
+    return f"{verified}; or {instead}" if verified else instead
+
+
+def _instead(
+    bad: dict[str, Any],
+    cause: str,
+    alternative: dict[str, Any] | None,
+    alt_label: str,
+    not_safe_on: list[str] | None,
+) -> str:
     if cause in COMPILER_CAUSES:
         return NOT_THE_CACHE
     if alternative is None:
@@ -102,6 +118,21 @@ def advice(
             + change
         )
     return f"use {alt_label} (verified safe, {speed}{where}){change}"
+
+
+def verified_workaround(combo: dict[str, Any]) -> str:
+    """`<the workaround>: verified on this runner` where this run verified a known upstream
+    failure's workaround for `combo` (the wording is the report's, never the document's); a
+    verdict carried from the run that built the cache says that run verified it, not this one."""
+    found = workarounds.verified(combo)
+    if found is None:
+        return ""
+    when = carried_from(combo)
+    if when is not None:
+        return (
+            f"{found.advice}: verified when this cache was built ({when}), not re-checked this run"
+        )
+    return f"{found.advice}: {workarounds.VERIFIED}"
 
 
 def group_safe(combos: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ci_fxcache import mechanisms
-from ci_fxcache.verify import artifact_evidence, causes
+from ci_fxcache.verify import artifact_evidence, causes, workarounds
 from ci_fxcache.verify import explain as key_explain
 from ci_fxcache.verify.forkserver import Outcome
 
@@ -473,8 +473,9 @@ def judge(
         if found is not None:
             finding = found
             break
+    finding, workaround = workarounds.judged(combo, cold, hot, finding)
     verdict, cause, reason = finding
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"workaround": workaround} if workaround else {}
     if cause == "miss" and ev.why:
         extra["explain"] = {"differs": ev.why["differs"], "misses": ev.why["misses"]}
     elif cause == "rebuilt":

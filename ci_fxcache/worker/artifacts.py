@@ -38,6 +38,10 @@ PRECOMPILE_FILES = ("precompile-api.py", "precompile-api.cache")
 # precompile's load logs these (torch 2.15 `torch/_precompile.py`) when it ignores the cache
 # half of the pair and compiles the kernels from the Python source instead.
 _PRECOMPILE_FALLBACK = "Falling back to JIT from python_code"
+# The guard a loaded `aot` artifact fails on inputs marked with `mark_dynamic` although they were
+# marked at compile time (torch 2.13.0 and 2.15.0; torch/csrc/dynamo/guards.cpp).
+DIM_MARKING = "_has_dynamo_dim_marking is present on runtime tensor but was absent at compile time"
+SPECIALIZE_FLOAT = "torch._dynamo.config.specialize_float = True"
 
 
 def configure(mechanism: str) -> None:
@@ -78,19 +82,87 @@ def fixed_projection(index: int, out: torch.Tensor) -> torch.Tensor:
 
 class _AotFunction:
     """`aot_compile` on the first call (with the real, possibly marked, arguments), saved to
-    `path` when given; every later call runs the compiled function."""
+    `path` when given; every later call runs the compiled function. With `evidence`, a compile
+    that fails on torch's known float-tensorify restart is retried once with the workaround
+    (`specialize_float`), and the evidence says so (`workaround`)."""
 
-    def __init__(self, target: Any, dynamic: bool | None, path: Path | None) -> None:
-        self.target, self.dynamic, self.path = target, dynamic, path
+    def __init__(
+        self,
+        target: Any,
+        dynamic: bool | None,
+        path: Path | None,
+        evidence: dict[str, Any] | None = None,
+    ) -> None:
+        self.target, self.dynamic, self.path, self.evidence = target, dynamic, path, evidence
         self.fn: Any = None
 
     def __call__(self, *args: Any) -> Any:
         if self.fn is None:
-            wrapper = torch.compile(self.target, fullgraph=True, dynamic=self.dynamic)
-            self.fn = require(wrapper, "aot_compile")((args, {}))
+            self.fn = self._compile(args)
             if self.path is not None:
                 self.fn.save_compiled_function(str(self.path))
         return self.fn(*args)
+
+    def _compile(self, args: tuple[Any, ...]) -> Any:
+        wrapper = torch.compile(self.target, fullgraph=True, dynamic=self.dynamic)
+        try:
+            return require(wrapper, "aot_compile")((args, {}))
+        except Exception as exc:
+            if self.evidence is None or not restarts_on_float(exc):
+                raise
+            first = _refusal(exc).rstrip(": ")
+        return specialize_float_retry(self.target, self.dynamic, args, first, self.evidence)
+
+
+def restarts_on_float(exc: BaseException) -> bool:
+    """Whether `exc` is Dynamo's TensorifyScalarRestartAnalysis: torch.compile catches it and
+    traces again with floats specialized; `aot_compile` (torch 2.13.0, 2.15.0) lets it out."""
+    return any(k.__name__ == "TensorifyScalarRestartAnalysis" for k in type(exc).__mro__)
+
+
+def specialize_float_retry(
+    target: Any, dynamic: bool | None, args: tuple[Any, ...], first: str, evidence: dict[str, Any]
+) -> Any:
+    """`aot_compile` again under `torch._dynamo.config.specialize_float = True` (what
+    torch.compile's restart does): the known upstream issue's workaround, recorded as applied.
+    A failure names both attempts."""
+    import torch._dynamo.config as dynamo_config
+
+    require(dynamo_config, "specialize_float")
+    try:
+        with dynamo_config.patch(specialize_float=True):
+            wrapper = torch.compile(target, fullgraph=True, dynamic=dynamic)
+            fn = wrapper.aot_compile((args, {}))
+    except Exception as exc:
+        raise RuntimeError(
+            f"aot_compile raised {first}; retried with {SPECIALIZE_FLOAT}: {_refusal(exc)}"
+        ) from exc
+    evidence["workaround"] = {"name": "specialize-float", "why": f"aot_compile raised {first}"}
+    return fn
+
+
+class _GuardedLoad:
+    """A loaded `aot` artifact. When its guard refuses inputs marked with `mark_dynamic`
+    (`DIM_MARKING`: a known upstream issue), the refusal is recorded as torch's refusal of the
+    artifact and this call and every later one go through a fresh compile, as a job that
+    catches it would; `loaded` stays for the workaround check (`refused_marking`)."""
+
+    def __init__(self, loaded: Any, fallback: _AotFunction, evidence: dict[str, Any]) -> None:
+        self.loaded, self.fallback, self.evidence = loaded, fallback, evidence
+        self.refused = False
+
+    def __call__(self, *args: Any) -> Any:
+        if not self.refused:
+            try:
+                return self.loaded(*args)
+            except RuntimeError as exc:
+                if DIM_MARKING not in str(exc):
+                    raise
+                self.refused = True
+                self.evidence["refused"] = (
+                    f"{type(exc).__name__}: the loaded artifact's guard failed: {DIM_MARKING}"
+                )
+        return self.fallback(*args)
 
 
 class _BoundModule(torch.nn.Module):
@@ -116,23 +188,36 @@ def _refusal(exc: BaseException) -> str:
 
 def aot(model: Any, dynamic: str, directory: Path, cold: bool, evidence: dict[str, Any]) -> Any:
     """The callable a phase runs for `aot`: cold compiles and saves on its first call; hot loads
-    the artifact (falling back to the cold path when torch refuses it)."""
+    the artifact (falling back to the cold path when torch refuses it, at the load or at its
+    guard on marked inputs)."""
     target = type(model).forward if isinstance(model, torch.nn.Module) else model
     flag = {"true": True, "false": False}.get(dynamic)
     path = directory / AOT_FILE
     if cold:
         evidence["file"] = AOT_FILE
-        return _bind(_AotFunction(target, flag, path), model)
+        return _bind(_AotFunction(target, flag, path, evidence), model)
     evidence.update(_file_facts(path))
     started = time.perf_counter()
+    fallback = _AotFunction(target, flag, None, evidence)
     try:
         with open(path, "rb") as f:
             loaded = torch.compiler.load_compiled_function(f)
     except Exception as exc:
         evidence.update(loaded=False, refused=_refusal(exc))
-        return _bind(_AotFunction(target, flag, None), model)
+        return _bind(fallback, model)
     evidence.update(loaded=True, load_s=round(time.perf_counter() - started, 4))
-    return _bind(loaded, model)
+    return _bind(_GuardedLoad(loaded, fallback, evidence), model)
+
+
+def refused_marking(compiled: Any) -> Any | None:
+    """The loaded artifact behind `compiled` (what `aot` returned) when its guard refused marked
+    inputs, bound to the module as `compiled` is; None otherwise."""
+    call = compiled._call if isinstance(compiled, _BoundModule) else compiled
+    if not isinstance(call, _GuardedLoad) or not call.refused:
+        return None
+    if isinstance(compiled, _BoundModule):
+        return _BoundModule(call.loaded, compiled._orig_mod)
+    return call.loaded
 
 
 def _file_facts(*paths: Path) -> dict[str, Any]:
