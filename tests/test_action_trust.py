@@ -411,7 +411,7 @@ def test_a_keyless_writers_github_entry_is_never_signed_by_a_keyed_save(tmp_path
                         **setup.post_env(), **fake.env())  # fmt: skip
         assert post.proc.returncode == 0, post.lines
         assert len(fake.committed()) == 2, post.lines
-        gha_key = json.loads(Path(settings).read_text())["gha_key"]
+        gha_key = json.loads(Path(settings).read_text())["choice"]["entry_key"]
         manifest = _entry_manifest(fake, gha_key, tmp_path / "entry")
         assert mf.signature_problem(manifest, KEY) is None
         assert set(manifest["files"]) == set(mine)
