@@ -634,3 +634,75 @@ def test_every_declared_hand_on_is_allowed() -> None:
 
     handed = {n for run in steps.RUNS for s in steps.describe(run)["steps"] for n in s["passes"]}
     assert handed == {"FXCACHE_ACTION_SETTINGS"}
+
+
+# Issue 39 item 5: the one environment write left under action/, by (function, variable):
+# the invalidate sub-action's GitHub token (the GitHub tier's invalidation reads GITHUB_TOKEN;
+# that function belongs to the invalidation work, which is to take the token as an argument).
+ENV_WRITES_ALLOWED = {("invalidate", "GITHUB_TOKEN")}
+_ENV_MUTATORS = ("pop", "update", "setdefault", "clear", "popitem", "__setitem__", "__delitem__")
+
+
+def _environ_writes(source: str) -> list[tuple[str, str, int]]:
+    """(enclosing function, variable or '?', line) of every write to os.environ in `source`:
+    item assignment or deletion, a mutating method, os.putenv / os.unsetenv."""
+    import ast
+
+    def is_environ(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "environ") or (
+            isinstance(node, ast.Name) and node.id == "environ"
+        )
+
+    def name_of(node: ast.AST) -> str:
+        return str(node.value) if isinstance(node, ast.Constant) else "?"
+
+    found: list[tuple[str, str, int]] = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            function = node.name
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign | ast.Delete):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        for target in targets:
+            if isinstance(target, ast.Subscript) and is_environ(target.value):
+                found.append((function, name_of(target.slice), node.lineno))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            func = node.func
+            mutates = is_environ(func.value) and func.attr in _ENV_MUTATORS
+            if mutates or func.attr in ("putenv", "unsetenv"):
+                found.append((function, name_of(node.args[0]) if node.args else "?", node.lineno))
+        for child in ast.iter_child_nodes(node):
+            visit(child, function)
+
+    visit(ast.parse(source), "<module>")
+    return found
+
+
+def test_the_action_passes_values_as_arguments_never_through_os_environ() -> None:
+    """Issue 39: the action's steps hand the signing key, the Redis and S3 URLs, the GitHub
+    token and setup's nonce to the toolkit as arguments; nothing under action/ writes this
+    process's environment (GitHub's own mechanisms, $GITHUB_ENV / $GITHUB_STATE, live in
+    gha.py and hand values to later steps, not to this one's code)."""
+    action = ROOT / "ci_fxcache" / "action"
+    wrong = [
+        f"{path.name}:{line} {function}() writes {name}"
+        for path in sorted(action.glob("*.py"))
+        for function, name, line in _environ_writes(path.read_text(encoding="utf-8"))
+        if (function, name) not in ENV_WRITES_ALLOWED
+    ]
+    assert wrong == []
+    # The check sees every kind of write (it is not vacuous).
+    planted = (
+        "import os\n"
+        "def a(v):\n    os.environ['X'] = v\n"
+        "def b():\n    os.environ.pop('Y', None)\n"
+        "def c(d):\n    os.environ.update(d)\n"
+        "def d():\n    del os.environ['Z']\n"
+        "def e():\n    os.putenv('W', '1')\n"
+    )
+    assert [(f, n) for f, n, _ in _environ_writes(planted)] == [
+        ("a", "X"), ("b", "Y"), ("c", "?"), ("d", "Z"), ("e", "W")
+    ]  # fmt: skip
