@@ -671,7 +671,7 @@ def _environ_writes(source: str) -> list[tuple[str, str, int]]:
             targets = [node.target]
         for target in targets:
             if isinstance(target, ast.Subscript) and is_environ(target.value):
-                found.append((function, name_of(target.slice), node.lineno))
+                found.append((function, name_of(target.slice), target.lineno))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             func = node.func
             mutates = is_environ(func.value) and func.attr in _ENV_MUTATORS
