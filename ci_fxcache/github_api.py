@@ -92,13 +92,16 @@ class GitHubClient:
         )
 
     @classmethod
-    def from_env(cls, token_env: str = "GITHUB_TOKEN", **kwargs: Any) -> GitHubClient:
-        """Client configured from the Actions environment (token, repository, API URL)."""
+    def from_env(
+        cls, token_env: str = "GITHUB_TOKEN", token: str | None = None, **kwargs: Any
+    ) -> GitHubClient:
+        """Client configured from the Actions environment (repository, API URL; the token
+        when `token` is not given)."""
         repository = os.environ.get("GITHUB_REPOSITORY", "")
         if not repository:
             raise UsageError("GITHUB_REPOSITORY is not set: run inside Actions or export it")
         return cls(
-            os.environ.get(token_env, ""),
+            os.environ.get(token_env, "") if token is None else token,
             repository,
             os.environ.get("GITHUB_API_URL") or DEFAULT_API_URL,
             **kwargs,

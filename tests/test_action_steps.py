@@ -636,11 +636,9 @@ def test_every_declared_hand_on_is_allowed() -> None:
     assert handed == {"FXCACHE_ACTION_SETTINGS"}
 
 
-# Issue 39 item 5: the environment writes left under action/, by (function, variable): the
-# inputs' removal once read (it passes nothing: no process started later inherits them), and
-# the invalidate sub-action's GitHub token (the GitHub tier's invalidation reads GITHUB_TOKEN;
-# that function belongs to the invalidation work, which is to take the token as an argument).
-ENV_WRITES_ALLOWED = {("from_env", "names.INPUTS_ENV"), ("invalidate", "GITHUB_TOKEN")}
+# Issue 39 item 5: the one environment write left under action/, by (function, variable):
+# the inputs' removal once read (it passes nothing: no process started later inherits them).
+ENV_WRITES_ALLOWED = {("from_env", "names.INPUTS_ENV")}
 _ENV_MUTATORS = ("pop", "update", "setdefault", "clear", "popitem", "__setitem__", "__delitem__")
 
 

@@ -46,7 +46,11 @@ def _stored_type(action: argparse.Action) -> Any:
         item = action.type
     else:
         return None
-    if action.nargs in ("+", "*") or isinstance(action.nargs, int):
+    if (
+        action.nargs in ("+", "*")
+        or isinstance(action.nargs, int)
+        or isinstance(action, argparse._AppendAction)  # a repeatable option: its values, a list
+    ):
         item = list[item]
     optional = action.default is None and not action.required
     return item | None if optional else item

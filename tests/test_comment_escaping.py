@@ -243,3 +243,12 @@ def test_no_invisible_or_bidi_character_of_a_document_reaches_any_rendering(name
         assert own <= renderer_own, sorted(f"U+{ord(c):04X}" for c in own - renderer_own)
         for out in outputs:
             assert "\u202e" not in out and "\u2066" not in out
+
+
+@pytest.mark.parametrize("name", sorted(DOCS))
+def test_an_issue_reference_after_an_underscore_is_neutralised(name: str) -> None:
+    """`_GH-7` (hypothesis found it): `_` is a word character, so a word-boundary test let the
+    reference through, and the `wbr` filter's break after `_` then started a text node with
+    `GH-7`, which GitHub links."""
+    _check(name, ["_GH-7", "x_gh-12"], max_chars=10**7)
+    assert "\u200b" in render.md_text("_GH-7")

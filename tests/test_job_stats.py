@@ -140,7 +140,10 @@ def test_a_trace_the_job_set_itself_is_read_not_replaced_nor_removed(tmp_path: P
 def test_no_job_trace_turns_it_off(tmp_path: Path) -> None:
     job = Job(tmp_path, "off")
     assert "TORCH_TRACE" not in job.restore("--no-job-trace")
-    assert "no trace of its compiles" in job.save()
+    assert (
+        "your job" not in job.save()
+    )  # no trace: nothing to say there (tests/test_save_job_line.py)
+    assert "no trace of its compiles" in job.fxcache("stats", "--state-file", str(job.state)).stdout
 
 
 def test_process_specific_components_are_never_a_cause() -> None:

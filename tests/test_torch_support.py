@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from ci_fxcache import mechanisms
 from ci_fxcache.env import torch_support
 from ci_fxcache.report import known_issues
 from ci_fxcache.verify import matrix, runner
@@ -105,8 +106,7 @@ def test_release(version: str, release: tuple[int, ...]) -> None:
 
 
 def test_every_mechanism_and_option_has_a_gate() -> None:
-    assert set(torch_support.MECHANISM_NEEDS) == set(matrix.MECHANISMS)
-    named = {n for needs in torch_support.MECHANISM_NEEDS.values() for n in needs}
+    named = {n for m in mechanisms.ALL for n in m.needs}
     named |= {n for needs in torch_support.DYNAMIC_NEEDS.values() for n in needs}
     assert named | set(torch_support.OPTIONAL) == set(torch_support.OPTIONS)
     for option in torch_support.OPTIONS.values():
@@ -168,7 +168,7 @@ def test_the_table_matches_each_real_torch(torch_python: str) -> None:
     assert version.startswith(("2.13.0", TORCH2_VERSION))
     assert present == torch_support.expected(version)
     # every mechanism runs on both real versions, but torch 2.15's precompile module
-    gated = [m for m in matrix.MECHANISMS if torch_support.too_old(version, m, "mark")]
+    gated = [m for m in mechanisms.names() if torch_support.too_old(version, m, "mark")]
     assert gated == ([] if version.startswith(TORCH2_VERSION) else ["precompile-api"])
 
 

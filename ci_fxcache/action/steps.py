@@ -3,8 +3,6 @@ commands in this process, and writes the step outputs. Outputs are declared in O
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import secrets
@@ -592,39 +590,33 @@ def save(post: bool = False) -> int:
 
 
 def invalidate() -> int:
-    """The invalidate sub-action: `fxcache invalidate --json`, kept in a file."""
+    """The invalidate sub-action: the typed call `fxcache invalidate --json` makes, its JSON
+    printed and kept in a file; the URLs and the token passed as arguments."""
     from ci_fxcache.commands import invalidate as invalidate_command
+    from ci_fxcache.report import invalidation
 
     values = inp.from_env(inp.INVALIDATE)
-    target = values["target"]
     keep = values["keep-latest"] or None
     if keep is not None and not keep.isdigit():
         raise UsageError(f"input keep-latest: {keep!r} is not a whole number")
-    # The one environment write left under action/ (tests/test_action_steps.py allows it
-    # here only): the GitHub tier's invalidation reads its token from GITHUB_TOKEN.
-    if values["github-token"]:
-        os.environ["GITHUB_TOKEN"] = values["github-token"]
+    policy = invalidate_command.policy(
+        os.environ.get(names.PYTHON_ENV) or "python3", values["max-age"] or None,
+        values["max-size"] or None, None if keep is None else int(keep),
+        values["older-torch-than"] or None,
+    )  # fmt: skip
+    result, rc = invalidate_command.invalidate(
+        stores=[values["target"]], policy=policy, dry_run=bool(values["dry-run"]),
+        root=Path(values["cache-root"]) if values["cache-root"] else None,
+        urls={"redis": values["redis-url"] or None, "s3": values["s3-url"] or None},
+        github_token=values["github-token"] or None,
+    )  # fmt: skip
+    text = json.dumps(result, indent=2) + "\n"
+    print(text, end="")
     out = runner_temp() / "fxcache" / f"invalidate-{values['target']}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        rc = invalidate_command.run(
-            root=Path(values["cache-root"]) if values["cache-root"] else None,
-            python=os.environ.get(names.PYTHON_ENV) or "python3",
-            max_age=values["max-age"] or None, max_size=values["max-size"] or None,
-            keep_latest=None if keep is None else int(keep),
-            older_torch_than=values["older-torch-than"] or None, dry_run=bool(values["dry-run"]),
-            as_json=True, github=target == "github", redis=target == "redis",
-            redis_url=values["redis-url"] or None, s3=target == "s3",
-            s3_url=values["s3-url"] or None, gc_grace="1d",
-        )  # fmt: skip
-    print(buffer.getvalue(), end="")
-    if rc in (0, 1) and buffer.getvalue().strip():  # 1: done, with removals that failed
-        out.write_text(buffer.getvalue(), encoding="utf-8")
-        gha.set_output("report-json", str(out))
-        from ci_fxcache.report import invalidation
-
-        gha.append_summary(invalidation.markdown(json.loads(buffer.getvalue())))
+    out.write_text(text, encoding="utf-8")
+    gha.set_output("report-json", str(out))
+    gha.append_summary(invalidation.markdown(result))
     return rc
 
 

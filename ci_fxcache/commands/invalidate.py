@@ -1,23 +1,24 @@
-"""`fxcache invalidate`: remove stale caches by policy (local store, GitHub caches, Redis)."""
+"""`fxcache invalidate`: remove stale caches by policy (the local store, S3, GitHub's caches,
+Redis), each store built by the factory and cleaned through one call shape
+(store/invalidate.py)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ci_fxcache import userfiles
 from ci_fxcache.commands import options
 from ci_fxcache.env import fingerprint
-from ci_fxcache.errors import EXIT_CHECK_FAILED, CheckFailed, UsageError
+from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
 from ci_fxcache.report import invalidation, text_table
-from ci_fxcache.store import invalidate as local
-from ci_fxcache.store import seal
-from ci_fxcache.store.layout import Layout, resolve_root
+from ci_fxcache.report.invalidation import human_bytes
+from ci_fxcache.store.layout import resolve_root
 from ci_fxcache.store.policies import Policy, parse_duration, parse_size, parse_torch_version
-from ci_fxcache.store.remote import redis_cache
-from ci_fxcache.store.scopes import check_env, human_bytes, lease_ttl
+from ci_fxcache.store.remote.factory import StoreChoice, invalidator_for
 
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
@@ -68,13 +69,14 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
-def _policy(
+def policy(
     python: str,
     max_age: str | None,
     max_size: str | None,
     keep_latest: int | None,
     older_torch_than: str | None,
 ) -> Policy:
+    """The policies from their flags (`older_torch_than` 'current': the torch of `python`)."""
     older = older_torch_than
     if older == "current":
         older = fingerprint.collect(python).torch_version
@@ -108,75 +110,54 @@ def run(
     gc_grace: str,
 ) -> int:
     """Apply the policies to the chosen store(s); print a table or JSON. Exit 1 when a
-    selected cache could not be removed."""
-    check_env()
-    policy = _policy(python, max_age, max_size, keep_latest, older_torch_than)
-    inventory = s3 and dry_run and not (github or redis)
+    selected cache could not be removed or a store could not be reached."""
+    chosen = [kind for kind, on in (("redis", redis), ("github", github), ("s3", s3)) if on]
+    result, code = invalidate(
+        stores=chosen or ["local"],
+        root=root,
+        policy=policy(python, max_age, max_size, keep_latest, older_torch_than),
+        dry_run=dry_run,
+        urls={"redis": redis_url, "s3": s3_url},
+        gc_grace=gc_grace,
+    )
+    print(json.dumps(result, indent=2) if as_json else _table(result))
+    return code
+
+
+def invalidate(
+    *,
+    stores: Sequence[str],
+    root: Path | None,
+    policy: Policy,
+    dry_run: bool,
+    urls: Mapping[str, str | None] | None = None,
+    gc_grace: str = "1d",
+    github_token: str | None = None,
+) -> tuple[dict[str, Any], int]:
+    """The typed call behind `fxcache invalidate` (the action's invalidate makes it too): each
+    store of `stores` (local, redis, github, s3), built by the factory, cleaned by one call
+    shape; the result as `--json` prints it, and the exit code (1: something selected was
+    not removed). A store that cannot be reached raises CheckFailed (exit 1)."""
+    inventory = list(stores) == ["s3"] and dry_run
     if policy.empty and not inventory:
         raise UsageError(
             "give at least one policy: --max-age, --max-size, --keep-latest or --older-torch-than"
             " (--s3 --dry-run alone lists the bucket's scopes)"
         )
+    local_root = userfiles.output_dir(resolve_root(root), "--root") if "local" in stores else None
+    grace = parse_duration(gc_grace) if "s3" in stores else None
     result: dict[str, Any] = {"dry_run": dry_run, "rows": []}
-    if redis:
-        result["redis"] = _redis(policy, redis_url, dry_run)
-    if github:
-        from ci_fxcache.store.remote.github.invalidate import run as github_run
-
-        result["rows"] += github_run(policy, dry_run)
-    if s3:
-        rows, result["s3"] = _s3(policy, s3_url, gc_grace, dry_run)
-        result["rows"] += rows
-    if not redis and not github and not s3:
-        layout = Layout(userfiles.output_dir(resolve_root(root), "--root"))
-        result["root"] = str(layout.root)
-        result["rows"] += local.run(layout, policy, dry_run)
-        if not dry_run:
-            result["overlays_removed"] = local.prune_overlays(layout, lease_ttl())
-            result["temp_files_removed"] = local.prune_temp_files(layout)
-            result["seals_removed"] = seal.prune_orphans(layout)
-    if as_json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(_table(result))
-    failed = [r for r in result["rows"] if str(r["action"]).startswith("failed")]
-    stopped = "error" in result.get("s3", {}).get("gc", {})
-    return EXIT_CHECK_FAILED if failed or stopped else 0
-
-
-def _redis(policy: Policy, redis_url: str | None, dry_run: bool) -> dict[str, Any]:
-    """Redis keys idle longer than --max-age; CheckFailed (exit 1) when Redis fails."""
-    if policy.max_age_s is None:
-        raise UsageError("--redis needs --max-age (Redis keys are expired by idle time)")
-    url = redis_cache.resolve_url(redis_url)
-    try:
-        return redis_cache.expire_idle(url, policy.max_age_s, dry_run)
-    except Exception as exc:  # redis errors: the network or the server, not the user's input
-        raise CheckFailed(f"Redis at {redis_cache.redact(url)}: {exc}") from exc
-
-
-def _s3(
-    policy: Policy, s3_url: str | None, gc_grace: str, dry_run: bool
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The bucket's scopes by policy, then its unreferenced objects: the rows and the
-    result's `s3` object; CheckFailed (exit 1) when the bucket cannot be used."""
-    from ci_fxcache.store.remote.factory import s3_tier
-    from ci_fxcache.store.remote.s3 import invalidate as s3_invalidate
-    from ci_fxcache.store.remote.tier import RemoteUnavailable
-
-    grace = parse_duration(gc_grace)
-    if grace < s3_invalidate.MIN_GRACE_S:
-        raise UsageError(
-            f"--gc-grace {gc_grace}: at least {s3_invalidate.MIN_GRACE_S / 3600:g}h (a save "
-            "in flight uploads its packs before the head that names them)"
+    failed = False
+    for kind in stores:
+        choice = StoreChoice(kind=kind, url=(urls or {}).get(kind))
+        store = invalidator_for(
+            choice, root=local_root, gc_grace_s=grace, github_token=github_token
         )
-    tier = s3_tier(s3_url)
-    try:
-        done = s3_invalidate.run(tier, policy, dry_run, grace)
-    except RemoteUnavailable as exc:  # the network, not the user's input: exit 1
-        raise CheckFailed(f"S3 {tier.describe()}: {exc}") from exc
-    return done["rows"], {"url": tier.describe(), "dry_run": dry_run, "gc": done["gc"],
-                          "scopes": done["scopes"], "bucket": done["bucket"]}  # fmt: skip
+        done = store.invalidate(policy, dry_run)
+        result["rows"] += done.rows
+        result.update(done.extra)
+        failed = failed or done.failed
+    return result, EXIT_CHECK_FAILED if failed else 0
 
 
 def _table(result: dict[str, Any]) -> str:

@@ -24,6 +24,14 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-o", "--output", required=True, metavar="OUT", help="merged JSON file (required)"
     )
+    parser.add_argument(
+        "--job-stats",
+        action="append",
+        default=[],
+        metavar="FIGURES",
+        help="a runner's own job figures (fxcache stats --json after its save); repeat for "
+        "each runner: the fleet report shows one job line per architecture (default: none)",
+    )
     options.report_id_option(
         parser,
         default=None,
@@ -33,12 +41,12 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
-def run(*, shards: list[str], output: str, report_id: str | None) -> int:
+def run(*, shards: list[str], output: str, report_id: str | None, job_stats: list[str]) -> int:
     """Write the merged document."""
     from ci_fxcache.fleet import merge
 
     userfiles.output_file(output, "-o")
-    doc = merge.merge(list(shards), report_id)
+    doc = merge.merge(list(shards), report_id, list(job_stats))
     userfiles.write_output(output, json.dumps(doc, indent=2) + "\n", "-o")
     groups = doc["groups"]
     gha.print_untrusted(

@@ -69,6 +69,7 @@ def _summary_json(report: Any, safe: list[str]) -> str:
                 "arch": s.arch,
                 "runners": s.runners,
                 "top_line": s.top_line,
+                "job_line": s.job or None,  # a fleet's runners' own jobs (merge --job-stats)
                 "counts": s.counts,
                 "recommendations": [
                     {"id": r.combo["id"], "runner": r.runner, "cause": r.cause, "text": r.advice}

@@ -55,12 +55,7 @@ def run(*, root: Path | None, state_file: Path | None, as_json: bool) -> int:
     else:
         print(f"fxcache: not saved: {result['reason']}")
     if job is not None:
-        from ci_fxcache import gha
-        from ci_fxcache.report.job_line import headline
-        from ci_fxcache.report.render import plain
-
-        out = sys.stderr if as_json else sys.stdout
-        gha.print_untrusted(f"fxcache: {plain(headline(job))}\n", file=out)
+        _job_line(job, sys.stderr if as_json else sys.stdout)
     sent = result.get("remote")
     if sent and not as_json:
         if sent.get("published") and "files" in sent:
@@ -73,3 +68,14 @@ def run(*, root: Path | None, state_file: Path | None, as_json: bool) -> int:
         elif "reason" in sent:
             print(f"fxcache: nothing published to {sent['url']}: {sent['reason']}")
     return 0
+
+
+def _job_line(job: dict[str, Any], out: Any) -> None:
+    """The job's own line; none when its trace held nothing (a job that compiled nothing, or
+    the trace off): `fxcache stats` and the JSON still say so."""
+    from ci_fxcache import gha
+    from ci_fxcache.report import job_line
+    from ci_fxcache.report.render import plain
+
+    if job_line.observed(job):
+        gha.print_untrusted(f"fxcache: {plain(job_line.headline(job))}\n", file=out)

@@ -1,6 +1,7 @@
 """Which torch versions fxcache serves, and which torch each mechanism and option needs.
 
-The one home of every torch-version rule. The orchestrator never imports torch: it gates a
+The one home of every torch-version rule (each mechanism names the options it needs in its
+record: ci_fxcache/mechanisms.py). The orchestrator never imports torch: it gates a
 combination on a version string (`skip()`; `fxcache verify` passes the one its worker reports,
 the same `torch.__version__` the fingerprint reads from `torch/version.py`), so a combination
 whose mechanism needs a newer torch is `skipped` (cause `torch-too-old`) instead of run. The worker
@@ -21,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ci_fxcache import gha
+from ci_fxcache import gha, mechanisms
 
 # The oldest torch fxcache supports: the oldest the verification matrix ran on
 # (benchmarks/torch_version_check.py, docs/torch-versions.md), and the first release with
@@ -135,16 +136,6 @@ OPTIONS: dict[str, Option] = {
     ),
 }
 
-_BASE = ("fx_graph_cache", "autograd_cache")
-# What each mechanism cannot run without.
-MECHANISM_NEEDS: dict[str, tuple[str, ...]] = {
-    "fxgraph": _BASE,
-    "mega": (*_BASE, "cache_artifacts"),
-    "precompile": (*_BASE, "cache_artifacts", "caching_precompile", "precompile_artifacts"),
-    "remote": (*_BASE, "fx_graph_remote_cache", "remote_autograd_cache", "cache_key_tag"),
-    "aot": (*_BASE, "aot_compile"),
-    "precompile-api": (*_BASE, "precompile_api"),
-}
 # What a dynamic-shape mode cannot run without.
 DYNAMIC_NEEDS: dict[str, tuple[str, ...]] = {"mark": ("mark_dynamic",)}
 # What the worker does without, recording a note: the hot recompile check falls back to
@@ -191,6 +182,12 @@ def announce_newer(torch_version: str) -> None:
         gha.say("notice", text)
 
 
+def _needs(mechanism: str) -> tuple[str, ...]:
+    """What `mechanism` cannot run without (its record's gate; none for an unknown name)."""
+    found = mechanisms.find(mechanism)
+    return () if found is None else found.needs
+
+
 def too_old(torch_version: str, mechanism: str, dynamic: str = "false") -> str | None:
     """Why `mechanism` (with `dynamic`) cannot run on `torch_version`, or None.
 
@@ -203,7 +200,7 @@ def too_old(torch_version: str, mechanism: str, dynamic: str = "false") -> str |
     if have[:2] < MINIMUM:
         return f"fxcache supports torch >= {_text(MINIMUM)}; {this}"
     for what, needs in (
-        (mechanism, MECHANISM_NEEDS.get(mechanism, ())),
+        (mechanism, _needs(mechanism)),
         (f"dynamic={dynamic}", DYNAMIC_NEEDS.get(dynamic, ())),
     ):
         short = [OPTIONS[n] for n in needs if have[:2] < OPTIONS[n].since]

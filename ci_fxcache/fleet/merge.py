@@ -23,6 +23,45 @@ def _shard_docs(path: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     return list(zip(raw, [s.doc for g in loaded.groups for s in g.shards], strict=True))
 
 
+def _carried_job_stats(path: str) -> list[dict[str, Any]]:
+    """The runners' job figures an already merged input carries (a merge of merges keeps them)."""
+    doc = reader.read_json(path)
+    if not isinstance(doc, dict) or "groups" not in doc:
+        return []
+    return [js for g in doc["groups"] for js in (g.get("job_stats") or []) if isinstance(js, dict)]
+
+
+def _job_stats(paths: list[str]) -> list[dict[str, Any]]:
+    """Each runner's own job figures (`fxcache stats --json`, `fxcache-stats/1`), as the fleet
+    report's job line needs them (job_line.for_fleet); UsageError for a file that is not one."""
+    from ci_fxcache.jobstats.job import SCHEMA
+    from ci_fxcache.report import job_line
+
+    out = []
+    for path in paths:
+        doc = reader.read_json(path)
+        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+            raise UsageError(f"--job-stats {path}: not the job's figures (schema {SCHEMA})")
+        out.append(job_line.for_fleet(doc))
+    return out
+
+
+def _attach_job_stats(groups: dict[str, dict[str, Any]], stats: list[dict[str, Any]]) -> None:
+    """Each runner's figures to the environment of its scope key (a warning for one that
+    matches none)."""
+    from ci_fxcache.report import job_line
+
+    for doc in stats:
+        key = reader.group_key(doc)
+        if key not in groups:
+            gha.warn(
+                f"job figures of scope {doc.get('scope_key') or '(none)'} match no shard's "
+                "environment: left out of the fleet report"
+            )
+            continue
+        groups[key].setdefault("job_stats", []).append(job_line.for_fleet(doc))
+
+
 def key_diffs(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """For each runner that missed a combination another runner hit: how the two differ.
 
@@ -57,8 +96,11 @@ def key_diffs(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def merge(paths: list[str], report_id: str | None = None) -> dict[str, Any]:
-    """Read shards (results or already merged documents) and group them by environment.
+def merge(
+    paths: list[str], report_id: str | None = None, job_stats: list[str] | None = None
+) -> dict[str, Any]:
+    """Read shards (results or already merged documents) and group them by environment, with
+    each runner's own job figures (`job_stats` files) under its environment's `job_stats`.
 
     Shards are carried verbatim (a version-1 shard stays version 1; readers upgrade it)."""
     if not paths:
@@ -88,6 +130,8 @@ def merge(paths: list[str], report_id: str | None = None) -> dict[str, Any]:
             runner = str((doc.get("runner") or {}).get("name") or "runner")
             group["runners"].append(runner)
             group["shards"].append(doc)
+    carried = [js for path in paths for js in _carried_job_stats(path)]
+    _attach_job_stats(groups, carried + _job_stats(list(job_stats or [])))
     distinct_ids = sorted(set(ids))
     if report_id is None and len(distinct_ids) > 1:
         gha.warn(

@@ -29,8 +29,14 @@ def changed_names(doc: dict[str, Any]) -> list[str]:
     return sorted(counts, key=lambda n: (-counts[n], n))
 
 
+def observed(doc: dict[str, Any]) -> bool:
+    """Whether the job's trace held anything: a job that compiled nothing writes none, and
+    then its line is noise where it is not asked for (`fxcache save`)."""
+    return any(t.get("files") for t in doc.get("trace") or [])
+
+
 def _read_nothing(doc: dict[str, Any]) -> bool:
-    return not any(t.get("files") for t in doc.get("trace") or [])
+    return not observed(doc)
 
 
 def headline(doc: dict[str, Any]) -> str:
@@ -216,6 +222,80 @@ def history_text(rows: list[dict[str, Any]]) -> str:
             )
         )
     return "\n".join(lines) + "\n"
+
+
+FLEET_MISSES = 50  # misses whose changed components a fleet keeps per runner
+FLEET_RUNNERS = 64  # runners' figures read per environment
+_CAUSES = ("new graph", "key changed", "entry gone")
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _seconds(value: Any) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 1e9
+    return float(value) if ok else 0.0
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any, most: int) -> list[Any]:
+    return value[:most] if isinstance(value, list) else []
+
+
+def for_fleet(doc: Any) -> dict[str, Any]:
+    """What a fleet's job line needs of one runner's figures (`fxcache-stats/1`), typed and
+    bounded: a runner's figures come from its job's own trace (a fork's, maybe), and a merged
+    document from an artifact. `headline` reads the result as it reads the figures."""
+    doc = _dict(doc)
+    fx, causes = _dict(doc.get("fxgraph")), _dict(doc.get("miss_causes"))
+    misses = []
+    for miss in _list(doc.get("misses"), FLEET_MISSES):
+        changed = _list(_dict(miss).get("changed"), 5)
+        names = [str(_dict(c).get("component"))[:80] for c in changed if _dict(c).get("component")]
+        if names:
+            misses.append({"changed": [{"component": n} for n in names]})
+    return {
+        "scope_key": str(doc.get("scope_key") or "")[:300],
+        "trace": [
+            {"files": sum(_count(_dict(t).get("files")) for t in _list(doc.get("trace"), 8))}
+        ],
+        "graphs": _count(doc.get("graphs")),
+        "fxgraph": {k: _count(fx.get(k)) for k in ("hit", "miss", "bypass")},
+        "miss_causes": {k: _count(causes.get(k)) for k in _CAUSES},
+        "misses": misses,
+        "recompiles": {"count": _count(_dict(doc.get("recompiles")).get("count"))},
+        "saved_s": _seconds(doc.get("saved_s")),
+    }
+
+
+def combined(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several runners' `for_fleet` figures of one environment as one (counts summed)."""
+    docs = [for_fleet(d) for d in docs]
+    return {
+        "trace": [{"files": sum(d["trace"][0]["files"] for d in docs)}],
+        "graphs": sum(d["graphs"] for d in docs),
+        "fxgraph": {k: sum(d["fxgraph"][k] for d in docs) for k in ("hit", "miss", "bypass")},
+        "miss_causes": {k: sum(d["miss_causes"][k] for d in docs) for k in _CAUSES},
+        "misses": [m for d in docs for m in d["misses"]][:FLEET_MISSES],
+        "recompiles": {"count": sum(d["recompiles"]["count"] for d in docs)},
+        "saved_s": sum(d["saved_s"] for d in docs),
+    }
+
+
+def fleet_line(docs: Any) -> str:
+    """One environment's line from its runners' figures (`your job: ...`; `your 2 jobs: ...`
+    where several runners of it sent theirs), or '' when none did."""
+    runners = [d for d in _list(docs, FLEET_RUNNERS) if isinstance(d, dict)]
+    if not runners:
+        return ""
+    line = headline(combined(runners))
+    if len(runners) > 1:
+        line = line.replace("your job:", f"your {len(runners)} jobs:", 1)
+    return line
 
 
 COMMENT_MISSES = 10

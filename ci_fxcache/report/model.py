@@ -203,6 +203,7 @@ class Section:
     name: str = ""  # its column in a fleet report ('sm90 ×2')
     chart: list[Row] = field(default_factory=list)  # the bars, when a chart adds something
     chart_of: int = 0  # how many safe rows the chart chose from
+    job: str = ""  # a fleet's line for its runners' own jobs (`your job: 35 of 38 graphs ...`)
 
     @property
     def where(self) -> str:
@@ -897,8 +898,16 @@ def build(results: Results, issues: list[KnownIssue]) -> Report:
     if results.is_fleet:
         matrix = fleet_matrix(sections)
         elsewhere = not_safe_where(sections)
+        from ci_fxcache.report import job_line
+
+        # The merged document's groups, in the order the reader built its own from them.
+        jobs = {
+            id(g): gdoc.get("job_stats")
+            for g, gdoc in zip(results.groups, results.doc["groups"], strict=True)
+        }
         for section, group in built:
             section.chart = []  # the matrix and the grid are a fleet's summary
+            section.job = job_line.fleet_line(jobs.get(id(group)))
             combos = [c for c, _, _ in _worst_per_combo(group).values()]
             set_advice(section, combos, elsewhere)
     return Report(

@@ -51,7 +51,9 @@ _INVISIBLE = re.compile(
 _MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")
 _LIST_MARKER = re.compile(r"^([-+]|\d{1,9}[.)])(?=\s|$)")
 _AUTOLINK = re.compile(r"(://|(?i:www)\.)")
-_GH_REFERENCE = re.compile(r"\b(gh)(?=-\d)", re.I)
+# Not `\b`: `_` is a word character, and the `wbr` filter's break after `_` starts a text node
+# GitHub links (`_GH-7`).
+_GH_REFERENCE = re.compile(r"(?<![A-Za-z0-9])(gh)(?=-\d)", re.I)
 
 
 def visible(text: str) -> str:
@@ -314,7 +316,10 @@ def markdown(
     if report.changed:
         lines.append(f"- {labels.CHANGED_HEADING}: {md_text('; '.join(report.changed))}")
     if report.fleet:
-        lines += [f"- {md_text(s.name)}: {_counts(s.counts)}" for s in report.sections]
+        lines += [
+            f"- {md_text(s.name)}: {_counts(s.counts)}" + (f"; {md_text(s.job)}" if s.job else "")
+            for s in report.sections
+        ]
     lines += [f"- {md_text(t.heading)}: {md_text(t.text)}" for t in report.top]
     body = "\n".join(lines) + "\n"
     text = head + note + body
@@ -338,7 +343,7 @@ def headline_text(report: Report, escape: Any = None) -> str:
     bits = [" · ".join(f"{n} {v}" for v, n in h.problems)] if h.problems else []
     bits.append(f"{h.safe}/{h.ran} safe" + (" everywhere" if h.everywhere else ""))
     run = h.run if escape else h.run.replace("\u2060", "").replace("\u00a0", " ")
-    bits += [esc(h.where), h.job, h.commit, run]
+    bits += [esc(h.where), esc(h.job), esc(h.commit), run]
     return f"fxcache{rid}: {h.emoji} " + " · ".join(b for b in bits if b)
 
 
@@ -478,6 +483,8 @@ def text(report: Report, colour: bool = False) -> str:
         for s in report.sections:
             counts = " · ".join(f"{n} {v}" for v, n in s.counts.items() if n)
             out.extend(_wrapped(f"  {plain(s.name)} {plain(s.gpu)}: {counts}", "    "))
+            if s.job:
+                out.extend(_wrapped(f"{plain(s.name)}: {s.job}", "    "))
         for t in report.top:
             out.extend(_wrapped(f"{t.heading}: {t.text}"))
         out.extend(_matrix_lines(report))

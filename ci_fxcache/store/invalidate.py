@@ -1,15 +1,86 @@
-"""`fxcache invalidate` on the local store: apply the policies to every scope in the root."""
+"""`fxcache invalidate`: the one call shape every store implements, and the local store's.
+
+Each store (the local root, S3, GitHub's Actions caches, Redis) is an `Invalidator` whose
+`invalidate(policy, dry_run)` returns an `InvalidationResult`; the command gets it from the
+factory (store/remote/factory.py `invalidator_for`) and never branches on the store. A store
+that cannot be reached raises `CheckFailed` (exit 1: the scheduled job's input was fine);
+bad input (a missing policy the store needs, no permission to delete) is a `UsageError`.
+
+The local store's root holds two trust namespaces (docs/security.md): the root's own scopes
+and those of runs that read a remote tier they may not write (`<root>/.remote-readers/`).
+Both are cleaned, each by the policies on its own (its own `--keep-latest` per runner pool,
+its own `--max-size`), so scopes that unreviewed runs committed never push a trusted run's
+scopes out.
+"""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ci_fxcache.env import scopekey
-from ci_fxcache.store import modes, scopes
-from ci_fxcache.store.layout import LOCKS, SEALS, Layout
+from ci_fxcache.store import modes, scopes, seal
+from ci_fxcache.store.layout import LOCKS, REMOTE_READERS, SEALS, Layout, trust_root
 from ci_fxcache.store.policies import Entry, Policy, select
+
+
+@dataclass(frozen=True)
+class InvalidationResult:
+    """What one store's invalidation did (or would): one row per selected cache (`store`,
+    `scope`, `bytes`, `last_used`, `reasons`, `action`; `failed: why` where a removal
+    failed), the store's own figures (merged into the top level of `invalidate --json`), and
+    whether a collection stopped short (exit 1, like a failed removal)."""
+
+    rows: list[dict[str, Any]]
+    extra: dict[str, Any] = field(default_factory=dict)
+    stopped: bool = False
+
+    @property
+    def failed(self) -> bool:
+        """Whether anything selected was left in place by an error (exit 1)."""
+        return self.stopped or any(str(r["action"]).startswith("failed") for r in self.rows)
+
+
+class Invalidator(Protocol):
+    """One store, as `fxcache invalidate` sees it."""
+
+    def invalidate(self, policy: Policy, dry_run: bool) -> InvalidationResult:
+        """Apply `policy`: remove (unless `dry_run`) what it selects. CheckFailed when the
+        store cannot be reached, UsageError for a policy it cannot apply."""
+        ...
+
+
+class LocalStore:
+    """The local store's root and its read-only runs' namespace."""
+
+    def __init__(self, root: Path) -> None:
+        self.layout = Layout(root)
+
+    def namespaces(self) -> list[tuple[str, Layout]]:
+        """(row prefix, layout) of each namespace in the root that exists."""
+        found = [("", self.layout)]
+        readers = trust_root(self.layout.root, may_write_remote=False)
+        if readers != self.layout.root and readers.is_dir():
+            found.append((f"{REMOTE_READERS}/", Layout(readers)))
+        return found
+
+    def invalidate(self, policy: Policy, dry_run: bool) -> InvalidationResult:
+        """`run` on each namespace (its rows' scopes prefixed with the namespace), then,
+        unless a dry run, the prunes of what killed jobs left behind."""
+        scopes.check_env()
+        rows: list[dict[str, Any]] = []
+        extra: dict[str, Any] = {"root": str(self.layout.root)}
+        pruned = {"overlays_removed": 0, "temp_files_removed": 0, "seals_removed": 0}
+        for prefix, layout in self.namespaces():
+            for row in run(layout, policy, dry_run):
+                rows.append({**row, "scope": prefix + row["scope"]})
+            if not dry_run:
+                pruned["overlays_removed"] += prune_overlays(layout, scopes.lease_ttl())
+                pruned["temp_files_removed"] += prune_temp_files(layout)
+                pruned["seals_removed"] += seal.prune_orphans(layout)
+        return InvalidationResult(rows, {**extra, **({} if dry_run else pruned)})
 
 
 def entries(layout: Layout) -> list[Entry]:

@@ -1,14 +1,20 @@
-"""What a hot phase of an artifact mechanism (`aot`, `precompile-api`) shows, in the terms the
-verdict checks use: the artifact loaded (a hit), torch refused it (the phase fell back to a
-compile), or it loaded and the process still compiled graphs (a miss). Kernel builds, outputs
-and time are judged as for every mechanism (`verdicts.CHECKS`)."""
+"""What a hot phase of an artifact mechanism (a record with `hits="artifact"`: aot,
+precompile-api) shows, in the terms the verdict checks use: the artifact loaded (a hit), torch
+refused it (the phase fell back to a compile), or it loaded and the process still compiled
+graphs (a miss). Kernel builds, outputs and time are judged as for every mechanism
+(`verdicts.CHECKS`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-# The worker's names (ci_fxcache/worker/artifacts.py): the orchestrator never imports it.
-MECHANISMS = ("aot", "precompile-api")
+from ci_fxcache import mechanisms
+
+
+def judges(mechanism: str) -> bool:
+    """Whether `mechanism`'s hits are its artifact's load (its record's `hits`)."""
+    record = mechanisms.find(mechanism)
+    return record is not None and record.hits == "artifact"
 
 
 def _size(count: Any) -> str:

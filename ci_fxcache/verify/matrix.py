@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import Any
 
+from ci_fxcache import mechanisms as registry
 from ci_fxcache import userfiles
 from ci_fxcache.errors import UsageError
 
@@ -14,8 +15,6 @@ FILE_VERSIONS = (1,)
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "float16", "bfloat16", "bfloat16-autocast")
 DYNAMIC = ("false", "true", "mark")
-# The cache mechanisms, then the artifact ones (torch's save/load APIs: worker/artifacts.py).
-MECHANISMS = ("fxgraph", "mega", "precompile", "remote", "aot", "precompile-api")
 BUILTIN_WORKLOADS = ("sin_matmul", "mlp", "conv", "attention", "transformer_block")
 USER_WORKLOAD = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
 
@@ -23,7 +22,7 @@ DEFAULTS: dict[str, list[Any]] = {
     "devices": ["auto"],
     "dtypes": ["float32", "bfloat16"],
     "dynamic": ["false", "true"],
-    "mechanisms": ["fxgraph", "mega", "precompile", "aot", "precompile-api"],
+    "mechanisms": registry.defaults(),
     "training": [True],
     "workloads": ["sin_matmul"],
 }
@@ -103,7 +102,7 @@ class Matrix:
     devices: list[str] = field(default_factory=lambda: list(DEFAULTS["devices"]))
     dtypes: list[str] = field(default_factory=lambda: list(DEFAULTS["dtypes"]))
     dynamic: list[str] = field(default_factory=lambda: list(DEFAULTS["dynamic"]))
-    mechanisms: list[str] = field(default_factory=lambda: list(DEFAULTS["mechanisms"]))
+    mechanisms: list[str] = field(default_factory=registry.defaults)
     training: list[bool] = field(default_factory=lambda: list(DEFAULTS["training"]))
     workloads: list[str] = field(default_factory=lambda: list(DEFAULTS["workloads"]))
 
@@ -144,7 +143,7 @@ def _check(axis: str, values: list[Any], where: str) -> list[Any]:
         "devices": DEVICES,
         "dtypes": DTYPES,
         "dynamic": DYNAMIC,
-        "mechanisms": MECHANISMS,
+        "mechanisms": registry.names(),  # read now: a new record is all it takes
     }.get(axis, ())
     out: list[Any] = []
     for raw in values:

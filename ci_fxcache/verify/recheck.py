@@ -16,15 +16,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import __version__, timestamps
+from ci_fxcache import __version__, mechanisms, timestamps
 from ci_fxcache.verify import causes
 
 VERDICT_FILE = "verdict.json"
 CARRIED_VERDICTS = ("no-gain",)
-# Their hot phase starts from an empty directory and the artifact file(s) the cold phase wrote:
-# every hot-only run feeds it the same bytes. fxgraph's hot phase reads (and a miss writes) the
-# cold phase's directory in place, and remote reads a shared Redis: both change between jobs.
-CARRIED_MECHANISMS = ("mega", "precompile", "aot", "precompile-api")
 # The settings a verdict depends on (besides the evidence): a change re-checks.
 JUDGING_SETTINGS = ("min_speedup", "compare")
 # Notes about the run that judged, not about the combination: never carried.
@@ -73,7 +69,11 @@ def carried(
     """The recorded judgement to carry into this hot-only run, with its `carried` note; None
     when the combination must be re-checked (anything unreadable or unexpected included, and
     a verdict recorded in another `context` or by an fxcache that recorded none)."""
-    if mechanism not in CARRIED_MECHANISMS:
+    # Carried where the hot phase starts from an empty directory and the artifact file(s) the
+    # cold phase wrote: every hot-only run feeds it the same bytes (the record's `carried`).
+    # A hot phase that reads the cold directory in place, or a shared Redis, changes between jobs.
+    record = mechanisms.find(mechanism)
+    if record is None or not record.carried:
         return None
     try:
         recorded = json.loads((combo_dir / VERDICT_FILE).read_text())

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ci_fxcache import timestamps
+from ci_fxcache import mechanisms, timestamps
 from ci_fxcache.env import cpus, gpus, torch_support
-from ci_fxcache.store import manifest
+from ci_fxcache.store.manifest import holds_committed_files
 from ci_fxcache.store.remote import redis_cache
 from ci_fxcache.verify import causes, recheck, verdicts, versions, workload_check
 from ci_fxcache.verify.forkserver import ForkServer
@@ -141,7 +141,7 @@ def skip_reason(combo: Combo, info: dict[str, Any], redis: str | None) -> Skip |
         if need is not None and all(cap < need[0] for cap in caps):
             seen = ", ".join(sorted({".".join(map(str, c)) for c in caps}))
             return Skip("gpu-too-old", f"{need[1]}; visible GPUs have {seen}")
-    if combo.mechanism == "remote" and redis:
+    if mechanisms.get(combo.mechanism).redis and redis:
         return Skip("unsupported", redis)
     return None
 
@@ -152,17 +152,13 @@ REFERENCE = versions.REFERENCE
 # Like the shared cold phase, it changes no phase's evidence but its timing; --separate-cold
 # turns both off.
 BUILD_MEMO = "builds"
-ARTIFACT_MECHANISMS = ("mega", "precompile")
-# Mechanisms whose cold phases do the same compile work: both compile with the FX graph and
-# AOTAutograd caches on (caching_precompile off) into an empty directory; mega then only calls
-# torch.compiler.save_cache_artifacts(), which serializes what the compile recorded
-# (CacheArtifactManager.serialize) and changes neither the compile nor the cache directory.
-# precompile is not among them: caching_precompile bundles the AOTAutograd entries
-# (autograd_cache.should_bundle_autograd_cache) and drops ID_MATCH / DICT_VERSION guards
-# (torch/_dynamo/guards.py), so its cold compile is different work (checked in torch 2.13.0).
-# The first mechanism listed runs the shared cold phase: fxgraph's hot phase reads the cold
-# phase's own directory.
-SHARED_COLD = ("fxgraph", "mega")
+
+
+def shared_cold() -> tuple[str, ...]:
+    """The mechanisms whose cold phases are the same compile work (their records'
+    `shares_cold`), in the registry's order: the first runs the shared cold phase (fxgraph's
+    hot phase reads the cold phase's own directory)."""
+    return tuple(m.name for m in mechanisms.ALL if m.shares_cold)
 
 
 class ColdRecord(NamedTuple):
@@ -177,13 +173,14 @@ class ColdRecord(NamedTuple):
 def cold_groups(combos: list[Combo], share: bool) -> list[list[Combo]]:
     """The combinations grouped by the cold phase that serves them, in matrix order.
 
-    With `share`, the `SHARED_COLD` mechanisms of one workload / device / dtype / dynamic /
+    With `share`, the `shared_cold()` mechanisms of one workload / device / dtype / dynamic /
     training are served by one cold phase (the group's first combination runs it); every
     other combination has a cold phase of its own."""
     groups: list[list[Combo]] = []
     shared: dict[tuple[Any, ...], list[Combo]] = {}
+    sharing = shared_cold()
     for combo in combos:
-        if not share or combo.mechanism not in SHARED_COLD:
+        if not share or combo.mechanism not in sharing:
             groups.append([combo])
             continue
         key = (combo.workload, combo.device, combo.dtype, combo.dynamic, combo.training)
@@ -192,7 +189,7 @@ def cold_groups(combos: list[Combo], share: bool) -> list[list[Combo]]:
             groups.append(shared[key])
         shared[key].append(combo)
     for group in shared.values():
-        group.sort(key=lambda c: SHARED_COLD.index(c.mechanism))
+        group.sort(key=lambda c: sharing.index(c.mechanism))
     return groups
 
 
@@ -334,13 +331,15 @@ class Runner:
         (`combo` itself and `serves`) that loads them hot."""
         combo_dir = self.combo_dir(combo)
         base = combo_dir
-        if phase == "hot" and combo.mechanism != "fxgraph":
+        in_place = mechanisms.get(combo.mechanism).hot_in_place
+        if phase == "hot" and not in_place:
             base = self.settings.run_dir / combo.id / "hot"
             shutil.rmtree(base, ignore_errors=True)
+        blob = mechanisms.CACHE_ARTIFACTS
         artifacts = [
-            str(self.combo_dir(c) / "mega.bin")
+            str(self.combo_dir(c) / blob)
             for c in (combo, *serves)
-            if phase == "cold" and c.mechanism in ARTIFACT_MECHANISMS
+            if phase == "cold" and blob in mechanisms.get(c.mechanism).files
         ]
         return {
             "phase": phase,
@@ -356,9 +355,10 @@ class Runner:
             "build_memo": str(self.settings.run_dir / BUILD_MEMO)
             if self.settings.share_cold
             else None,
-            # fxgraph's phases (the shared cold phase among them) build everything themselves:
-            # their times are the speedups users read
-            "build_memo_serves": combo.mechanism != "fxgraph",
+            # the phases of a mechanism whose hot phase reads the cold directory in place
+            # (fxgraph; the shared cold phase among them) build everything themselves: their
+            # times are the speedups users read
+            "build_memo_serves": not in_place,
         }
 
     def match_versions(self, combos: list[Combo], jobs: int) -> set[str]:
@@ -520,11 +520,12 @@ class Runner:
         that combination compiles, and is judged, in a fresh directory of this run's scratch,
         and the store keeps the entries it committed."""
         for c in (combo, *serves):
-            if manifest.holds_committed_files(self.combo_dir(c)):
+            if holds_committed_files(self.combo_dir(c)):
                 self._dirs[c.id] = self.settings.run_dir / c.id / "fresh"
             shutil.rmtree(self.combo_dir(c), ignore_errors=True)
             self.combo_dir(c).mkdir(parents=True)
-        tag = f"fxcache-{uuid.uuid4().hex[:12]}" if combo.mechanism == "remote" else ""
+        uses_redis = mechanisms.get(combo.mechanism).redis
+        tag = f"fxcache-{uuid.uuid4().hex[:12]}" if uses_redis else ""
         cold, cold_result, cold_gpu = self._phase(
             combo, "cold", self.spec(combo, "cold", tag, serves)
         )
@@ -699,7 +700,7 @@ def run(
             bool(server.info.get("redis_module")),
             server.info.get("python", "python"),
         )
-        if "remote" in matrix.mechanisms
+        if any(mechanisms.get(m).redis for m in matrix.mechanisms)
         else None
     )
     torch_version = str(server.info.get("torch") or "")

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ci_fxcache import mechanisms
 from ci_fxcache.verify import artifact_evidence, causes
 from ci_fxcache.verify import explain as key_explain
 from ci_fxcache.verify.forkserver import Outcome
@@ -76,10 +77,16 @@ def not_run(reason: str) -> dict[str, Any]:
     }
 
 
+def _hits_from(mechanism: str) -> str:
+    """What shows `mechanism`'s hits (its record's `hits`; the caches' counters when unknown)."""
+    record = mechanisms.find(mechanism)
+    return "caches" if record is None else record.hits
+
+
 def hits_and_misses(mechanism: str, counters: dict[str, int]) -> tuple[int, int, str]:
     """Hits, misses and a short description of the counters that matter for `mechanism`."""
     names: tuple[str, ...]
-    if mechanism == "precompile":
+    if _hits_from(mechanism) == "dynamo":
         names = ("dynamo_cache_hit", "dynamo_cache_miss", "dynamo_cache_error")
         hits = counters.get("dynamo_cache_hit", 0)
         misses = counters.get("dynamo_cache_miss", 0) + counters.get("dynamo_cache_error", 0)
@@ -103,7 +110,7 @@ def hits_and_misses(mechanism: str, counters: dict[str, int]) -> tuple[int, int,
 
 def _hits(mechanism: str, hot: dict[str, Any]) -> tuple[int, int, str]:
     """`hits_and_misses` for a cache mechanism; the artifact's load for an artifact one."""
-    if mechanism in artifact_evidence.MECHANISMS:
+    if artifact_evidence.judges(mechanism):
         return artifact_evidence.hits_and_misses(hot)
     return hits_and_misses(mechanism, hot["counters"])
 
@@ -404,7 +411,8 @@ def _hit(ev: Evidence) -> Finding:
     slower = ev.speedup is not None and ev.speedup < 1
     # caching_precompile loads Dynamo's own output (bytecode, guards): its frame compile is
     # that load, not tracing
-    traced = tracing_share(ev.hot) if ev.combo.get("mechanism") != "precompile" else ""
+    dynamo = _hits_from(str(ev.combo.get("mechanism"))) == "dynamo"
+    traced = tracing_share(ev.hot) if not dynamo else ""
     faster = f"{ev.speed} {'the speed of cold' if slower else 'faster'}{traced}"
     if ev.speedup is None:
         faster = ev.speed
@@ -454,10 +462,10 @@ def judge(
         if cold.get("compile_s") and hot.get("compile_s") and not shared_builds(cold, hot):
             ev.ratio = cold["compile_s"] / max(hot["compile_s"], 1e-6)
             ev.speedup = shown_speedup(ev.ratio, ev.floor)
-        artifact = combo["mechanism"] in artifact_evidence.MECHANISMS
+        artifact = artifact_evidence.judges(combo["mechanism"])
         ev.why = {} if artifact else explain(cold_result, hot_result)
         partial = bool(ev.why.get("uncacheable")) and not ev.why.get("misses")
-        if partial and combo["mechanism"] != "precompile":
+        if partial and _hits_from(combo["mechanism"]) != "dynamo":
             ev.misses = 0  # only what the cold phase could not cache either: judged by the work
     finding: Finding = _hit(ev)
     for check in CHECKS:

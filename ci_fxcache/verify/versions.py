@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ci_fxcache import timestamps
-from ci_fxcache.store import manifest
+from ci_fxcache.store.manifest import holds_committed_files
 
 REFERENCE = "reference.json"
 REFERENCE_TENSORS = "reference.pt"
@@ -68,7 +68,7 @@ def identity(directory: Path) -> dict[str, Any] | None:
 def fresh(base: Path) -> Path:
     """Where a new version of the combination whose directory is `base` is recorded: `base`
     itself unless it holds files the store committed, else a new directory under its versions."""
-    if not base.exists() or not manifest.holds_committed_files(base):
+    if not base.exists() or not holds_committed_files(base):
         return base
     stamp = timestamps.utc_now().replace(":", "").replace("-", "")
     return base / VERSIONS / f"{stamp}-{uuid.uuid4().hex[:8]}"

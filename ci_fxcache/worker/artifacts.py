@@ -33,7 +33,6 @@ import torch
 from .tensors import flatten
 from .torch_options import MissingOption, require, set_option
 
-MECHANISMS = ("aot", "precompile-api")
 AOT_FILE = "aot.bin"
 PRECOMPILE_FILES = ("precompile-api.py", "precompile-api.cache")
 # precompile's load logs these (torch 2.15 `torch/_precompile.py`) when it ignores the cache

@@ -19,7 +19,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 
@@ -35,6 +35,29 @@ DTYPES = {
     "bfloat16-autocast": torch.float32,
 }
 KERNEL_SUFFIXES = (".so", ".pyd", ".dll", ".cubin", ".hsaco", ".spv")
+
+
+class Torch(NamedTuple):
+    """What a mechanism turns on in torch: the worker's half of its record in
+    ci_fxcache/mechanisms.py, keyed by the same name (the worker imports nothing of the
+    orchestrator: tests/test_mechanisms.py checks that both name the same mechanisms and agree)."""
+
+    remote: bool = False  # torch's Redis remote caches
+    caching_precompile: bool = False
+    cache_artifacts: bool = False  # hot: load_cache_artifacts(CACHE_ARTIFACTS) before compiling
+    artifact: bool = False  # compiled and loaded through torch's save/load APIs (artifacts.py)
+
+
+# The mega-cache blob the runner has the cold phase write (spec["artifacts"]).
+CACHE_ARTIFACTS = "mega.bin"
+TORCH: dict[str, Torch] = {
+    "fxgraph": Torch(),
+    "mega": Torch(cache_artifacts=True),
+    "precompile": Torch(caching_precompile=True, cache_artifacts=True),
+    "remote": Torch(remote=True),
+    "aot": Torch(artifact=True),
+    "precompile-api": Torch(artifact=True),
+}
 
 
 def _configure(spec: dict[str, Any]) -> None:
@@ -53,14 +76,15 @@ def _configure(spec: dict[str, Any]) -> None:
     set_option(inductor_config, "force_disable_caches", False)
     set_option(inductor_config, "fx_graph_cache", True)
     set_option(functorch_config, "enable_autograd_cache", True)
-    remote = mechanism == "remote"
+    turns = TORCH[mechanism]
+    remote = turns.remote
     set_option(inductor_config, "fx_graph_remote_cache", remote)
     set_option(inductor_config, "autotune_remote_cache", remote)
     set_option(functorch_config, "enable_remote_autograd_cache", remote)
     if remote:
         os.environ["TORCHINDUCTOR_REDIS_URL"] = spec["redis_url"]
-    set_option(dynamo_config, "caching_precompile", mechanism == "precompile")
-    if mechanism in artifacts.MECHANISMS:
+    set_option(dynamo_config, "caching_precompile", turns.caching_precompile)
+    if turns.artifact:
         artifacts.configure(mechanism)
     if spec.get("deterministic"):
         _deterministic(inductor_config)
@@ -532,15 +556,16 @@ def timed_compile(run: PhaseRun, result: dict[str, Any]) -> tuple[Any, list[torc
     the first call (forward and backward): with caching_precompile, torch.compile() itself
     loads the package (and builds its kernels)."""
     combo = run.combo
+    turns = TORCH[combo["mechanism"]]
     run.sync()
     started = time.perf_counter()
     load_s = 0.0
-    if not run.cold and combo["mechanism"] in ("mega", "precompile"):
-        mega = (run.path / "mega.bin").read_bytes()
+    if not run.cold and turns.cache_artifacts:
+        mega = (run.path / CACHE_ARTIFACTS).read_bytes()
         load = require(torch.compiler, "load_cache_artifacts")
         loaded, load_s = _timed(lambda: load(mega))
         result["artifacts_loaded"] = loaded is not None
-    if combo["mechanism"] in artifacts.MECHANISMS:
+    if turns.artifact:
         compiled = _artifact(run, result)
         load_s = float(result["artifact"].get("load_s") or 0.0)
     else:

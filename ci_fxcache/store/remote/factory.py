@@ -3,19 +3,22 @@
 The choice is a frozen value (`StoreChoice`) decided once: from the CLI's flags, or by the
 action's setup. `tier_for` builds every backend of tier 2 (S3, GitHub's Actions cache) from
 it; a run that may not write the remote gets the backend wrapped in `ReadOnly`. Redis is
-torch's own remote cache beside the tiers, never a tier.
+torch's own remote cache beside the tiers, never a tier. `invalidator_for` turns the same
+choice into what `fxcache invalidate` cleans, for every kind (the local store and Redis too).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ci_fxcache.errors import UsageError
 from ci_fxcache.store.remote.tier import ReadOnly, RemoteTier, RemoteUnavailable
 
 if TYPE_CHECKING:
+    from ci_fxcache.store.invalidate import Invalidator
     from ci_fxcache.store.remote.s3.tier import S3Tier
 
 KINDS = ("local", "redis", "s3", "github")
@@ -99,6 +102,42 @@ def tier_for(choice: StoreChoice, scope_key: str | None = None) -> RemoteTier | 
         case other:
             raise UsageError(f"unknown store {other!r}")
     return tier if choice.may_write_remote else ReadOnly(tier)
+
+
+def invalidator_for(
+    choice: StoreChoice,
+    *,
+    root: Path | None = None,
+    gc_grace_s: float | None = None,
+    github_token: str | None = None,
+) -> Invalidator:
+    """What `fxcache invalidate` applies its policies to, for every kind of store: the local
+    `root` (both trust namespaces), the S3 bucket (`choice.url`, else $FXCACHE_S3_URL;
+    unreferenced objects older than `gc_grace_s` collected), GitHub's Actions caches (the
+    job's `github_token`, else $GITHUB_TOKEN), Redis (`choice.url`, else $FXCACHE_REDIS_URL).
+    UsageError when the store's settings are missing or malformed."""
+    match choice.kind:
+        case "local":
+            from ci_fxcache.store.invalidate import LocalStore
+
+            if root is None:
+                raise ValueError("the local store needs its root")
+            return LocalStore(root)
+        case "s3":
+            from ci_fxcache.store.remote.s3 import invalidate as s3_invalidate
+
+            grace = s3_invalidate.DEFAULT_GRACE_S if gc_grace_s is None else gc_grace_s
+            return s3_invalidate.Bucket(s3_tier(choice.url), grace)
+        case "github":
+            from ci_fxcache.store.remote.github import invalidate as github_invalidate
+
+            return github_invalidate.ActionsCaches(github_token)
+        case "redis":
+            from ci_fxcache.store.remote import redis_cache
+
+            return redis_cache.IdleKeys(redis_cache.resolve_url(choice.url))
+        case other:
+            raise UsageError(f"unknown store {other!r}")
 
 
 def s3_tier(url: str | None) -> S3Tier:

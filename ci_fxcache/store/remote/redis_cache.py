@@ -11,7 +11,9 @@ import re
 from typing import Any
 
 from ci_fxcache import names
-from ci_fxcache.errors import UsageError
+from ci_fxcache.errors import CheckFailed, UsageError
+from ci_fxcache.store.invalidate import InvalidationResult
+from ci_fxcache.store.policies import Policy
 
 URL_ENV = names.REDIS_URL_ENV
 KEY_PATTERN = "pt2:*"
@@ -165,3 +167,22 @@ def expire_idle(url: str, max_idle_s: float, dry_run: bool, batch: int = 500) ->
         "bytes": freed,
         "dry_run": dry_run,
     }
+
+
+class IdleKeys:
+    """`fxcache invalidate --redis`: the `pt2:` keys idle longer than `--max-age` (the store
+    invalidation shape: store/invalidate.py)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def invalidate(self, policy: Policy, dry_run: bool) -> InvalidationResult:
+        """`expire_idle` by `policy.max_age_s` (UsageError without one); CheckFailed (exit 1)
+        when Redis cannot be used."""
+        if policy.max_age_s is None:
+            raise UsageError("--redis needs --max-age (Redis keys are expired by idle time)")
+        try:
+            done = expire_idle(self.url, policy.max_age_s, dry_run)
+        except Exception as exc:  # redis errors: the network or the server, not the user's input
+            raise CheckFailed(f"Redis at {redact(self.url)}: {exc}") from exc
+        return InvalidationResult([], {"redis": done})

@@ -11,8 +11,9 @@ from datetime import datetime
 from typing import Any
 
 from ci_fxcache.env import scopekey
-from ci_fxcache.errors import UsageError
+from ci_fxcache.errors import CheckFailed, UsageError
 from ci_fxcache.github_api import GitHubClient, GitHubError
+from ci_fxcache.store.invalidate import InvalidationResult
 from ci_fxcache.store.policies import Entry, Policy, select
 
 KEY_PREFIX = "fxcache-v"
@@ -84,3 +85,21 @@ def run(
             }
         )
     return rows
+
+
+class ActionsCaches:
+    """`fxcache invalidate --github`: the repository's Actions caches of our key format (the
+    store invalidation shape: store/invalidate.py). `token`: the job's token, passed in
+    (None: $GITHUB_TOKEN)."""
+
+    def __init__(self, token: str | None = None) -> None:
+        self.token = token
+
+    def invalidate(self, policy: Policy, dry_run: bool) -> InvalidationResult:
+        """`run` with a client of the Actions environment; CheckFailed (exit 1) when the API
+        gives no answer or fails for good (a 403 on delete stays a UsageError: permissions)."""
+        client = GitHubClient.from_env(token=self.token)
+        try:
+            return InvalidationResult(run(policy, dry_run, client))
+        except GitHubError as exc:
+            raise CheckFailed(str(exc)) from exc

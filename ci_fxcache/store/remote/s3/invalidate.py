@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ci_fxcache.env import scopekey
+from ci_fxcache.errors import CheckFailed, UsageError
+from ci_fxcache.store.invalidate import InvalidationResult
 from ci_fxcache.store.policies import Entry, Policy, select
 from ci_fxcache.store.remote.s3 import parallel
 from ci_fxcache.store.remote.s3.client import S3Unavailable
@@ -84,6 +86,30 @@ def run(
         return _run(tier, policy, dry_run, grace_s, now)
     except S3Unavailable as exc:
         raise RemoteUnavailable(str(exc)) from None
+
+
+class Bucket:
+    """`fxcache invalidate --s3`: the bucket's scopes, then its unreferenced objects (the
+    store invalidation shape: store/invalidate.py)."""
+
+    def __init__(self, tier: S3Objects, grace_s: float = DEFAULT_GRACE_S) -> None:
+        if grace_s < MIN_GRACE_S:
+            raise UsageError(
+                f"--gc-grace {grace_s / 3600:g}h: at least {MIN_GRACE_S / 3600:g}h (a save in "
+                "flight uploads its packs before the head that names them)"
+            )
+        self.tier, self.grace_s = tier, grace_s
+
+    def invalidate(self, policy: Policy, dry_run: bool) -> InvalidationResult:
+        """`run`: the rows, and the inventory as the result's `s3`; CheckFailed (exit 1) when
+        the bucket cannot be used. A collection that stopped short fails the run too."""
+        try:
+            done = run(self.tier, policy, dry_run, self.grace_s)
+        except RemoteUnavailable as exc:  # the network, not the user's input
+            raise CheckFailed(f"S3 {self.tier.describe()}: {exc}") from exc
+        inventory = {"url": self.tier.describe(), "dry_run": dry_run, "gc": done["gc"],
+                     "scopes": done["scopes"], "bucket": done["bucket"]}  # fmt: skip
+        return InvalidationResult(done["rows"], {"s3": inventory}, "error" in done["gc"])
 
 
 def _listing(tier: S3Objects, kind: str) -> list[dict[str, Any]]:
