@@ -360,6 +360,8 @@ def restore() -> int:
 
 
 def _record_time(s: Settings, name: str, seconds: float) -> None:
+    """Keep a step's time for the job's stats: restore and save run in different processes
+    (the main and the post step), so the figure goes through the job's work directory."""
     try:
         timings = json.loads(s.timings.read_text(encoding="utf-8"))
     except (OSError, ValueError):
