@@ -249,13 +249,12 @@ def _github_scope(python: str, root: Path, key_suffix: str) -> tuple[str, Path]:
 
 
 def _store_choice(
-    values: dict[str, Any], python: str, root: Path, read_only: bool, upload: bool
+    values: dict[str, Any], python: str, root: Path, read_only: bool, upload: bool, on: bool
 ) -> tuple[StoreChoice, str]:
     """The store this run uses, decided once (factory.choose, as `fxcache restore` decides
-    it from its flags): torch's Redis cache or the S3 tier only when _remote_cache turned it
-    on; the GitHub tier with this run's entry key. With the GitHub scope's directory."""
+    it from its flags): torch's Redis cache or the S3 tier only when `on` (_remote_cache);
+    the GitHub tier with this run's entry key. With the GitHub scope's directory."""
     store = values["store"]
-    on, _ = _remote_cache(values, read_only)
     kind = store if on or store == "github" else "local"
     entry_key, scope_dir = None, ""
     if kind == "github":
@@ -292,7 +291,7 @@ def _decide(values: dict[str, Any]) -> Settings:
     upload = remote_write_decision(values["save"], store, read_only, event)
     root = _root(store, values["cache-root"], read_only, upload)
     python = values["python"] or "python3"
-    choice, scope_dir = _store_choice(values, python, root, read_only, upload)
+    choice, scope_dir = _store_choice(values, python, root, read_only, upload, remote_tier)
     return Settings(
         report_id=values["report-id"], python=python, fxcache=fxcache_executable(),
         store=store, choice=choice, remote=remote_tier, root=str(root),
