@@ -78,7 +78,7 @@ def save(
         return outcome
     if unusable is not None:
         if outcome.added:
-            kind = choice.kind if choice is not None else "remote"
+            kind = state.remote_use.store if state.remote_use else "remote"
             gha.warn(f"store {kind}: this run added to the cache, but nothing was uploaded: "
                      f"{unusable}")  # fmt: skip
         return outcome
