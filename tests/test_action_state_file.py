@@ -114,3 +114,56 @@ def test_with_the_signing_key_save_takes_only_what_a_keyed_restore_wrote(store: 
     path.write_text(json.dumps(state))
     saved = store.save(env=key)
     assert saved.returncode == 0 and json.loads(saved.stdout)["saved"] is True, saved.stderr
+
+
+def test_the_state_is_one_frozen_type_read_back_as_written(store: Store) -> None:
+    """Issue 39: restore writes the state through its type and every reader gets the same
+    value back (`read_state`), MAC and nonce included; the value cannot be edited."""
+    import dataclasses
+
+    from ci_fxcache.store import state_file
+
+    path, raw = _restored(store, "keyed.json", FXCACHE_SIGNING_KEY="k" * 32)
+    assert raw["schema"] == state_file.SCHEMA and raw["mac"] and raw["nonce"] is None
+    state = state_file.read_state(path, store.root, "k" * 32)
+    assert state.to_json() == {k: v for k, v in raw.items() if k != "mac"}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        state.hit = True  # type: ignore[misc]
+    # A writer with the nonce: the reader gets it back, under the same MAC.
+    again = dataclasses.replace(state, nonce="setup-nonce", state_file=path.with_name("n.json"))
+    state_file.write_state(again, "k" * 32)
+    assert state_file.read_state(path.with_name("n.json"), store.root, "k" * 32) == again
+
+
+def test_a_state_of_another_schema_version_is_refused_in_one_line(store: Store) -> None:
+    path, state = _restored(store)
+    path.write_text(json.dumps({**state, "schema": "fxcache-cache-state/2"}))
+    line = _one_line_usage_error(store.run("save", "--state-file", str(path)))
+    assert "fxcache-cache-state/2" in line and "restore again" in line, line
+
+
+def test_a_state_as_the_previous_release_wrote_it_is_still_read(tmp_path: Path) -> None:
+    """The on-disk version is unchanged (fxcache-cache-state/1): a cold fallback's state as
+    the previous release wrote it (without the fields it never had) reads as a type."""
+    from ci_fxcache.store import state_file
+
+    root, base = tmp_path / "root", tmp_path / "cold"
+    key = "fxcache-v1-linux-x86_64-cp311-torch2.13.0-cpu-abc123def456"
+    old = {
+        "schema": "fxcache-cache-state/1", "store": "local", "root": str(root),
+        "scope_key": key, "hit": False, "read_only": True,
+        "read_only_reason": "store unusable: disk full", "mode": "cold-fallback",
+        "scope_dir": str(root / key), "inductor_dir": str(base / "inductor"),
+        "triton_dir": str(base / "triton"), "verify_dir": str(base / "verify"),
+        "overlay_dir": str(base), "spare": False, "files": 0, "bytes": 0, "invalidated": [],
+        "set_aside": None, "quarantined": [], "lease": None, "fingerprint": {},
+        "redis": None, "state_file": str(tmp_path / "s.json"), "nonce": None,
+    }  # fmt: skip
+    (tmp_path / "s.json").write_text(json.dumps(old))
+    state = state_file.read_state(tmp_path / "s.json", root)
+    assert (
+        state.read_only
+        and state.mode == "cold-fallback"
+        and state.inductor_dir == base / "inductor"
+    )
+    assert state.remote_use is None and state.verify_mode is None

@@ -157,7 +157,7 @@ def test_same_repository_pull_request(tmp_path: Path) -> None:
     assert settings["root"] == str(tmp_path / "store")
     assert settings["read_only"] is False and settings["untrusted"] is None
     assert settings["comment"] is True
-    assert (settings["store"], settings["remote"], settings["upload"]) == ("local", False, False)
+    assert (settings["store"], settings["remote"], _upload(settings)) == ("local", False, False)
     assert settings["timeout_s"] == 600
     assert (work / "pr-number").read_text() == "7\n"
     # Runner-held, for the post step: the toolkit setup ran in, and its settings' digest.
@@ -228,10 +228,11 @@ def test_store_github_keys(tmp_path: Path) -> None:
     ).stdout.strip()
     settings = s.settings()
     # A run that may not upload keeps its commits in its own namespace (issue 39).
-    root = tmp_path / "store" / ("" if settings["upload"] else ".remote-readers")
+    root = tmp_path / "store" / ("" if _upload(settings) else ".remote-readers")
     assert settings["gha_path"] == str(root / scope)
-    assert settings["gha_prefix"] == f"{scope}-llama-"
-    assert settings["gha_key"] == f"{scope}-llama-run4242.2"
+    choice = settings["choice"]  # the store, decided once (issue 39)
+    assert (choice["kind"], choice["key_suffix"]) == ("github", "llama")
+    assert choice["entry_key"] == f"{scope}-llama-run4242.2"
 
 
 @pytest.mark.parametrize(
@@ -255,7 +256,7 @@ def test_store_github_save_policy(
         tmp_path, "setup", {"store": "github", "save": save}, event, event_name, GITHUB_REF=ref
     )
     settings = s.settings()
-    assert settings["upload"] is upload
+    assert _upload(settings) is upload
     # Issue 39: what a run that may not upload commits stays out of what uploads read.
     shared = tmp_path / "store"
     assert Path(settings["root"]) == (shared if upload else shared / ".remote-readers")
@@ -264,7 +265,7 @@ def test_store_github_save_policy(
 def test_untrusted_runs_never_upload_even_with_save_always(tmp_path: Path) -> None:
     event = pull_request_event(head_name="someone/demo", head_id=REPO_ID + 1)
     s = run_step(tmp_path, "setup", {"store": "github", "save": "always"}, event=event)
-    assert s.settings()["upload"] is False
+    assert _upload(s.settings()) is False
 
 
 def test_store_redis_without_url_runs_local_only_with_a_notice(tmp_path: Path) -> None:
@@ -464,6 +465,12 @@ def test_outputs_are_declared_once() -> None:
     assert all(set(spec) == {"description"} for spec in outputs.values()), outputs
 
 
+def _upload(settings: dict[str, Any]) -> bool:
+    """May this run write the remote tier (setup's store choice)?"""
+    choice = settings["choice"]
+    return bool(choice["kind"] in ("s3", "github") and choice["may_write_remote"])
+
+
 POST_STATE: dict[str, dict[str, str]] = {}  # settings file -> what its post step gets
 
 
@@ -503,7 +510,7 @@ def test_store_github_end_of_job_save_uploads_and_the_next_runner_restores_it(
         compiled.write_bytes(b"compiled by the job")
         post = _post(tmp_path / "a", settings, **fake.env())  # fmt: skip
         assert post.proc.returncode == 0 and post.errors == [], post.lines
-        assert [e.key for e in fake.committed()] == [s["gha_key"]], post.lines
+        assert [e.key for e in fake.committed()] == [s["choice"]["entry_key"]], post.lines
         assert "GitHub cache entry" in post.proc.stdout and "saved" in post.proc.stdout
 
         settings_b, second = _github_job(tmp_path / "b", fake)
@@ -598,7 +605,7 @@ def test_store_s3_writes_only_from_the_default_branch(
     s = run_step(tmp_path, "setup", inputs, event, event_name, GITHUB_REF=ref)
     assert s.proc.returncode == 0, s.lines
     settings = s.settings()
-    assert settings["remote"] is True and settings["upload"] is writes
+    assert settings["remote"] is True and _upload(settings) is writes
     # Issue 39: a run that commits but may not write the bucket commits into its own trust
     # namespace of the runner's store, which no writing run reads or publishes (a fork's run
     # is read-only: a private overlay of the shared root, never saved).
@@ -627,3 +634,76 @@ def test_every_declared_hand_on_is_allowed() -> None:
 
     handed = {n for run in steps.RUNS for s in steps.describe(run)["steps"] for n in s["passes"]}
     assert handed == {"FXCACHE_ACTION_SETTINGS"}
+
+
+# Issue 39 item 5: the one environment write left under action/, by (function, variable):
+# the inputs' removal once read (it passes nothing: no process started later inherits them).
+ENV_WRITES_ALLOWED = {("from_env", "names.INPUTS_ENV")}
+_ENV_MUTATORS = ("pop", "update", "setdefault", "clear", "popitem", "__setitem__", "__delitem__")
+
+
+def _environ_writes(source: str) -> list[tuple[str, str, int]]:
+    """(enclosing function, variable or '?', line) of every write to os.environ in `source`:
+    item assignment or deletion, a mutating method, os.putenv / os.unsetenv."""
+    import ast
+
+    def is_environ(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "environ") or (
+            isinstance(node, ast.Name) and node.id == "environ"
+        )
+
+    def name_of(node: ast.AST) -> str:
+        if isinstance(node, ast.Constant):
+            return str(node.value)
+        return ast.unparse(node) if isinstance(node, ast.Attribute) else "?"
+
+    found: list[tuple[str, str, int]] = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            function = node.name
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign | ast.Delete):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        for target in targets:
+            if isinstance(target, ast.Subscript) and is_environ(target.value):
+                found.append((function, name_of(target.slice), target.lineno))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            func = node.func
+            mutates = is_environ(func.value) and func.attr in _ENV_MUTATORS
+            if mutates or func.attr in ("putenv", "unsetenv"):
+                found.append((function, name_of(node.args[0]) if node.args else "?", node.lineno))
+        for child in ast.iter_child_nodes(node):
+            visit(child, function)
+
+    visit(ast.parse(source), "<module>")
+    return found
+
+
+def test_the_action_passes_values_as_arguments_never_through_os_environ() -> None:
+    """Issue 39: the action's steps hand the signing key, the Redis and S3 URLs, the GitHub
+    token and setup's nonce to the toolkit as arguments; nothing under action/ writes this
+    process's environment (GitHub's own mechanisms, $GITHUB_ENV / $GITHUB_STATE, live in
+    gha.py and hand values to later steps, not to this one's code)."""
+    action = ROOT / "ci_fxcache" / "action"
+    wrong = [
+        f"{path.name}:{line} {function}() writes {name}"
+        for path in sorted(action.glob("*.py"))
+        for function, name, line in _environ_writes(path.read_text(encoding="utf-8"))
+        if (function, name) not in ENV_WRITES_ALLOWED
+    ]
+    assert wrong == []
+    # The check sees every kind of write (it is not vacuous).
+    planted = (
+        "import os\n"
+        "def a(v):\n    os.environ['X'] = v\n"
+        "def b():\n    os.environ.pop('Y', None)\n"
+        "def c(d):\n    os.environ.update(d)\n"
+        "def d():\n    del os.environ['Z']\n"
+        "def e():\n    os.putenv('W', '1')\n"
+    )
+    assert [(f, n) for f, n, _ in _environ_writes(planted)] == [
+        ("a", "X"), ("b", "Y"), ("c", "?"), ("d", "Z"), ("e", "W")
+    ]  # fmt: skip

@@ -411,7 +411,7 @@ def test_a_keyless_writers_github_entry_is_never_signed_by_a_keyed_save(tmp_path
                         **setup.post_env(), **fake.env())  # fmt: skip
         assert post.proc.returncode == 0, post.lines
         assert len(fake.committed()) == 2, post.lines
-        gha_key = json.loads(Path(settings).read_text())["gha_key"]
+        gha_key = json.loads(Path(settings).read_text())["choice"]["entry_key"]
         manifest = _entry_manifest(fake, gha_key, tmp_path / "entry")
         assert mf.signature_problem(manifest, KEY) is None
         assert set(manifest["files"]) == set(mine)
@@ -420,8 +420,10 @@ def test_a_keyless_writers_github_entry_is_never_signed_by_a_keyed_save(tmp_path
 
 def test_a_keyed_job_never_uploads_a_manifest_rewritten_after_its_save(tmp_path: Path) -> None:
     """The save sub-action commits with the key but cannot upload (its step had no cache
-    service); before the end-of-job save uploads, a process without the key replaces the
-    manifest with an unsigned one naming a planted file: the upload is refused, one warning."""
+    service: one warning); a process without the key then replaces the manifest with an
+    unsigned one naming a planted file. The end-of-job save uploads nothing: the job saved
+    once, and an upload only ever sends the manifest its own save committed (issue 39: never
+    a re-read of the disk)."""
     with FakeCacheService() as fake:
         inputs = {"store": "github", "save": "always", "cache-root": str(tmp_path / "store")}
         setup, state = _job(tmp_path, **inputs)
@@ -430,6 +432,8 @@ def test_a_keyed_job_never_uploads_a_manifest_rewritten_after_its_save(tmp_path:
         saved = run_step(tmp_path, "save", FXCACHE_INPUTS=save_inputs(signing_key=KEY),
                          FXCACHE_ACTION_SETTINGS=settings)  # no cache service here  # fmt: skip
         assert saved.outputs["saved"] == "true" and fake.committed() == [], saved.lines
+        warned = [line for line in saved.lines if line.startswith("::warning::")]
+        assert any("nothing was uploaded" in w for w in warned), saved.lines
         scope = Path(state["scope_dir"])
         manifest = json.loads((scope / "manifest.json").read_text())
         evil = b"import os  # planted after the keyed save"
@@ -447,8 +451,7 @@ def test_a_keyed_job_never_uploads_a_manifest_rewritten_after_its_save(tmp_path:
         post = _post(tmp_path, setup, **fake.env())
         assert post.proc.returncode == 0, post.lines
         assert fake.committed() == [], "an unsigned manifest went up under the keyed job's key"
-        warnings = [line for line in post.lines if line.startswith("::warning::")]
-        assert any("not uploading" in w and "not signed" in w for w in warnings), post.lines
+        assert "already saved in this job (saved: true)" in post.proc.stdout, post.lines
 
 
 def test_the_save_sub_action_ignores_a_planted_event_file(tmp_path: Path) -> None:

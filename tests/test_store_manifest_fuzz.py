@@ -24,6 +24,7 @@ from ci_fxcache.env import fingerprint
 from ci_fxcache.store import restore as store_restore
 from ci_fxcache.store import scopes
 from ci_fxcache.store.layout import CACHE_DIRS, Layout
+from ci_fxcache.store.state_file import Restored
 from tests.conftest import TORCH_PYTHON, RunFxcache, _clean_env
 from tests.store_helpers import SAMPLE, Store, tree_digest, write_files
 
@@ -124,8 +125,8 @@ def mutated(draw: st.DrawFn, manifest: dict[str, Any]) -> bytes:
     return bytes(data)
 
 
-def _served(state: dict[str, Any]) -> dict[str, str]:
-    base = Path(state["inductor_dir"]).parent
+def _served(state: Restored) -> dict[str, str]:
+    base = state.inductor_dir.parent
     return {
         f"{top}/{rel}": digest
         for top in CACHE_DIRS
@@ -164,7 +165,7 @@ def test_any_manifest_content_is_a_hit_with_the_saved_files_or_a_quarantine(
         # A signing key means full verification (store.restore.full_verification).
         options = store_restore.Options(signing_key=signing_key, full_verify=bool(signing_key))
         state = store_restore.restore(Layout(copy), key, fp, options)  # must not raise
-        if state["hit"]:
+        if state.hit:
             served = _served(state)
             assert served, "a hit that serves nothing"
             for rel, digest in served.items():

@@ -11,6 +11,7 @@ from ci_fxcache import gha
 from ci_fxcache.action.settings import Settings
 from ci_fxcache.jobstats.finish import at_save as _at_save
 from ci_fxcache.jobstats.job import stats_file
+from ci_fxcache.store.state_file import RestoreState
 
 
 def figures_file(s: Settings) -> Path:
@@ -18,11 +19,11 @@ def figures_file(s: Settings) -> Path:
     return stats_file(s.state_file)
 
 
-def at_save(s: Settings, signing_key: str | None, may_write: bool) -> dict[str, Any] | None:
+def at_save(s: Settings, state: RestoreState | None, may_write: bool) -> dict[str, Any] | None:
     """Finish the job's figures before the save commits the scope (None: no restore state)."""
-    if not s.state_file.is_file():
+    if state is None:
         return None
-    return _at_save(s.state_file, Path(s.root), signing_key, may_record=may_write)
+    return _at_save(state, s.state_file, may_record=may_write)
 
 
 def publish(doc: dict[str, Any] | None) -> None:

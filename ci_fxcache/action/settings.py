@@ -19,6 +19,7 @@ from pathlib import Path
 from ci_fxcache import gha, names
 from ci_fxcache.errors import UsageError
 from ci_fxcache.store.layout import default_root
+from ci_fxcache.store.remote.factory import StoreChoice
 from ci_fxcache.store.trust import RunEvent
 
 # Runner-held state of the action's main step, handed to its post step only (STATE_<name>):
@@ -26,7 +27,7 @@ from ci_fxcache.store.trust import RunEvent
 SETTINGS_STATE = "fxcache_settings"
 TOOLKIT_STATE = "fxcache_toolkit"  # the toolkit main ran, which the post step runs (js/)
 DIGEST_STATE = "fxcache_settings_sha256"
-SCHEMA = "fxcache-action-settings/1"
+SCHEMA = "fxcache-action-settings/2"
 PULL_REQUEST_EVENTS = ("pull_request", "pull_request_target")
 SAVE_EVENTS = ("push", "schedule")
 
@@ -38,7 +39,8 @@ class Settings:
     report_id: str
     python: str
     fxcache: str
-    store: str
+    store: str  # the `store` input (js/ installs its extra from it)
+    choice: StoreChoice  # the store this run uses, decided once (factory.choose)
     remote: bool  # Redis remote cache on (store redis, URL, trusted), or the S3 tier (URL)
     root: str
     work: str
@@ -46,15 +48,16 @@ class Settings:
     untrusted: str | None
     comment: bool
     save: str
-    upload: bool  # store github or s3: this run may write the remote tier
     timeout_s: int
-    gha_path: str = ""
-    gha_key: str = ""
-    gha_prefix: str = ""
-    key_suffix: str = ""  # store github: the key-suffix input
+    gha_path: str = ""  # store github: the scope directory its entries hold
     notes: list[str] = field(default_factory=list)
     nonce: str = ""  # this job's setup; restore records it in its state file
     schema: str = SCHEMA
+
+    @property
+    def upload(self) -> bool:
+        """Store github or s3: this run may write the remote tier."""
+        return self.choice.has_tier and self.choice.may_write_remote
 
     @property
     def state_file(self) -> Path:
@@ -117,7 +120,7 @@ def load(path: str | None = None, post: bool = False) -> Settings:
         data = json.loads(raw)
         if data.get("schema") != SCHEMA:
             raise ValueError(f"schema {data.get('schema')!r}")
-        return Settings(**data)
+        return Settings(**{**data, "choice": StoreChoice(**data["choice"])})
     except (OSError, ValueError, TypeError, AttributeError, RecursionError) as exc:
         raise UsageError(f"unreadable fxcache settings {where}: {exc}") from None
 

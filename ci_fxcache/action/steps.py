@@ -29,12 +29,9 @@ from ci_fxcache.action.settings import (
     store_root,
 )
 from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
-from ci_fxcache.store import manifest as mf
-from ci_fxcache.store import save as store_save
 from ci_fxcache.store import state_file, tiered, trust
-from ci_fxcache.store.layout import Layout, trust_root
-from ci_fxcache.store.remote import redis_cache
-from ci_fxcache.store.remote.s3 import client as s3_client
+from ci_fxcache.store.layout import trust_root
+from ci_fxcache.store.remote.factory import StoreChoice, choose
 
 # The main action's outputs: name -> id of the step that writes it (action.yml's `outputs:`
 # maps each to `steps.<id>.outputs.<name>`; tests/test_action_inputs.py checks it).
@@ -203,13 +200,6 @@ def admit() -> int:
     return 0
 
 
-def _set_env(name: str, value: str | None) -> None:
-    if value:
-        os.environ[name] = value
-    else:
-        os.environ.pop(name, None)
-
-
 def _remote_cache(values: dict[str, Any], read_only: bool) -> tuple[bool, list[str]]:
     """Whether torch's Redis remote cache is on (store redis: a URL, a run that may write)
     or the S3 tier stands behind the local store (store s3 with a URL; runs that may not
@@ -244,31 +234,52 @@ def _root(store: str, cache_root: str, read_only: bool, upload: bool) -> Path:
     return root
 
 
-def _github_keys(settings: Settings, key_suffix: str) -> None:
-    """Store github: the entry keys. Actions cache entries are immutable: save under a unique
-    key (scope, suffix, run, attempt), restore the newest entry of this scope by prefix
-    (store/remote/github/cache_service.py)."""
+def _github_scope(python: str, root: Path, key_suffix: str) -> tuple[str, Path]:
+    """Store github: this run's entry key and the scope directory its entries hold. Actions
+    cache entries are immutable: save under a unique key (scope, suffix, run, attempt),
+    restore the newest entry of this scope by prefix (store/remote/github/cache_service.py)."""
     from ci_fxcache.env import fingerprint, scopekey
     from ci_fxcache.store.remote.github.cache_service import entry_key
     from ci_fxcache.store.remote.github.tier import entry_prefix
 
-    scope = scopekey.scope_key(fingerprint.collect(settings.python))
-    settings.key_suffix = key_suffix
-    settings.gha_prefix = entry_prefix(scope, key_suffix)
+    scope = scopekey.scope_key(fingerprint.collect(python))
     run_id = os.environ.get("GITHUB_RUN_ID", "0")
     attempt = os.environ.get("GITHUB_RUN_ATTEMPT", "1")
-    settings.gha_key = entry_key(settings.gha_prefix, run_id, attempt)
-    settings.gha_path = str(Path(settings.root) / scope)
+    return entry_key(entry_prefix(scope, key_suffix), run_id, attempt), root / scope
 
 
-def setup() -> int:
-    """Check every input (and the verification matrix) before anything is touched, decide
-    trust and defaults, write the settings file and the step outputs."""
-    from ci_fxcache.fleet import plan
+def _store_choice(
+    values: dict[str, Any], python: str, root: Path, read_only: bool, upload: bool, on: bool
+) -> tuple[StoreChoice, str]:
+    """The store this run uses, decided once (factory.choose, as `fxcache restore` decides
+    it from its flags): torch's Redis cache or the S3 tier only when `on` (_remote_cache);
+    the GitHub tier with this run's entry key. With the GitHub scope's directory."""
+    store = values["store"]
+    kind = store if on or store == "github" else "local"
+    entry_key, scope_dir = None, ""
+    if kind == "github":
+        key, path = _github_scope(python, root, values["key-suffix"])
+        entry_key, scope_dir = key, str(path)
+    tier = kind in ("github", "s3")
+    choice = choose(
+        kind, url=values["s3-url"] if kind == "s3" else None,
+        key_suffix=values["key-suffix"] if kind == "github" else "", read_only=read_only,
+        remote_read_only=tier and not upload, entry_key=entry_key,
+    )  # fmt: skip
+    return choice, scope_dir
 
-    values = inp.from_env(inp.MAIN)
-    axes = {axis: values[name] or None for name, axis in inp.MATRIX_AXES.items()}
-    plan.combos(axes, values["matrix-file"] or None)
+
+def _work_dir(report_id: str, number: int | None) -> Path:
+    work = runner_temp() / "fxcache" / report_id
+    work.mkdir(parents=True, exist_ok=True)
+    if number is not None:  # for the fork follow-up workflow (it uploads this directory)
+        (work / "pr-number").write_text(f"{number}\n", encoding="utf-8")
+    return work
+
+
+def _decide(values: dict[str, Any]) -> Settings:
+    """Every decision of the job from its checked inputs and the runner's record of the
+    event: trust, the store (once), the root, comments, the nonce."""
     event: trust.RunEvent = values["run-event"]
     untrusted = trust.unreviewed_code(event)
     fork = trust.fork_reason(event) if event.name.startswith("pull_request") else None
@@ -279,30 +290,28 @@ def setup() -> int:
         gha.say("notice", note)
     upload = remote_write_decision(values["save"], store, read_only, event)
     root = _root(store, values["cache-root"], read_only, upload)
-    work = runner_temp() / "fxcache" / values["report-id"]
-    work.mkdir(parents=True, exist_ok=True)
-    number = event.number
-    if number is not None:  # for the fork follow-up workflow (it uploads this directory)
-        (work / "pr-number").write_text(f"{number}\n", encoding="utf-8")
-    settings = Settings(
-        report_id=values["report-id"],
-        python=values["python"] or "python3",
-        fxcache=fxcache_executable(),
-        store=store,
-        remote=remote_tier,
-        root=str(root),
-        work=str(work),
-        read_only=read_only,
-        untrusted=untrusted,
-        comment=comment_decision(values["comment"], event.name, fork, number),
-        save=values["save"],
-        upload=upload,
-        timeout_s=max(1, round(values["timeout-minutes"] * 60)),
-        notes=notes,
-        nonce=secrets.token_hex(16),
-    )
-    if store == "github":
-        _github_keys(settings, values["key-suffix"])
+    python = values["python"] or "python3"
+    choice, scope_dir = _store_choice(values, python, root, read_only, upload, remote_tier)
+    return Settings(
+        report_id=values["report-id"], python=python, fxcache=fxcache_executable(),
+        store=store, choice=choice, remote=remote_tier, root=str(root),
+        work=str(_work_dir(values["report-id"], event.number)), read_only=read_only,
+        untrusted=untrusted, comment=comment_decision(values["comment"], event.name, fork,
+                                                      event.number),
+        save=values["save"], timeout_s=max(1, round(values["timeout-minutes"] * 60)),
+        gha_path=scope_dir, notes=notes, nonce=secrets.token_hex(16),
+    )  # fmt: skip
+
+
+def setup() -> int:
+    """Check every input (and the verification matrix) before anything is touched, decide
+    trust and defaults, write the settings file and the step outputs."""
+    from ci_fxcache.fleet import plan
+
+    values = inp.from_env(inp.MAIN)
+    axes = {axis: values[name] or None for name, axis in inp.MATRIX_AXES.items()}
+    plan.combos(axes, values["matrix-file"] or None)
+    settings = _decide(values)
     digest = settings.write()
     path = settings.path
     # Runner-held, for the post step: it acts only on the settings exactly as written here.
@@ -315,42 +324,43 @@ def setup() -> int:
     gha.export_env(names.SETTINGS_ENV, str(path))
     gha.export_env(names.PYTHON_ENV, settings.python)  # later fxcache commands serve it too
     print(
-        f"fxcache: store {store} at {root}, read-only {str(read_only).lower()}"
-        + (f" ({untrusted})" if untrusted else "")
-        + f", comment {str(settings.comment).lower()}, remote cache {str(remote_tier).lower()}"
+        f"fxcache: store {settings.store} at {settings.root}, read-only "
+        f"{str(settings.read_only).lower()}"
+        + (f" ({settings.untrusted})" if settings.untrusted else "")
+        + f", comment {str(settings.comment).lower()}, remote cache "
+        f"{str(settings.remote).lower()}"
     )
     return 0
 
 
 def restore() -> int:
-    """`fxcache restore` into the settings' root, read-only when setup decided so; the bucket
-    read only by runs that may not write it (settings.remote_write_decision)."""
+    """The restore into the settings' root with setup's store choice (the typed call
+    `fxcache restore` makes), read-only when setup decided so; the signing key, the Redis URL
+    and setup's nonce as arguments."""
     from ci_fxcache.commands import restore as restore_command
+    from ci_fxcache.env.pending_fingerprint import Pending
 
     values = inp.from_env(inp.MAIN)
     s = load()
-    tier = s.store == "github" or (s.remote and s.store == "s3")
-    _set_env(names.SIGNING_ENV, values["signing-key"])
-    _set_env(redis_cache.URL_ENV, values["redis-url"] if s.remote else None)
-    _set_env(s3_client.URL_ENV, values["s3-url"] if s.remote else None)
-    _set_env(state_file.NONCE_ENV, s.nonce)
     started = time.monotonic()
-    rc = restore_command.run(
-        python=s.python, salt=None, root=Path(s.root), read_only=s.read_only,
+    redis = s.choice.kind == "redis"
+    restore_command.restore(
+        taking=Pending(s.python, None), root=Path(s.root),
+        read_only_reason="--read-only" if s.read_only else trust.untrusted_reason(),
         invalidate_on_upgrade=bool(values["invalidate-on-upgrade"]), verify=None,
-        overlay_strategy=None, as_json=False, state_file=s.state_file,
-        store=s.store if s.remote or s.store == "github" else "local",
-        redis_url=None, s3_url=None,
-        redis_writers_run_code=bool(s.remote and values["redis-writers-run-code"]),
-        remote_read_only=bool(not s.read_only and tier and not s.upload),
-        key_suffix=s.key_suffix if s.store == "github" else "",
+        overlay_strategy=None, as_json=False, state_file=s.state_file, choice=s.choice,
+        redis_url=values["redis-url"] if redis else None,
+        redis_writers_run_code=bool(redis and values["redis-writers-run-code"]),
+        signing_key=values["signing-key"] or None, nonce=s.nonce,
         job_trace=bool(values["job-stats"]),
     )  # fmt: skip
     _record_time(s, "restore_s", time.monotonic() - started)
-    return rc
+    return 0
 
 
 def _record_time(s: Settings, name: str, seconds: float) -> None:
+    """Keep a step's time for the job's stats: restore and save run in different processes
+    (the main and the post step), so the figure goes through the job's work directory."""
     try:
         timings = json.loads(s.timings.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -381,10 +391,10 @@ def verify() -> int:
     cache_state = os.environ.get(state_file.STATE_FILE_ENV) or None
     if s.state_file.is_file():
         state = state_file.read_state(s.state_file, Path(s.root))
-        cache_dir, cache_state = str(state["verify_dir"]), str(s.state_file)
+        cache_dir, cache_state = str(state.verify_dir), str(s.state_file)
     axes = {axis: values[name] or None for name, axis in inp.MATRIX_AXES.items()}
     speedup = values["min-speedup"]
-    _set_env(redis_cache.URL_ENV, values["redis-url"] if s.remote else None)
+    redis_url = values["redis-url"] if s.choice.kind == "redis" else None
     rc = verify_command.run(
         python=s.python, **axes, matrix_file=values["matrix-file"] or None, phase="auto",
         cache_dir=cache_dir, json_path=str(s.results),
@@ -392,7 +402,7 @@ def verify() -> int:
         fail_on=values["fail-on"], timeout=float(s.timeout_s), jobs=None,
         recheck_all=os.environ.get(verify_command.RECHECK_ALL_ENV) == "1",
         separate_cold=os.environ.get(verify_command.SEPARATE_COLD_ENV) == "1", deterministic=False,
-        cache_state=cache_state, redis_url=None, report_id=s.report_id, salt=None,
+        cache_state=cache_state, redis_url=redis_url, report_id=s.report_id, salt=None,
     )  # fmt: skip
     if rc == EXIT_CHECK_FAILED and s.results.is_file():
         s.verify_rc.write_text(f"{rc}\n", encoding="utf-8")
@@ -437,11 +447,11 @@ def post_comment() -> int:
         return 0
     from ci_fxcache.report import pr_comment
 
-    _set_env(names.TOKEN_ENV, values["github-token"])
-    return pr_comment.run(
+    return pr_comment.post(
         results=str(s.results), report_id=s.report_id, token_env=names.TOKEN_ENV,
         pr=values["run-event"].number,  # the runner's record, not the event file
         repo=None, author=None, from_artifact=None, template=None, job_stats=None,
+        token=values["github-token"] or None,
     )  # fmt: skip
 
 
@@ -459,12 +469,11 @@ def post_job_comment() -> int:
     from ci_fxcache.errors import FxcacheError
     from ci_fxcache.report import pr_comment
 
-    _set_env(names.TOKEN_ENV, values["github-token"])
     try:
-        rc = pr_comment.run(
+        rc = pr_comment.post(
             results=str(s.results), report_id=s.report_id, token_env=names.TOKEN_ENV,
             pr=values["run-event"].number, repo=None, author=None, from_artifact=None,
-            template=None, job_stats=str(figures),
+            template=None, job_stats=str(figures), token=values["github-token"] or None,
         )  # fmt: skip
     except FxcacheError as exc:
         gha.say("error", str(exc))
@@ -497,142 +506,87 @@ def write_refusal(s: Settings, event: trust.RunEvent) -> str | None:
     return None
 
 
-def _save_result(s: Settings, key: str | None, event: trust.RunEvent) -> store_save.Outcome:
-    refusal = write_refusal(s, event)
-    if refusal is not None:
-        return store_save.Outcome({"saved": False, "reason": refusal}, None)
+def _job_state(s: Settings, key: str | None, saving: bool) -> state_file.RestoreState | None:
+    """This job's restore state (None: the action stopped before restoring). For a run that
+    saves: checked with the signing key and bound to this job's setup by its nonce (UsageError
+    when not); otherwise, only for the job's figures, None when it cannot be used."""
     if not s.state_file.is_file():
-        why = "the fxcache action stopped before restoring"
-        return store_save.Outcome({"saved": False, "reason": why}, None)
-    state = state_file.read_state(s.state_file, Path(s.root), key)
-    if state.get("nonce") != s.nonce:
+        return None
+    try:
+        state = state_file.read_state(s.state_file, Path(s.root), key)
+    except UsageError:
+        if saving:
+            raise
+        return None
+    if saving and state.nonce != s.nonce:
         raise UsageError(
             f"{s.state_file} was not written by this job's restore (its nonce is not "
             "setup's): not saving"
         )
-    if state["read_only"]:  # restore's own fallback (an unusable store): nothing to save
-        why = f"read-only restore ({state['read_only_reason']})"
-        return store_save.Outcome({"saved": False, "reason": why}, None)
-    layout = Layout(Path(s.root))
-    # Malformed settings: before the commit. The GitHub entry is uploaded by gha_upload, with
-    # the manifest this save returns.
-    tier = tiered.remote_tier(state, s.store) if s.store != "github" else None
-    result, committed = store_save.save_or_warn(layout, state, key)
-    if s.store == "s3" and not s.upload:
-        if result.get("saved") and isinstance(state.get("remote"), dict):
-            result["remote"] = {"published": False, "reason": "this run reads the bucket only"}
-            print("fxcache: not writing the bucket: the save policy does not publish this run")
-        return store_save.Outcome(result, committed)
-    published = tiered.publish_from_state(layout, state, result, committed, key, tier)
-    return store_save.Outcome(published, committed)
+    return state
 
 
-def _scope_key(s: Settings) -> str | None:
-    try:
-        return str(state_file.read_state(s.state_file, Path(s.root))["scope_key"])
-    except UsageError:
-        return None
+def _save(
+    s: Settings, state: state_file.RestoreState | None, key: str | None, refusal: str | None
+) -> tiered.Saved:
+    """The save `fxcache save` makes (tiered.save), with setup's store choice: the GitHub
+    tier and the bucket get the manifest this save committed, never a re-read of the disk."""
+    if refusal is not None:
+        return tiered.not_saved(refusal)
+    if state is None:
+        return tiered.not_saved("the fxcache action stopped before restoring")
+    return tiered.save(state, root=Path(s.root), choice=s.choice, signing_key=key)
+
+
+def _say_remote(s: Settings, outcome: tiered.Saved) -> None:
+    """The remote tier's line of the save, in the action's words."""
+    sent = outcome.remote
+    if not outcome.saved or not s.choice.has_tier:
+        return
+    if s.choice.kind == "s3" and not s.upload:
+        print("fxcache: not writing the bucket: the save policy does not publish this run")
+    elif s.choice.kind == "github" and not s.upload:
+        print("fxcache: no new GitHub cache entry: the save policy does not upload this run")
+    elif s.choice.kind == "github" and sent is not None and sent.get("published"):
+        print(f"fxcache: GitHub cache entry {s.choice.entry_key} saved "
+              f"({sent.get('bytes', 0)} bytes)")  # fmt: skip
+    elif s.choice.kind == "github" and sent is not None and "reason" in sent:
+        print(f"fxcache: no new GitHub cache entry: {sent['reason']}")
 
 
 def save(post: bool = False) -> int:
     """Commit the restored scope (save sub-action, or the end-of-job save with `post`), once
-    per job; outputs `saved` and the job's cache stats (job_stats). Trust comes from setup's
-    settings (for `post`, exactly as setup wrote them) and the event; the signing key from
-    this step's inputs. For store github, upload when the save policy allows it and the run
-    added files (`gha_upload`)."""
+    per job, through the one save (tiered.save, as `fxcache save`); outputs `saved` and the
+    job's cache stats (job_stats). Trust comes from setup's settings (for `post`, exactly as
+    setup wrote them) and the event; the signing key from this step's inputs."""
     if post and not os.environ.get(f"STATE_{SETTINGS_STATE}"):
         print("fxcache: end-of-job save: the fxcache action did not set up (nothing to save)")
         return 0
     values = inp.from_env(inp.MAIN if post else inp.SAVE)
     key = values["signing-key"] or None
     s = load(post=post)
+    # A marker, not a message: the end-of-job save runs in the post step, another process,
+    # after a save sub-action may have committed this job's scope (its lease released, its
+    # overlay merged and removed); the job is saved once, so the post step must know that.
     if s.saved_marker.is_file():
         done = json.loads(s.saved_marker.read_text(encoding="utf-8"))
         print(f"fxcache: already saved in this job (saved: {str(done['saved']).lower()})")
-        return gha_upload(s, values["run-event"], key)
-    scope = _scope_key(s)
-    compiles = job_compiles.at_save(s, key, write_refusal(s, values["run-event"]) is None)
-    before = job_stats.committed_files(Path(s.root), scope) if scope else {}
+        return 0
+    refusal = write_refusal(s, values["run-event"])
+    state = _job_state(s, key, saving=refusal is None)
+    compiles = job_compiles.at_save(s, state, refusal is None)
+    root = Path(s.root)
+    before = job_stats.committed_files(root, state.scope_key) if state else {}
     started = time.monotonic()
-    result, committed = _save_result(s, key, values["run-event"])
+    outcome = _save(s, state, key, refusal)
     _record_time(s, "save_s", time.monotonic() - started)
-    upload = bool(result["saved"]) and s.upload and int(result.get("added", 0)) > 0
-    if s.store == "github" and result["saved"]:
-        if not s.upload:
-            print("fxcache: no new GitHub cache entry: the save policy does not upload this run")
-        elif not upload:
-            print("fxcache: no new GitHub cache entry: this run added nothing to the cache")
-    result["upload"] = upload
-    s.saved_marker.write_text(json.dumps(result) + "\n", encoding="utf-8")
-    print(json.dumps(result, indent=2))
-    gha.set_output("saved", str(bool(result["saved"])).lower())
-    after = job_stats.committed_files(Path(s.root), scope) if scope else {}
-    stats = job_stats.compute(before, after, result, _timings(s))
-    job_stats.publish(stats, s.job_stats)
+    _say_remote(s, outcome)
+    s.saved_marker.write_text(json.dumps({"saved": outcome.saved}) + "\n", encoding="utf-8")
+    print(json.dumps(outcome.summary, indent=2))
+    gha.set_output("saved", str(outcome.saved).lower())
+    after = job_stats.committed_files(root, state.scope_key) if state else {}
+    job_stats.publish(job_stats.compute(before, after, outcome.summary, _timings(s)), s.job_stats)
     job_compiles.publish(compiles)
-    return gha_upload(s, values["run-event"], key, committed)
-
-
-def _recommitted(scope: Path, signing_key: str | None) -> tuple[mf.Committed | None, str | None]:
-    """For an upload retried by a later step (the save's manifest is no longer in memory):
-    the scope's manifest read once, and why it is not one this key signed (None when it is,
-    or without a key). A keyed job never uploads what its key did not sign, such as a
-    manifest rewritten after its save; what it checks is exactly what it uploads."""
-    try:
-        committed = mf.Committed.read(scope / "manifest.json")
-    except (mf.ManifestError, OSError) as exc:
-        return None, str(exc)
-    if signing_key:
-        return committed, mf.signature_problem(committed.manifest, signing_key)
-    return committed, None
-
-
-def gha_upload(
-    s: Settings,
-    event: trust.RunEvent,
-    signing_key: str | None,
-    committed: mf.Committed | None = None,
-) -> int:
-    """Upload the committed scope as this run's GitHub cache entry when `save` decided so:
-    `committed`, the manifest this step's save wrote; None (a retry by a later step): the
-    scope's, with a signing key only when that key signed it. A failed upload is a warning:
-    the job's own result stands, the next run compiles cold."""
-    from ci_fxcache.store.remote.factory import StoreChoice, tier_for
-    from ci_fxcache.store.remote.tier import RemoteUnavailable
-
-    if s.store != "github":
-        return 0
-    done = (
-        json.loads(s.saved_marker.read_text(encoding="utf-8")) if s.saved_marker.is_file() else {}
-    )
-    if not done.get("upload") or write_refusal(s, event) is not None:
-        print("fxcache: nothing to upload to the GitHub cache")
-        return 0
-    scope = Path(s.gha_path)
-    choice = StoreChoice(kind="github", key_suffix=s.key_suffix, entry_key=s.gha_key)
-    try:
-        tier = tier_for(choice, scope.name)
-    except RemoteUnavailable as exc:
-        gha.warn(f"store github: this run added to the cache, but nothing was uploaded: {exc}")
-        return 0
-    assert tier is not None
-    unsigned = None
-    if committed is None:
-        committed, unsigned = _recommitted(scope, signing_key)
-    if committed is None or unsigned is not None:
-        gha.warn(f"store github: not uploading {s.gha_key}: {unsigned} with this job's key")
-        return 0
-    try:
-        sent = tier.publish(Layout(scope.parent), scope.name, committed, signing_key)
-    except (RemoteUnavailable, OSError) as exc:
-        gha.warn(f"store github: uploading {s.gha_key} failed: {exc}")
-        return 0
-    done.update(upload=False, uploaded=sent)
-    s.saved_marker.write_text(json.dumps(done) + "\n", encoding="utf-8")
-    if sent["published"]:
-        print(f"fxcache: GitHub cache entry {s.gha_key} saved ({sent['bytes']} bytes)")
-    else:
-        print(f"fxcache: GitHub cache entry {s.gha_key} not saved: {sent['reason']}")
     return 0
 
 

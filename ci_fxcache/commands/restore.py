@@ -18,6 +18,10 @@ from ci_fxcache.store import overlay
 if TYPE_CHECKING:
     from ci_fxcache.env.fingerprint import Fingerprint
     from ci_fxcache.store.layout import Layout
+    from ci_fxcache.store.remote.factory import StoreChoice
+    from ci_fxcache.store.remote.tier import RemoteTier
+    from ci_fxcache.store.restore import Options
+    from ci_fxcache.store.state_file import Restored, RestoreState
 
 OVERLAY_ENV = "FXCACHE_OVERLAY"
 
@@ -109,37 +113,15 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _cold_fallback(key: str, root: Path, error: str, fp: Fingerprint) -> dict[str, Any]:
+def _cold_fallback(key: str, root: Path, error: str, fp: Fingerprint) -> Restored:
     import tempfile  # here, not at the top: restore starts on every job's critical path
 
-    from ci_fxcache.store.restore import STATE_SCHEMA
+    from ci_fxcache.store.state_file import Restored
 
     # Under $RUNNER_TEMP inside Actions: the runner empties it after every job.
     base = Path(tempfile.mkdtemp(prefix="fxcache-cold-", dir=os.environ.get("RUNNER_TEMP")))
     gha.warn(f"local store unusable ({error}); continuing cold in {base}")
-    return {
-        "schema": STATE_SCHEMA,
-        "store": "local",
-        "root": str(root),
-        "scope_key": key,
-        "hit": False,
-        "read_only": True,
-        "read_only_reason": f"store unusable: {error}",
-        "mode": "cold-fallback",
-        "scope_dir": str(root / key),
-        "inductor_dir": str(base / "inductor"),
-        "triton_dir": str(base / "triton"),
-        "verify_dir": str(base / "verify"),
-        "overlay_dir": str(base),
-        "spare": False,
-        "files": 0,
-        "bytes": 0,
-        "invalidated": [],
-        "set_aside": None,
-        "quarantined": [],
-        "lease": None,
-        "fingerprint": fp.to_dict(),
-    }
+    return Restored.cold(key, root, base, error, fp.to_dict())
 
 
 def _overlay_strategy(value: str | None) -> str:
@@ -170,20 +152,49 @@ def run(
     key_suffix: str,
     job_trace: bool,
 ) -> int:
-    """Restore, write the state file, export the environment."""
-    taking = Pending(python, salt)
+    """`fxcache restore`: the store decided from the flags (factory.choose, as the action's
+    setup decides it), the signing key from $FXCACHE_SIGNING_KEY; then `restore`."""
     from ci_fxcache.store import trust
-    from ci_fxcache.store.remote.factory import StoreChoice, tier_for
+    from ci_fxcache.store.remote.factory import choose
 
+    taking = Pending(python, salt)  # first: the job's interpreter reports while we import
     reason = "--read-only" if read_only else trust.untrusted_reason()
-    writes = reason is None and not remote_read_only
-    choice = StoreChoice(kind=store, url=s3_url, key_suffix=key_suffix, may_write_remote=writes)
+    choice = choose(store, url=s3_url, key_suffix=key_suffix, read_only=reason is not None,
+                    remote_read_only=remote_read_only)  # fmt: skip
+    restore(
+        taking=taking, root=root, read_only_reason=reason,
+        invalidate_on_upgrade=invalidate_on_upgrade, verify=verify,
+        overlay_strategy=overlay_strategy, as_json=as_json, state_file=state_file,
+        choice=choice, redis_url=redis_url, redis_writers_run_code=redis_writers_run_code,
+        signing_key=trust.signing_key(), nonce=None, job_trace=job_trace,
+    )  # fmt: skip
+    return 0
+
+
+def restore(
+    *,
+    taking: Pending,
+    root: Path | None,
+    read_only_reason: str | None,
+    invalidate_on_upgrade: bool,
+    verify: str | None,
+    overlay_strategy: str | None,
+    as_json: bool,
+    state_file: Path | None,
+    choice: StoreChoice,
+    redis_url: str | None,
+    redis_writers_run_code: bool,
+    signing_key: str | None,
+    nonce: str | None,
+    job_trace: bool,
+) -> RestoreState:
+    """Restore (read-only with a reason), write the state file (MAC'd with `signing_key`,
+    carrying the caller's `nonce`), export the job's environment; the state. The fingerprint
+    is `taking`'s (started by the caller, so the interpreter reports while this imports)."""
     # Made first: a remote tier starts what its first request needs (the S3 client) while
-    # the rest is imported and the job's interpreter reports its versions. The GitHub tier
-    # needs the scope key (its entries' keys): made once the key is known.
-    tier = tier_for(choice) if choice.kind != "github" else None
-    # Imported while the job's interpreter reports its versions: a restore is on every job's
-    # critical path (docs/store.md, Performance).
+    # the rest is imported and the job's interpreter reports its versions (a restore is on
+    # every job's critical path: docs/store.md, Performance).
+    tier = _first_tier(choice, signing_key)
     from ci_fxcache.env import scopekey, torch_support
     from ci_fxcache.store import restore as store_restore
     from ci_fxcache.store import scopes
@@ -193,55 +204,54 @@ def run(
     if state_file is not None:
         states.check_target(state_file)
     scopes.check_env()
-    strategy = _overlay_strategy(overlay_strategy)
-    key_for_signing = trust.signing_key()
-    redis_url = _redis_url(store, redis_url, key_for_signing, redis_writers_run_code)
+    overlay_strategy = _overlay_strategy(overlay_strategy)
+    redis_url = _redis_url(choice.kind, redis_url, signing_key, redis_writers_run_code)
     fp = taking.result()
     torch_support.announce_newer(fp.torch_version)
     key = scopekey.scope_key(fp)
-    store_root = trust_root(resolve_root(root), may_write_remote=not remote_read_only)
+    # A run that commits but may not write the remote keeps to its own namespace of the root.
+    writes = choice.may_write_remote or read_only_reason is not None
+    layout = Layout(trust_root(resolve_root(root), may_write_remote=writes))
     restore_options = store_restore.Options(
-        read_only=reason is not None, read_only_reason=reason,
+        read_only=read_only_reason is not None, read_only_reason=read_only_reason,
         invalidate_on_upgrade=invalidate_on_upgrade,
-        full_verify=store_restore.full_verification(verify, key_for_signing),
-        overlay_strategy=strategy, signing_key=key_for_signing,
+        full_verify=store_restore.full_verification(verify, signing_key),
+        overlay_strategy=overlay_strategy, signing_key=signing_key,
     )  # fmt: skip
-    state = _restore(Layout(store_root), key, fp, restore_options, choice, tier)
-    if isinstance(state.get("remote"), dict):
-        state["remote"]["read_only"] = remote_read_only
-    _hand_out(state, state_file, redis_url, key_for_signing, as_json, job_trace)
-    return 0
-
-
-def _hand_out(
-    state: dict[str, Any],
-    state_file: Path | None,
-    redis_url: str | None,
-    signing_key: str | None,
-    as_json: bool,
-    job_trace: bool,
-) -> None:
-    """Write the state file (MAC'd with the signing key) and export the job's environment,
-    with torch's Redis remote cache when it answers."""
-    from ci_fxcache.jobstats.trace import job_env
-    from ci_fxcache.store import state_file as states
-
+    restored, remote = _restore(layout, key, fp, restore_options, choice, tier)
     state_path = state_file or states.new_state_file()
-    env = _job_env(state, state_path)
-    env.update(job_env(state_path, job_trace))  # the job's own compiles, for `fxcache stats`
-    state["redis"] = None
-    if redis_url is not None:
-        env.update(_redis(state, redis_url))
-    state["state_file"] = str(state_path)
-    states.write_state(state_path, state, signing_key)
+    env = _job_env(restored, state_path, job_trace)
+    redis = None if redis_url is None else _redis(redis_url, env)
+    kind = "redis" if redis is not None else (choice.kind if remote else "local")
+    state = states.RestoreState.of(
+        restored, store=kind, remote=remote, redis=redis, state_file=state_path, nonce=nonce
+    )
+    states.write_state(state, signing_key)
     _publish(state, env, as_json)
+    return state
+
+
+def _first_tier(choice: StoreChoice, signing_key: str | None) -> RemoteTier | None:
+    """The tier, but the GitHub tier: it needs the scope key (its entries' keys), so it is
+    made once the key is known. The signing key is masked in the log first."""
+    from ci_fxcache.store.remote.factory import tier_for
+
+    if signing_key:
+        gha.mask(signing_key)
+    return tier_for(choice) if choice.kind != "github" else None
 
 
 def _restore(
-    layout: Layout, key: str, fp: Fingerprint, options: Any, choice: Any, tier: Any
-) -> dict[str, Any]:
+    layout: Layout,
+    key: str,
+    fp: Fingerprint,
+    options: Options,
+    choice: StoreChoice,
+    tier: RemoteTier | None,
+) -> tuple[Restored, dict[str, Any] | None]:
     """Tier 2 first (a scope it has becomes a local one), then the local restore; a local
-    store that cannot be used is a cold fallback. The state, its cache dirs made."""
+    store that cannot be used is a cold fallback. What was restored, its cache dirs made,
+    and the remote tier's report (complete: with whether this run only reads the tier)."""
     from ci_fxcache.store import restore as store_restore
     from ci_fxcache.store.remote.transfer import fetch_scope
 
@@ -251,69 +261,70 @@ def _restore(
             tier, remote_info = _github_tier(choice, key)
         if tier is not None:
             remote_info = fetch_scope(layout, key, tier, signing_key=options.signing_key)
-        if remote_info is not None and choice.kind == "github":
-            remote_info["key_suffix"] = choice.key_suffix
-        state = store_restore.restore(layout, key, fp, options)
+        restored = store_restore.restore(layout, key, fp, options)
     except PermissionError as exc:
         # Not tampering: another user's files in a shared store. Nothing is quarantined.
         why = f"permission denied: {exc.filename or exc}; the scope is left as it is"
-        state = _cold_fallback(key, layout.root, why, fp)
+        restored = _cold_fallback(key, layout.root, why, fp)
     except (OSError, TimeoutError) as exc:
-        state = _cold_fallback(key, layout.root, str(exc), fp)
-    if remote_info is not None:
-        state["store"], state["remote"] = choice.kind, remote_info
-    for name in ("inductor_dir", "triton_dir", "verify_dir"):
-        Path(state[name]).mkdir(parents=True, exist_ok=True)
-    return state
+        restored = _cold_fallback(key, layout.root, str(exc), fp)
+    for path in (restored.inductor_dir, restored.triton_dir, restored.verify_dir):
+        path.mkdir(parents=True, exist_ok=True)
+    if remote_info is None:
+        return restored, None
+    extra: dict[str, Any] = {"read_only": not choice.may_write_remote}
+    if choice.kind == "github":
+        extra["key_suffix"] = choice.key_suffix
+    return restored, {**remote_info, **extra}
 
 
 def _redis_url(
-    store: str, redis_url: str | None, signing_key: str | None, writers_run_code: bool
+    kind: str, redis_url: str | None, signing_key: str | None, writers_run_code: bool
 ) -> str | None:
     """Store redis: the URL (UsageError when unset or refused with a signing key)."""
     from ci_fxcache.store.remote import redis_cache
 
-    if store != "redis":
+    if kind != "redis":
         return None
     url = redis_cache.resolve_url(redis_url)
     redis_cache.check_signed_use(signing_key, writers_run_code)
     return url
 
 
-def _job_env(state: dict[str, Any], state_path: Path) -> dict[str, str]:
-    """What the job's later steps get: the cache dirs, and FXCACHE_VERIFY_DIR /
-    FXCACHE_STATE_FILE, verify's defaults for --cache-dir and --cache-state, so that
-    `restore; verify; save` checks and keeps the scope's own references."""
+def _job_env(restored: Restored, state_path: Path, job_trace: bool) -> dict[str, str]:
+    """What the job's later steps get: the cache dirs, FXCACHE_VERIFY_DIR /
+    FXCACHE_STATE_FILE (verify's defaults for --cache-dir and --cache-state, so that
+    `restore; verify; save` checks and keeps the scope's own references), and the job's own
+    trace for `fxcache stats`."""
+    from ci_fxcache.jobstats.trace import job_env
     from ci_fxcache.store import state_file as states
     from ci_fxcache.store.layout import VERIFY_DIR_ENV
 
     return {
-        "TORCHINDUCTOR_CACHE_DIR": state["inductor_dir"],
-        "TRITON_CACHE_DIR": state["triton_dir"],
-        VERIFY_DIR_ENV: state["verify_dir"],
+        "TORCHINDUCTOR_CACHE_DIR": str(restored.inductor_dir),
+        "TRITON_CACHE_DIR": str(restored.triton_dir),
+        VERIFY_DIR_ENV: str(restored.verify_dir),
         states.STATE_FILE_ENV: str(state_path),
+        **job_env(state_path, job_trace),
     }
 
 
-def _redis(state: dict[str, Any], redis_url: str) -> dict[str, str]:
-    """torch's Redis remote cache beside the store: the state's `redis` object, and the
-    variables that switch it on (none when Redis does not answer: one warning)."""
+def _redis(redis_url: str, env: dict[str, str]) -> dict[str, Any]:
+    """torch's Redis remote cache beside the store: the state's `redis` object; the
+    variables that switch it on added to `env` (none when Redis does not answer: one
+    warning)."""
     from ci_fxcache.store.remote import redis_cache
 
     problem = redis_cache.probe(redis_url)
-    state["store"] = "redis"
-    state["redis"] = {"url": redis_cache.redact(redis_url), "reachable": problem is None}
+    redacted = redis_cache.redact(redis_url)
     if problem is None:
-        return redis_cache.job_env(redis_url)
-    state["redis"]["error"] = problem
-    gha.warn(
-        f"Redis at {redis_cache.redact(redis_url)} unreachable ({problem}); "
-        "continuing with the local store only"
-    )
-    return {}
+        env.update(redis_cache.job_env(redis_url))
+        return {"url": redacted, "reachable": True}
+    gha.warn(f"Redis at {redacted} unreachable ({problem}); continuing with the local store only")
+    return {"url": redacted, "reachable": False, "error": problem}
 
 
-def _github_tier(choice: Any, key: str) -> tuple[Any, dict[str, Any] | None]:
+def _github_tier(choice: StoreChoice, key: str) -> tuple[RemoteTier | None, dict[str, Any] | None]:
     """The GitHub tier of scope `key`, or None and the state's `remote` object saying why
     not (no Actions cache service in this step: one warning, local only)."""
     from ci_fxcache.store.remote.factory import tier_for
@@ -328,38 +339,36 @@ def _github_tier(choice: Any, key: str) -> tuple[Any, dict[str, Any] | None]:
                       "error": str(exc)}  # fmt: skip
 
 
-def _where(state: dict[str, Any]) -> str:
+def _where(state: RestoreState) -> str:
     """What the job got, as the summary line says it: in place, an overlay (which kind, and
     why for a trusted job), or a cold fallback."""
-    mode = state["mode"]
-    if mode == "in-place":
+    if state.mode == "in-place":
         return "in place"
-    if mode == "cold-fallback":
+    if state.mode == "cold-fallback":
         return "cold fallback"
-    why = state.get("overlay_reason")
-    return f"{mode} overlay; {why}" if why else f"{mode} overlay"
+    why = state.overlay_reason
+    return f"{state.mode} overlay; {why}" if why else f"{state.mode} overlay"
 
 
-def _publish(state: dict[str, Any], env: dict[str, str], as_json: bool) -> None:
+def _publish(state: RestoreState, env: dict[str, str], as_json: bool) -> None:
     exported = all(gha.export_env(name, value) for name, value in env.items())
     outputs = {
-        "cache-key": state["scope_key"],
-        "cache-hit": "true" if state["hit"] else "false",
-        "scope-dir": state["scope_dir"],
-        "verify-dir": state["verify_dir"],
-        "state-file": state["state_file"],
+        "cache-key": state.scope_key,
+        "cache-hit": "true" if state.hit else "false",
+        "scope-dir": str(state.scope_dir),
+        "verify-dir": str(state.verify_dir),
+        "state-file": str(state.state_file),
     }
     for name, value in outputs.items():
         gha.set_output(name, value)
-    where = _where(state)
     summary = (
-        f"fxcache: {'hit' if state['hit'] else 'miss'} {state['scope_key']} "
-        f"({state['files']} files, {where}"
-        + (f"; read-only: {state['read_only_reason']}" if state["read_only"] else "")
+        f"fxcache: {'hit' if state.hit else 'miss'} {state.scope_key} "
+        f"({state.files} files, {_where(state)}"
+        + (f"; read-only: {state.read_only_reason}" if state.read_only else "")
         + ")"
     )
     if as_json:
-        print(json.dumps(state, indent=2))
+        print(json.dumps(state.to_json(), indent=2))
         print(summary, file=sys.stderr)
     elif exported:
         print(summary)

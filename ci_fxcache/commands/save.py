@@ -36,11 +36,14 @@ def run(*, root: Path | None, state_file: Path | None, as_json: bool) -> int:
     # imports) is only needed by this one.
     from ci_fxcache.jobstats.finish import at_save
     from ci_fxcache.store import tiered
+    from ci_fxcache.store.state_file import read_state
 
     path = saved_state_file(state_file)
+    key = trust.signing_key()
+    state = read_state(path, root, key)
     # Before the save: this job's entry records go into the scope with its entries.
-    job = at_save(path, root, trust.signing_key(), may_record=True)
-    result = tiered.save_and_publish(path, root, trust.signing_key())
+    job = at_save(state, path, may_record=True)
+    result = tiered.save(state, root=root, choice=None, signing_key=key).summary
     if as_json:
         print(json.dumps(result, indent=2))
     elif result["saved"]:

@@ -239,10 +239,15 @@ def line(combo: dict[str, Any]) -> str:
 
 
 def _cache_state(path: str | None) -> Any:
+    """The restore state the results embed (`cache`), read through its type (a file that is
+    not one is a usage error)."""
+    from ci_fxcache.store import state_file
+
     if not path:
         return None
     label = f"--cache-state {path}"
-    return userfiles.parse_json(userfiles.read_text(path, label), label)
+    data = userfiles.parse_json(userfiles.read_text(path, label), label)
+    return state_file.parse(data, label).to_json()
 
 
 @errors.signals_interrupt()  # an interrupt stops the phases, writes no results: exit 130 / 143

@@ -7,22 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from ci_fxcache import gha
-from ci_fxcache.errors import UsageError
 from ci_fxcache.jobstats import job
+from ci_fxcache.store.state_file import RestoreState
 
 
-def at_save(
-    state_file: Path, root: Path | None, signing_key: str | None, *, may_record: bool
-) -> dict[str, Any] | None:
-    """The job's figures, finished (job.finish); None when the restore state is not one the
-    save can use (the save says why, once), or, with a warning, when the trace or the store
-    cannot be written."""
-    from ci_fxcache.store import state_file as states
-
-    try:
-        state = states.read_state(state_file, root, signing_key)
-    except UsageError:
-        return None
+def at_save(state: RestoreState, state_file: Path, *, may_record: bool) -> dict[str, Any] | None:
+    """The job's figures of restore's `state` (kept in `state_file`), finished (job.finish);
+    None, with a warning, when the trace or the store cannot be written."""
     try:
         return job.finish(state, state_file, may_record=may_record)
     except OSError as exc:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ci_fxcache.jobstats import causes, count, history, records, trace
+from ci_fxcache.store.state_file import RestoreState
 
 SCHEMA = "fxcache-stats/1"
 STATS_SUFFIX = ".job-stats.json"
@@ -67,7 +68,7 @@ def saved_seconds(
 
 
 def observe(
-    state: dict[str, Any],
+    state: RestoreState,
     state_file: Path,
     limits: trace.Limits | None = None,
     job_id: str = "current",
@@ -80,12 +81,12 @@ def observe(
         all_records.extend(got)
         read.append({"dir": str(directory), "job_private": ours, **notes.to_dict()})
     found = count.lookups(all_records)
-    inductor = Path(str(state.get("inductor_dir") or ""))
-    recorded = recorded_entries(inductor) if state.get("inductor_dir") else {}
+    inductor = state.inductor_dir
+    recorded = recorded_entries(inductor)
     misses = causes.explain(found, recorded)
     doc: dict[str, Any] = {
         "schema": SCHEMA,
-        "scope_key": state.get("scope_key"),
+        "scope_key": state.scope_key,
         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "trace": read,
         **count.figures(all_records, found),
@@ -94,10 +95,7 @@ def observe(
         "saved_s": saved_seconds(all_records, found, recorded),
     }
     doc["job_id"] = job_id
-    doc["history"] = history.rows(
-        Path(str(state.get("root") or "")), str(state.get("scope_key")),
-        inductor if state.get("inductor_dir") else None, history.row(doc),
-    )  # fmt: skip
+    doc["history"] = history.rows(state.root, state.scope_key, inductor, history.row(doc))
     doc["_entries"] = _new_entries(found)
     return doc
 
@@ -120,7 +118,7 @@ def public(doc: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if not k.startswith("_")}
 
 
-def finish(state: dict[str, Any], state_file: Path, *, may_record: bool) -> dict[str, Any]:
+def finish(state: RestoreState, state_file: Path, *, may_record: bool) -> dict[str, Any]:
     """At the save: the figures kept beside the state file, this job's entries and figures
     recorded in the scope when it may write it, the job-private trace removed. Once per job: a
     second call returns what the first kept."""
@@ -130,30 +128,29 @@ def finish(state: dict[str, Any], state_file: Path, *, may_record: bool) -> dict
         return kept
     job_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{secrets.token_hex(4)}"
     doc = observe(state, state_file, job_id=job_id)
-    doc["recorded"] = bool(may_record and state.get("root") and not state.get("read_only"))
+    doc["recorded"] = may_record and not state.read_only
     if doc["recorded"]:
         doc["history"] = _append_local(state, doc)
-        if doc["_entries"] and state.get("inductor_dir"):
+        if doc["_entries"]:
             # Only with entries it adds: a job that compiled nothing new adds no file to the
             # scope (no new GitHub cache entry, no publish, for a history row).
             body = {"history": doc["history"], **records.encode(doc["_entries"])}
-            records.write(Path(state["inductor_dir"]), f"{job_id}.json", body)
+            records.write(state.inductor_dir, f"{job_id}.json", body)
     doc = public(doc)
     stats_file(state_file).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     trace.remove(ours)
     return doc
 
 
-def _append_local(state: dict[str, Any], doc: dict[str, Any]) -> list[dict[str, Any]]:
+def _append_local(state: RestoreState, doc: dict[str, Any]) -> list[dict[str, Any]]:
     """This job's row added to the local history under the scope's lock (jobs sharing a runner
     save side by side); the rows as written."""
     from ci_fxcache.store import scopes
     from ci_fxcache.store.layout import Layout
 
-    root, key = Path(state["root"]), str(state["scope_key"])
-    inductor = Path(str(state["inductor_dir"])) if state.get("inductor_dir") else None
+    root, key = state.root, state.scope_key
     with scopes.lock(Layout(root), key):
-        rows = history.rows(root, key, inductor, history.row(doc))
+        rows = history.rows(root, key, state.inductor_dir, history.row(doc))
         history.save_local(root, key, rows)
     return rows
 

@@ -236,7 +236,29 @@ def run(
     template: str | None,
     job_stats: str | None,
 ) -> int:
-    """The `fxcache comment` command (its options, as `fxcache comment --help` describes them)."""
+    """The `fxcache comment` command (its options, as `fxcache comment --help` describes them):
+    `post` with the token read from $`token_env`."""
+    return post(
+        results=results, report_id=report_id, token_env=token_env, pr=pr, repo=repo,
+        author=author, from_artifact=from_artifact, template=template, job_stats=job_stats,
+        token=None,
+    )  # fmt: skip
+
+
+def post(
+    *,
+    results: str,
+    report_id: str | None,
+    token_env: str,
+    pr: int | None,
+    repo: str | None,
+    author: str | None,
+    from_artifact: str | None,
+    template: str | None,
+    job_stats: str | None,
+    token: str | None,  # the token itself (the action's input), else $token_env's
+) -> int:
+    """Post or update the sticky comment; `fxcache comment` and the action's comment steps."""
     from ci_fxcache.github_api import GitHubClient, GitHubError
     from ci_fxcache.report import render
 
@@ -258,7 +280,8 @@ def run(
         event = os.environ.get("GITHUB_EVENT_NAME") or "no GitHub event"
         print(f"fxcache: not a pull request ({event}): no comment posted")
         return 0
-    client = GitHubClient(_token(token_env), repository, os.environ.get("GITHUB_API_URL") or None)
+    token = token or _token(token_env)
+    client = GitHubClient(token, repository, os.environ.get("GITHUB_API_URL") or None)
     try:
         author = author or token_author(client)
         try:

@@ -20,8 +20,7 @@ from ci_fxcache.env.fingerprint import Fingerprint
 from ci_fxcache.store import in_place, modes, overlay, scopes, seal, spare, upgrade
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store.layout import CACHE_DIRS, Layout
-
-STATE_SCHEMA = "fxcache-cache-state/1"
+from ci_fxcache.store.state_file import Restored
 
 
 @dataclass(frozen=True)
@@ -235,8 +234,8 @@ def _in_place(layout: Layout, key: str, contents: _Contents | None) -> Path:
     return lease
 
 
-def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[str, Any]:
-    """Run the restore; return the state object (see docs/store.md).
+def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> Restored:
+    """Run the restore; what it handed out (see docs/store.md).
 
     A trusted job gets the scope in place unless another live trusted job has it in place;
     then it gets a private overlay whose new files its `save` merges into the scope.
@@ -260,32 +259,17 @@ def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> dict[st
     contents = checked.contents
     if base != scope and use_spares and contents is not None:
         spare.build_in_background(layout, key)  # the next overlay restore is a rename
-    return {
-        "schema": STATE_SCHEMA,
-        "store": "local",
-        "root": str(layout.root),
-        "scope_key": key,
-        "hit": contents is not None and bool(contents.files),
-        "read_only": opts.read_only,
-        "read_only_reason": opts.read_only_reason,
-        "mode": strategy,
-        "overlay_reason": _overlay_reason(strategy, opts.read_only, private),
-        "scope_dir": str(scope),
-        "inductor_dir": str(base / "inductor"),
-        "triton_dir": str(base / "triton"),
-        "verify_dir": str(base / "verify"),
-        "overlay_dir": str(base) if base != scope else None,
-        "spare": checked.strategy is not None,
-        "files": len(contents.files) if contents else 0,
-        "bytes": contents.total_bytes if contents else 0,
-        "verify_mode": "full" if opts.full_verify else "fast",
-        "signed": bool(contents and contents.signed),
-        "signature_checked": bool(opts.signing_key),
-        "invalidated": invalidated,
-        "set_aside": checked.set_aside,
-        "quarantined": [checked.quarantined] if checked.quarantined else [],
-        "lease": str(lease) if lease else None,
-        "fingerprint": fp.to_dict(),
-        "restored_at": scopes.utc_now(),
-        "pid": os.getpid(),
-    }
+    return Restored(
+        root=layout.root, scope_key=key, hit=contents is not None and bool(contents.files),
+        read_only=opts.read_only, read_only_reason=opts.read_only_reason, mode=strategy,
+        overlay_reason=_overlay_reason(strategy, opts.read_only, private), scope_dir=scope,
+        inductor_dir=base / "inductor", triton_dir=base / "triton", verify_dir=base / "verify",
+        overlay_dir=base if base != scope else None, spare=checked.strategy is not None,
+        files=len(contents.files) if contents else 0,
+        bytes=contents.total_bytes if contents else 0,
+        verify_mode="full" if opts.full_verify else "fast",
+        signed=bool(contents and contents.signed), signature_checked=bool(opts.signing_key),
+        invalidated=tuple(invalidated), set_aside=checked.set_aside,
+        quarantined=(checked.quarantined,) if checked.quarantined else (),
+        lease=lease, fingerprint=fp.to_dict(), restored_at=scopes.utc_now(), pid=os.getpid(),
+    )  # fmt: skip

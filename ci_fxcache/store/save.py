@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ci_fxcache import gha, names
-from ci_fxcache.store import in_place, modes, scopes, seal, spare, stat_batch, state_file
+from ci_fxcache.store import in_place, modes, scopes, seal, spare, stat_batch
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store.layout import LOCKS, Layout
+from ci_fxcache.store.state_file import RestoreState
 
 # Fault injection for the reliability tests, never set in production: `pause:SECONDS` (so a
 # test can kill -9 the save between the temporary manifest and the rename) or `enospc`.
@@ -132,13 +133,12 @@ def _new_entries(scope: Path, rels: list[str]) -> tuple[dict[str, Any], dict[str
     return mf.file_entries(scope, stats), stats
 
 
-def _torch_paths(previous: dict[str, Any] | None, state: dict[str, Any]) -> list[str]:
+def _torch_paths(previous: dict[str, Any] | None, state: RestoreState) -> list[str]:
     """The torch installations that have saved into this scope (upgrade invalidation removes a
     scope only when the upgraded installation was its sole user)."""
     paths = set((previous or {}).get("torch_paths") or [])
-    current = (state.get("fingerprint") or {}).get("torch_path")
-    if isinstance(current, str) and current:
-        paths.add(current)
+    if state.torch_path is not None:
+        paths.add(state.torch_path)
     return sorted(paths)
 
 
@@ -164,7 +164,7 @@ def _job_files(
 def _manifest(
     scope: Path,
     key: str,
-    state: dict[str, Any],
+    state: RestoreState,
     previous: dict[str, Any] | None,
     listed: dict[str, Any],
     signing_key: str | None,
@@ -175,7 +175,7 @@ def _manifest(
     manifest = {
         "schema": mf.SCHEMA,
         "scope_key": key,
-        "fingerprint": state.get("fingerprint"),
+        "fingerprint": state.fingerprint,
         "torch_paths": _torch_paths(previous, state),
         "created_at": (previous or {}).get("created_at") or now,
         "updated_at": now,
@@ -194,7 +194,7 @@ def _release(layout: Layout, lease: Path | None) -> None:
         scopes.release_lease(layout, lease)
 
 
-def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> Outcome:
+def save(layout: Layout, state: RestoreState, signing_key: str | None) -> Outcome:
     """Add the job's new files to the scope's manifest atomically; the summary and the
     manifest written.
 
@@ -204,10 +204,9 @@ def save(layout: Layout, state: dict[str, Any], signing_key: str | None) -> Outc
     propagates to the caller.
     """
     modes.restrict_umask()
-    key = state["scope_key"]
+    key = state.scope_key
     scope = layout.scope(key)
-    overlay_dir = Path(state["overlay_dir"]) if state.get("overlay_dir") else None
-    lease = Path(state["lease"]) if state.get("lease") else None
+    overlay_dir, lease = state.overlay_dir, state.lease
     with scopes.lock(layout, key):
         if scope.is_symlink() or not scope.is_dir():
             _release(layout, lease)
@@ -273,21 +272,15 @@ def _write(layout: Layout, key: str, committed: mf.Committed) -> str:
     return mf.write_atomic(layout.manifest(key), committed, layout.root / LOCKS, _fault_hook())
 
 
-def save_from_state(path: Path, root: Path | None, signing_key: str | None) -> Outcome:
-    """Save the scope restore handed out (root: the state's unless given), or say why not."""
+def save_state(layout: Layout, state: RestoreState, signing_key: str | None) -> Outcome:
+    """Save the scope restore handed out, or say why not: a read-only restore has nothing to
+    save; a local failure (a full disk, a lock not had in time) is one warning."""
     scopes.check_env()
-    state = state_file.read_state(path, root, signing_key)
-    root = root if root is not None else Path(state["root"])
-    if state.get("read_only"):
-        why = f"read-only restore ({state.get('read_only_reason')})"
+    if state.read_only:
+        why = f"read-only restore ({state.read_only_reason})"
         return Outcome({"saved": False, "reason": why}, None)
-    return save_or_warn(Layout(root), state, signing_key)
-
-
-def save_or_warn(layout: Layout, state: dict[str, Any], signing_key: str | None) -> Outcome:
-    """`save`; a local failure (a full disk, a lock not had in time) is one warning."""
     try:
         return save(layout, state, signing_key)
     except (OSError, TimeoutError) as exc:
-        gha.warn(f"could not save cache scope {state['scope_key']}: {exc}; continuing")
+        gha.warn(f"could not save cache scope {state.scope_key}: {exc}; continuing")
         return Outcome({"saved": False, "reason": str(exc)}, None)

@@ -1,11 +1,15 @@
-"""Restore's state file: where `fxcache restore` writes the scope it handed out, and where
-`fxcache save` (and the action's save) reads it back.
+"""Restore's state: the one type (`RestoreState`) that `fxcache restore` writes and that save,
+verify, `fxcache stats` and the action read back, with its one writer (`write_state`) and its
+one reader (`read_state`, or `parse` for a document already loaded).
 
 The state file lies in a directory the job can write ($RUNNER_TEMP), so it is data, never
 instructions: `read_state` takes only a file whose scope key is a valid key of the store
 root it names, whose lease and overlay paths lie inside that root, and, when the reader has
 the signing key, whose MAC (keyed with it; restore writes it) is right. An action job also
-binds it to its own setup (`nonce`, checked by ci_fxcache/action/steps.py).
+binds it to its own setup (`nonce`, a parameter of the restore, checked by the action's save).
+
+The schema is versioned (`SCHEMA`); a file of any other version is refused with one line
+(restore again). Version 1 is what every fxcache release so far has written.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import hmac
 import json
 import os
 import tempfile
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +27,7 @@ from ci_fxcache import gha
 from ci_fxcache.errors import UsageError
 
 STATE_FILE_ENV = "FXCACHE_STATE_FILE"
-# The action's restore step sets this to its setup's nonce; restore records it in the state.
-NONCE_ENV = "FXCACHE_STATE_NONCE"
+SCHEMA = "fxcache-cache-state/1"
 _MAC_CONTEXT = b"fxcache-restore-state/1\0"
 _STRINGS = ("scope_key", "root", "mode", "scope_dir", "inductor_dir", "triton_dir", "verify_dir")
 _OPTIONAL_STRINGS = ("lease", "overlay_dir", "overlay_reason", "read_only_reason", "nonce", "mac")
@@ -77,24 +81,164 @@ def check_target(path: Path) -> None:
         )
 
 
-def _mac(state: dict[str, Any], key: str) -> str:
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Restored:
+    """What the local restore handed out (store.restore, or a cold fallback): the scope, the
+    job's cache dirs, and what the restore found on the way."""
+
+    root: Path
+    scope_key: str
+    hit: bool
+    read_only: bool
+    read_only_reason: str | None
+    mode: str  # in-place, an overlay strategy (copy, hardlink, ...), or cold-fallback
+    scope_dir: Path
+    inductor_dir: Path
+    triton_dir: Path
+    verify_dir: Path
+    overlay_dir: Path | None
+    files: int = 0
+    bytes: int = 0
+    overlay_reason: str | None = None
+    spare: bool = False
+    verify_mode: str | None = None
+    signed: bool = False
+    signature_checked: bool = False
+    invalidated: tuple[Json, ...] = ()
+    set_aside: Json | None = None
+    quarantined: tuple[Json, ...] = ()
+    lease: Path | None = None
+    fingerprint: Json | None = None
+    restored_at: str | None = None
+    pid: int | None = None
+
+    @classmethod
+    def cold(cls, key: str, root: Path, base: Path, why: str, fingerprint: Json | None) -> Restored:
+        """A store that cannot be used: fresh cache dirs under `base`, nothing to save."""
+        return cls(
+            root=root, scope_key=key, hit=False, read_only=True,
+            read_only_reason=f"store unusable: {why}", mode="cold-fallback",
+            scope_dir=root / key, inductor_dir=base / "inductor", triton_dir=base / "triton",
+            verify_dir=base / "verify", overlay_dir=base, fingerprint=fingerprint,
+        )  # fmt: skip
+
+    @property
+    def torch_path(self) -> str | None:
+        """The torch installation the restore served (from its fingerprint)."""
+        value = (self.fingerprint or {}).get("torch_path")
+        return value if isinstance(value, str) and value else None
+
+
+@dataclass(frozen=True)
+class RemoteUse:
+    """The remote tier a restore used: its store, where, the GitHub key suffix, and whether
+    the run only reads it (restore --remote-read-only)."""
+
+    store: str
+    url: str | None
+    key_suffix: str
+    read_only: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class RestoreState(Restored):
+    """The restore's state, complete: the local restore, the remote tier's report, torch's
+    Redis cache beside them, where it is kept and the caller's nonce (the action's setup)."""
+
+    store: str = "local"
+    remote: Json | None = None  # the remote tier's report (store.remote.transfer.fetch_scope)
+    redis: Json | None = None
+    state_file: Path | None = None
+    nonce: str | None = None
+
+    @classmethod
+    def of(cls, restored: Restored, **rest: Any) -> RestoreState:
+        """The state of `restored` with everything else (`store`, `remote`, ...) given."""
+        local = {f.name: getattr(restored, f.name) for f in fields(Restored)}
+        return cls(**local, **rest)
+
+    @property
+    def remote_use(self) -> RemoteUse | None:
+        """The remote tier this restore used, or None (local only, or no report)."""
+        remote = self.remote
+        if not isinstance(remote, dict) or not isinstance(remote.get("store"), str):
+            return None
+        url = remote.get("url")
+        return RemoteUse(
+            store=remote["store"], url=url if isinstance(url, str) and url else None,
+            key_suffix=str(remote.get("key_suffix") or ""),
+            read_only=bool(remote.get("read_only")),
+        )  # fmt: skip
+
+    def to_json(self) -> Json:
+        """The document written (and embedded in verify's results as `cache`)."""
+        out: Json = {"schema": SCHEMA}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Path):
+                value = str(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        return out
+
+
+_PATHS = ("root", "scope_dir", "inductor_dir", "triton_dir", "verify_dir")
+_OPTIONAL_PATHS = ("overlay_dir", "lease", "state_file")
+_LISTS = ("invalidated", "quarantined")
+_OBJECTS = ("set_aside", "fingerprint", "remote", "redis")
+_FLAGS = ("spare", "signed", "signature_checked")
+_TEXTS = ("verify_mode", "restored_at", "overlay_reason")
+
+
+def _from_checked(data: Json) -> RestoreState:
+    """The state of a document `_problem` accepted; fields it does not check (shown only)
+    fall back to their defaults when malformed."""
+    value: dict[str, Any] = {
+        "scope_key": data["scope_key"], "mode": data["mode"], "hit": data["hit"],
+        "read_only": data["read_only"], "files": data["files"], "bytes": data["bytes"],
+        "read_only_reason": data.get("read_only_reason"), "nonce": data.get("nonce"),
+        "store": data["store"] if isinstance(data.get("store"), str) else "local",
+    }  # fmt: skip
+    value.update({name: Path(data[name]) for name in _PATHS})
+    for name in _OPTIONAL_PATHS:
+        value[name] = Path(data[name]) if isinstance(data.get(name), str) else None
+    for name in _LISTS:
+        items = data.get(name)
+        listed = items if isinstance(items, list) else []
+        value[name] = tuple(x for x in listed if isinstance(x, dict))
+    for name in _OBJECTS:
+        value[name] = data[name] if isinstance(data.get(name), dict) else None
+    for name in _FLAGS:
+        value[name] = data.get(name) is True
+    for name in _TEXTS:
+        value[name] = data[name] if isinstance(data.get(name), str) else None
+    pid = data.get("pid")
+    value["pid"] = pid if type(pid) is int else None
+    return RestoreState(**value)
+
+
+def _mac(state: Json, key: str) -> str:
     body = {k: v for k, v in state.items() if k != "mac"}
     payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     return hmac.new(key.encode(), _MAC_CONTEXT + payload, hashlib.sha256).hexdigest()
 
 
-def write_state(path: Path, state: dict[str, Any], signing_key: str | None) -> None:
-    """Write restore's state: with this job's nonce (when the action set one) and, with a
-    signing key, a MAC over everything, so that a save holding the key takes only what a
-    restore holding it wrote."""
+def write_state(state: RestoreState, signing_key: str | None) -> None:
+    """Write restore's state to its `state_file`: with a signing key, a MAC over everything,
+    so that a save holding the key takes only what a restore holding it wrote."""
+    if state.state_file is None:
+        raise ValueError("a restore state is written to its state_file")
+    path = state.state_file
     check_target(path)
-    state = dict(state)
-    state.pop("mac", None)
-    state["nonce"] = os.environ.get(NONCE_ENV) or None
+    doc = state.to_json()
     if signing_key:
-        state["mac"] = _mac(state, signing_key)
+        doc["mac"] = _mac(doc, signing_key)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
 
 
 def _inside(path: str, parent: Path) -> bool:
@@ -103,16 +247,12 @@ def _inside(path: str, parent: Path) -> bool:
     return candidate.is_absolute() and candidate.parent == parent
 
 
-def _problem(data: Any, root: Path | None, signing_key: str | None) -> str | None:
-    """Why `data` is not a restore state this reader may act on, or None."""
-    from ci_fxcache.env import scopekey
-    from ci_fxcache.store.layout import Layout
-    from ci_fxcache.store.restore import STATE_SCHEMA
-
+def _shape_problem(data: Any) -> str | None:
+    """Why `data` does not have the schema's shape, or None."""
     if not isinstance(data, dict):
         return "it is not a JSON object"
-    if data.get("schema") != STATE_SCHEMA:
-        return f"its schema is {data.get('schema')!r}, not {STATE_SCHEMA}"
+    if data.get("schema") != SCHEMA:
+        return f"its schema is {data.get('schema')!r}, not {SCHEMA} (restore again)"
     for name in _STRINGS:
         if not isinstance(data.get(name), str):
             return f"{name} is not a string"
@@ -128,6 +268,17 @@ def _problem(data: Any, root: Path | None, signing_key: str | None) -> str | Non
             return f"{name} is not true or false"
     if not isinstance(data.get("fingerprint"), dict | None):
         return "fingerprint is not an object"
+    return None
+
+
+def _problem(data: Any, root: Path | None, signing_key: str | None) -> str | None:
+    """Why `data` is not a restore state this reader may act on, or None."""
+    from ci_fxcache.env import scopekey
+    from ci_fxcache.store.layout import Layout
+
+    shape = _shape_problem(data)
+    if shape is not None:
+        return shape
     key = data["scope_key"]
     if not scopekey.KEY_RE.fullmatch(key) or len(key) > scopekey.MAX_KEY_LENGTH:
         return f"scope_key {key[:80]!r} is not a scope key"
@@ -150,9 +301,20 @@ def _problem(data: Any, root: Path | None, signing_key: str | None) -> str | Non
     return None
 
 
+def parse(
+    data: Any, label: str, root: Path | None = None, signing_key: str | None = None
+) -> RestoreState:
+    """The state of a loaded document (see the module's docstring); UsageError (one line,
+    naming `label`) when it is not one this reader may act on."""
+    problem = _problem(data, root, signing_key)
+    if problem is not None:
+        raise UsageError(f"{label} is not a restore state fxcache can use: {problem}")
+    return _from_checked(data)
+
+
 def read_state(
     path: Path, root: Path | None = None, signing_key: str | None = None
-) -> dict[str, Any]:
+) -> RestoreState:
     """Load restore's state file and check it (see the module's docstring); UsageError (one
     line) when it is absent, unreadable, malformed, or not one this reader may act on."""
     if path.is_dir():
@@ -167,7 +329,4 @@ def read_state(
         raise UsageError(f"unreadable restore state {path}: nested too deeply") from None
     except (OSError, ValueError) as exc:
         raise UsageError(f"unreadable restore state {path}: {exc}") from exc
-    problem = _problem(data, root, signing_key)
-    if problem is not None:
-        raise UsageError(f"{path} is not a restore state this save can use: {problem}")
-    return dict(data)
+    return parse(data, str(path), root, signing_key)

@@ -49,6 +49,24 @@ class StoreChoice:
         return self.kind in TIER_KINDS
 
 
+def choose(
+    kind: str,
+    *,
+    url: str | None = None,
+    key_suffix: str = "",
+    read_only: bool,
+    remote_read_only: bool,
+    entry_key: str | None = None,
+) -> StoreChoice:
+    """The one decision of which store a run uses, for the CLI's flags and the action's setup
+    alike: `kind` with its URL, key suffix and entry key, and whether the run may write the
+    remote tier (neither a read-only run nor one told to only read the remote may)."""
+    return StoreChoice(
+        kind=kind, url=url or None, key_suffix=key_suffix, entry_key=entry_key,
+        may_write_remote=not (read_only or remote_read_only),
+    )  # fmt: skip
+
+
 def check_settings(choice: StoreChoice) -> None:
     """UsageError when the environment's settings of the choice's tier are malformed (for s3:
     FXCACHE_S3_TIMEOUT, FXCACHE_S3_DEADLINE): checked before anything is committed."""
