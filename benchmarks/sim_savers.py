@@ -232,7 +232,7 @@ def main() -> None:
                   f"{r['requests'][0]:8g} / {r['requests'][1]:<8d}  "
                   f"{r['publish_s'][0]:8.2f} / {r['publish_s'][1]:<8.2f}  {r['wall']:6.1f}  "
                   f"{r['unfolded']:9d}  {r['unseen_before_fold']:6d}  {r['lost']:4d}"
-                  f"  refs after gc {r['left']} (gc: {json.dumps(r['gc'])})", flush=True)  # fmt: skip
+                  f"  after gc: {r['left']} refs, {json.dumps(r['gc'])}", flush=True)  # fmt: skip
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
