@@ -190,10 +190,12 @@ def simulate(savers: int, latency: float, work: Path) -> dict[str, Any]:
     for t in threads:
         t.start()
     t0[0] = time.perf_counter()
+    cpu = time.process_time()
     go.set()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0[0]
+    cpu = time.process_time() - cpu
     wanted = {f"inductor/fxgraph/r{n}/e{i}" for n in range(savers) for i in range(2)}
     seen, unfolded = _found(store, work)
     folded = _fold(store)
@@ -209,7 +211,7 @@ def simulate(savers: int, latency: float, work: Path) -> dict[str, Any]:
         "attempts": (statistics.median(attempts), max(attempts)),
         "requests": (statistics.median(requests), max(requests)),
         "publish_s": (statistics.median(walls), max(walls)) if walls else (0.0, 0.0),
-        "wall": wall,
+        "wall": wall, "cpu_ms_per_save": 1000 * cpu / savers,
     }  # fmt: skip
 
 
@@ -217,7 +219,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--savers", default="100,500,1000")
     parser.add_argument("--latency-ms", type=float, default=20.0)
+    parser.add_argument("--max-refs", type=int, default=None,
+                        help="references a reader takes (refs.MAX_REFS)")  # fmt: skip
     args = parser.parse_args()
+    if args.max_refs:
+        from ci_fxcache.store.remote.s3 import refs
+
+        refs.MAX_REFS = args.max_refs
     os.environ.setdefault("FXCACHE_S3_DEADLINE", "3600")  # the longest a save may take
     work = Path(tempfile.mkdtemp(prefix="fxcache-sim-"))
     print(f"per-request latency {args.latency_ms:g} ms; load average {os.getloadavg()[0]:.2f}")
@@ -232,7 +240,8 @@ def main() -> None:
                   f"{r['requests'][0]:8g} / {r['requests'][1]:<8d}  "
                   f"{r['publish_s'][0]:8.2f} / {r['publish_s'][1]:<8.2f}  {r['wall']:6.1f}  "
                   f"{r['unfolded']:9d}  {r['unseen_before_fold']:6d}  {r['lost']:4d}"
-                  f"  after gc: {r['left']} refs, {json.dumps(r['gc'])}", flush=True)  # fmt: skip
+                  f"  cpu {r['cpu_ms_per_save']:.0f} ms/save  after gc: {r['left']} refs, "
+                  f"{json.dumps(r['gc'])}", flush=True)  # fmt: skip
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -284,3 +284,27 @@ def seaweed_get(seaweed: SeaweedS3, url: str, rel: str) -> bytes:
     s3: Any = seaweed.client()
     body: bytes = s3.get_object(Bucket=name, Key=f"{prefix}/{rel}")["Body"].read()
     return body
+
+
+def test_the_collection_folds_signed_references_only_with_the_key(
+    tmp_path: Path, run_fxcache: RunFxcache, seaweed: SeaweedS3, bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Without the key a fold would write an unsigned head that keyed readers refuse: the
+    reference stays (and keeps its objects); with the key it is folded into a signed head."""
+    from ci_fxcache.store.policies import Policy
+    from ci_fxcache.store.remote.s3 import invalidate
+
+    key, _root = _one_reference(tmp_path, run_fxcache, seaweed, bucket, monkeypatch, "k1")
+    keyless = invalidate.run(_tier(bucket), Policy(), dry_run=False)["gc"]
+    assert keyless["refs_folded"] == 0 and "FXCACHE_SIGNING_KEY" in keyless["refs_unfolded"][key], (
+        keyless
+    )
+    assert len(_refs(seaweed, bucket, key)) == 1
+    keyed = invalidate.run(_tier(bucket), Policy(), dry_run=False, signing_key="k1")["gc"]
+    assert keyed["refs_folded"] == 1 and keyed["refs_unfolded"] == {}, keyed
+    assert _refs(seaweed, bucket, key) == {}
+    head = json.loads(seaweed_get(seaweed, bucket, f"scopes/{key}/head.json"))
+    assert "signature" in head and head["files"] == len(SAMPLE) + 2, head
+    got, _ = _restore_in_process(bucket, tmp_path / "reader", key, "k1")
+    assert got.files == len(SAMPLE) + 2

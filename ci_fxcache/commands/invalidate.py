@@ -13,7 +13,7 @@ from ci_fxcache.env import fingerprint
 from ci_fxcache.errors import EXIT_CHECK_FAILED, CheckFailed, UsageError
 from ci_fxcache.report import invalidation, text_table
 from ci_fxcache.store import invalidate as local
-from ci_fxcache.store import seal
+from ci_fxcache.store import seal, trust
 from ci_fxcache.store.layout import Layout, resolve_root
 from ci_fxcache.store.policies import Policy, parse_duration, parse_size, parse_torch_version
 from ci_fxcache.store.remote import redis_cache
@@ -172,7 +172,7 @@ def _s3(
         )
     tier = s3_tier(s3_url)
     try:
-        done = s3_invalidate.run(tier, policy, dry_run, grace)
+        done = s3_invalidate.run(tier, policy, dry_run, grace, signing_key=trust.signing_key())
     except RemoteUnavailable as exc:  # the network, not the user's input: exit 1
         raise CheckFailed(f"S3 {tier.describe()}: {exc}") from exc
     return done["rows"], {"url": tier.describe(), "dry_run": dry_run, "gc": done["gc"],

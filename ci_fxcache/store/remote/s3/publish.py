@@ -123,7 +123,7 @@ def publish(
         if e["pack"] not in bad
     }
     current = _current(objects, key, signing_key)
-    found = refs.read(objects, layout, key, signing_key)
+    found = refs.read(objects, layout, key, signing_key, refs.MAX_REFS)
     index = _usable_index(objects, layout, current.head, bad)
     view = {**index.files, **{r: e for r, e in found.files().items() if e["pack"] not in bad}}
     lacking = sorted(

@@ -99,7 +99,7 @@ def read(
     layout: Layout,
     key: str,
     signing_key: str | None,
-    first: int | None = MAX_REFS,
+    first: int | None,
     *,
     warn: bool = True,
 ) -> Found:
@@ -224,7 +224,7 @@ def view(
     head, _etag = objects.read_head(key)
     if head is not None and signing_key:
         check_signature(head, signing_key)
-    found = read(objects, layout, key, signing_key)
+    found = read(objects, layout, key, signing_key, MAX_REFS)
     entries = objects.index(layout, head) if head is not None else {}
     entries.update(found.files())
     return (head or (found.refs[-1].body if found.refs else None)), entries
