@@ -220,11 +220,21 @@ def view(
     """What a restore of scope `key` writes: the fields of its head (else of its newest
     reference; None when it has neither) and the head's index with the references' entries
     over it. RemoteCorrupt when the head is not one a save wrote or, with a key, is not signed
-    with it (as without references)."""
-    head, _etag = objects.read_head(key)
-    if head is not None and signing_key:
-        check_signature(head, signing_key)
-    found = read(objects, layout, key, signing_key, MAX_REFS)
-    entries = objects.index(layout, head) if head is not None else {}
+    with it (as without references). The head and its segments are read beside the listing
+    of the references and their reads: no round trip more when there are none."""
+    got: dict[str, Any] = {}
+
+    def one(what: str) -> None:
+        if what == "refs":
+            got[what] = read(objects, layout, key, signing_key, MAX_REFS)
+            return
+        head, _etag = objects.read_head(key)
+        if head is not None and signing_key:
+            check_signature(head, signing_key)
+        got[what] = (head, objects.index(layout, head) if head is not None else {})
+
+    parallel.run(one, ["head", "refs"])
+    head, entries = got["head"]
+    found: Found = got["refs"]
     entries.update(found.files())
     return (head or (found.refs[-1].body if found.refs else None)), entries
