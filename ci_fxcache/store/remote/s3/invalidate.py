@@ -1,12 +1,18 @@
 """`fxcache invalidate --s3`: an inventory of the bucket's scopes, the same policies over them,
 then a garbage collection of packs and segments that no head references.
 
-A scope's last use is the newest LastModified of its head (written by saves) and of its
-last-used marker (an empty PUT by every trusted restore); its size in the bucket is the bytes
-of the packs and segments its head names (`--max-size` counts these). Removing a scope
-deletes its head and marker; its packs and segments go with the collection, unless a kept
-scope names them too (packs are named by content, so scopes can share them): what a run
+A scope's last use is the newest LastModified of its head (written by saves), its references
+(refs.py) and its last-used marker (an empty PUT by every trusted restore); its size in the
+bucket is the bytes of the packs and segments its head and references name (`--max-size`
+counts these). Removing a scope deletes its head, references and marker; its packs and
+segments go with the collection, unless a kept scope names them too (packs are named by content, so scopes can share them): what a run
 frees is what the collection deletes, never the removed scopes' sizes added up.
+
+Before the collection, each kept scope's references are folded into its head
+(publish.fold: one conditional PUT; signed ones only with the signing key) and deleted; a
+reference older than the grace that no reader would serve (unreadable, not signed with the
+key, or naming an object that is gone) is dropped instead. The objects every remaining
+reference names are kept like the head's.
 
 The collection spares objects younger than the grace period (at least `MIN_GRACE_S`): a save
 uploads its packs and segment before the head that references them, and may reuse packs it
