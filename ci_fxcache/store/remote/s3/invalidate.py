@@ -5,8 +5,9 @@ A scope's last use is the newest LastModified of its head (written by saves), it
 (refs.py) and its last-used marker (an empty PUT by every trusted restore); its size in the
 bucket is the bytes of the packs and segments its head and references name (`--max-size`
 counts these). Removing a scope deletes its head, references and marker; its packs and
-segments go with the collection, unless a kept scope names them too (packs are named by content, so scopes can share them): what a run
-frees is what the collection deletes, never the removed scopes' sizes added up.
+segments go with the collection, unless a kept scope names them too (packs are named by
+content, so scopes can share them): what a run frees is what the collection deletes, never
+the removed scopes' sizes added up.
 
 Before the collection, each kept scope's references are folded into its head
 (publish.fold: one conditional PUT; signed ones only with the signing key) and deleted; a
