@@ -35,6 +35,7 @@ reusing the packs it already uploaded.
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 from dataclasses import dataclass
@@ -123,7 +124,11 @@ def publish(
         if e["pack"] not in bad
     }
     current = _current(objects, key, signing_key)
-    found = refs.read(objects, layout, key, signing_key, refs.MAX_REFS)
+    listed, more = refs.names(objects, key, refs.MAX_REFS)
+    folds = len(listed) <= refs.FOLD_READS or random.random() < refs.FOLD_READS / len(listed)
+    found = (
+        refs.read_listed(objects, layout, key, signing_key, listed, more) if folds else refs.Found()
+    )  # a save that does not fold reads no reference: it writes its own
     index = _usable_index(objects, layout, current.head, bad)
     view = {**index.files, **{r: e for r, e in found.files().items() if e["pack"] not in bad}}
     lacking = sorted(
@@ -139,16 +144,20 @@ def publish(
         uploaded, sent = _upload_packs(objects, layout, key, upload, files, signing_key)
         entries.update(uploaded)
     own = _put_segments(objects, entries) if entries else []
-    composed = _compose(objects, key, current, index, found, own, entries, local, signing_key)
-    body = _head_body(composed)
+    composed = (
+        _compose(objects, key, current, index, found, own, entries, local, signing_key)
+        if folds
+        else None
+    )
     _fault_pause()
-    via = _put_once(objects, key, current, body, own, entries, local, signing_key)
+    via = _put_once(objects, key, current, composed, own, entries, local, signing_key)
     if via == "none":
-        return {"published": False, "attempts": 1, "refs_read": len(found.refs),
-                "reason": "the bucket has every file; folding its references lost a race",
+        return {"published": False, "attempts": 1, "refs_listed": len(listed),
+                "reason": "the bucket has every file; its references wait for a later fold",
                 **objects.stats()}  # fmt: skip
+    head = composed or {}
     folded = refs.delete(objects, key, [r.name for r in found.refs]) if via == "head" else 0
-    named = _settle(objects, layout, bad, sent, orphans, composed if via == "head" else own, key)
+    named = _settle(objects, layout, bad, sent, orphans, head if via == "head" else own, key)
     dropped = _warn_dropped(objects, key, index, len(entries)) if via == "head" else []
     return {
         "published": True,
@@ -158,11 +167,12 @@ def publish(
         "uploaded_files": len(uploaded),
         "reused_orphans": len({e["pack"] for e in orphans.values()} & named),
         "attempts": 1,
+        "refs_listed": len(listed),
         "refs_read": len(found.refs),
         "refs_folded": folded,
-        "head_files": composed["files"],
-        "head_bytes": composed["total_bytes"],
-        "segments": len(composed["segments"]),
+        "head_files": head.get("files"),
+        "head_bytes": head.get("total_bytes"),
+        "segments": len(head.get("segments", own)),
         "rewrote_index": index.rewrite and via == "head",
         "replaced": current.replaced if via == "head" else None,
         **({"dropped_segments": dropped} if dropped else {}),
@@ -174,21 +184,23 @@ def _put_once(
     objects: S3Objects,
     key: str,
     current: _Head,
-    body: bytes,
+    composed: dict[str, Any] | None,
     own: list[dict[str, Any]],
     entries: dict[str, dict[str, Any]],
     local: dict[str, Any],
     signing_key: str | None,
 ) -> str:
-    """One conditional PUT of the folded head, never retried; when another writer changed
-    the head first, this save's own reference instead (refs.py), which cannot lose. How it
-    published: "head", "reference", or "none" (the fold lost and the save had nothing of its
-    own)."""
+    """One conditional PUT over `current` of the folded head `composed` (None: this save
+    does not fold), never retried; when another writer changed the head first, this save's
+    own reference instead (refs.py), which cannot lose. How it published: "head",
+    "reference", or "none" (no fold, and nothing of its own)."""
     try:
-        objects.bucket.put(objects.head_key(key), body, if_match=current.etag,
-                           if_absent=current.etag is None,
-                           content_type="application/json")  # fmt: skip
-        return "head"
+        if composed is not None:
+            body = _head_body(composed)
+            objects.bucket.put(objects.head_key(key), body, if_match=current.etag,
+                               if_absent=current.etag is None,
+                               content_type="application/json")  # fmt: skip
+            return "head"
     except S3Conflict:
         pass
     except (S3Unavailable, S3Missing) as exc:

@@ -46,6 +46,10 @@ from ci_fxcache.store.remote.tier import RemoteCorrupt, RemoteUnavailable
 # References one read takes: one LIST page (S3 answers at most 1,000 keys a request), and
 # their GETs in parallel (parallel.py's pool) with their segments.
 MAX_REFS = 256
+# A save reads (and folds) the references it lists when there are at most this many, else
+# with the probability FOLD_READS / their number (publish.py): a save reads FOLD_READS
+# references on average, whatever the backlog, and the backlog still drains.
+FOLD_READS = 16
 _NAME = re.compile(r"^[0-9]{13}-[0-9a-f]{16}$")
 
 
@@ -107,6 +111,22 @@ def read(
     each checked (module docstring); one warning for those left out and one when there are
     more than `first`, unless `warn` is false."""
     listed, more = names(objects, key, first)
+    return read_listed(objects, layout, key, signing_key, listed, more, warn=warn)
+
+
+def read_listed(
+    objects: S3Objects,
+    layout: Layout,
+    key: str,
+    signing_key: str | None,
+    listed: list[str],
+    more: bool,
+    *,
+    warn: bool = True,
+) -> Found:
+    """References `listed` (names(): `more` when the listing held more), as read() takes
+    them."""
+    first = len(listed)
     got: dict[str, Ref | str] = {}
     lock = threading.Lock()
 
