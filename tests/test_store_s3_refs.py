@@ -308,3 +308,27 @@ def test_the_collection_folds_signed_references_only_with_the_key(
     assert "signature" in head and head["files"] == len(SAMPLE) + 2, head
     got, _ = _restore_in_process(bucket, tmp_path / "reader", key, "k1")
     assert got.files == len(SAMPLE) + 2
+
+
+def test_a_save_folds_few_or_stale_references_and_a_burst_only_by_chance(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Up to FOLD_READS references, or a backlog older than FOLD_STALE_S, a save reads and
+    folds them; past that, only when its draw (FOLD_READS in n) says so."""
+    from ci_fxcache.store.remote.s3 import refs
+
+    now = int(time.time() * 1000)
+    fresh = [f"{now - i:013d}-{i:016x}" for i in range(1000)][::-1]
+    assert refs.folds(fresh[: refs.FOLD_READS])
+    stale = [f"{now - int(refs.FOLD_STALE_S * 1000) - 1000:013d}-{0:016x}", *fresh]
+    draws: list[int] = []
+
+    def last(n: int) -> int:  # the draw that never folds
+        draws.append(n)
+        return n - 1
+
+    monkeypatch.setattr(refs.secrets, "randbelow", last)
+    assert refs.folds(stale) and draws == []
+    assert not refs.folds(fresh) and draws == [1000]
+    monkeypatch.setattr(refs.secrets, "randbelow", lambda n: refs.FOLD_READS - 1)
+    assert refs.folds(fresh)

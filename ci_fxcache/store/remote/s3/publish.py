@@ -35,7 +35,6 @@ reusing the packs it already uploaded.
 from __future__ import annotations
 
 import os
-import random
 import threading
 import time
 from dataclasses import dataclass
@@ -125,7 +124,7 @@ def publish(
     }
     current = _current(objects, key, signing_key)
     listed, more = refs.names(objects, key, refs.MAX_REFS)
-    folds = len(listed) <= refs.FOLD_READS or random.random() < refs.FOLD_READS / len(listed)
+    folds = refs.folds(listed)
     found = (
         refs.read_listed(objects, layout, key, signing_key, listed, more) if folds else refs.Found()
     )  # a save that does not fold reads no reference: it writes its own

@@ -50,6 +50,9 @@ MAX_REFS = 256
 # with the probability FOLD_READS / their number (publish.py): a save reads FOLD_READS
 # references on average, whatever the backlog, and the backlog still drains.
 FOLD_READS = 16
+# ... and always when the oldest it lists is older than this (by its writer's clock): not a
+# burst of savers at once but a backlog, which the next save folds.
+FOLD_STALE_S = 30.0
 _NAME = re.compile(r"^[0-9]{13}-[0-9a-f]{16}$")
 
 
@@ -82,6 +85,14 @@ class Found:
         for ref in self.refs:
             merged.update(ref.files)
         return merged
+
+
+def folds(listed: list[str]) -> bool:
+    """Does a save that listed references `listed` (oldest first) read and fold them?"""
+    n = len(listed)
+    if n <= FOLD_READS or time.time() - int(listed[0][:13]) / 1000 > FOLD_STALE_S:
+        return True
+    return secrets.randbelow(n) < FOLD_READS
 
 
 def names(objects: S3Objects, key: str, first: int | None) -> tuple[list[str], bool]:
