@@ -17,19 +17,21 @@ Anything else (unsigned, signed with another key, unreadable) is foreign: the sa
 fresh head from this job's own verified files (its signed local manifest) and the
 references that verify, and says so. A head without a key is extended as it is.
 
-Many writers (refs.py): a save reads the head with its ETag and the scope's references, and
-makes one conditional PUT (`If-Match`, or `If-None-Match: *` for a first head) of a head
-that folds in every reference it read plus its own segments; it is never retried. When
-another writer changed the head first, the save writes its own immutable reference instead
-(a unique name: it cannot lose), and readers merge it until a later save's fold or the
-scheduled `fxcache invalidate --s3` takes it into the head. So every save publishes with one
-attempt and a fixed number of requests besides the references it reads (at most
-refs.MAX_REFS), whatever the number of runners. Chosen by measurement over re-reading and
-retrying the head (benchmarks/sim_savers.py, docs/store.md: at 500 savers at once 85 / 167
-attempts and up to 468 s to publish, against 1 attempt here). A save whose time bound runs
-out says so (a warning, `published: false`); its files stay committed locally and the next
-save on that runner compares the local manifest with the bucket's index and publishes them,
-reusing the packs it already uploaded.
+Many writers (refs.py): a save reads the head with its ETag and lists the scope's references
+(reading them only when it folds: refs.folds), and makes one conditional PUT (`If-Match`, or
+`If-None-Match: *` for a first head) of a head that folds in every reference it read plus
+its own segments; it is never retried. When another writer changed the head first, the save
+writes its own immutable reference instead (a unique name: it cannot lose), and readers
+merge it until a later save's fold or the scheduled `fxcache invalidate --s3` takes it into
+the head. A save that does not fold writes its reference without trying the head. So every
+save publishes with one attempt and a fixed number of requests besides the references it
+reads (refs.FOLD_READS on average, at most refs.MAX_REFS), whatever the number of runners.
+Chosen by measurement over re-reading and retrying the head (benchmarks/sim_savers.py,
+docs/store.md: at 500 savers at once 85 / 167 attempts and up to 468 s to publish, against 1
+attempt, 6 requests and 1.1 s here). A save whose time bound runs out says so (a warning,
+`published: false`); its files stay committed locally and the next save on that runner
+compares the local manifest with the bucket's index and publishes them, reusing the packs it
+already uploaded.
 """
 
 from __future__ import annotations

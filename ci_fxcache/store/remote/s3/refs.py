@@ -7,6 +7,13 @@ the head when there is a key. Its name is unique (`If-None-Match: *` cannot lose
 by the writer's clock. A reader's view of a scope is the head's index, then each
 reference's in name order: a later entry for a path wins, as a later segment does in a head.
 
+Which saves fold: a save lists the references (one LIST) and reads and folds them when there
+are at most FOLD_READS, when the oldest is older than FOLD_STALE_S (a backlog, not a burst),
+or else with the probability FOLD_READS / their number; a save that does not fold reads none
+and writes its own reference at once. So a save reads FOLD_READS references on average
+whatever the number of savers at once, and the references of a burst are folded by the saves
+that follow it (or the collection).
+
 Bounds: a reader lists at most MAX_REFS references (one LIST request) and reads those, the
 oldest first: the view is always the head plus a prefix of the saves after it, the same
 prefix the next fold takes, so a fold never puts an older entry after a newer one. Past
