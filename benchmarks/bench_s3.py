@@ -613,11 +613,15 @@ def _saver_rounds(
     """The concurrent savers' rows: one round per count of --savers."""
     rounds = [_savers(work, env, restore, int(n)) for n in args.savers.split(",")]
     print("\nconcurrent saves of one scope (one process each, released together):")
-    print("  savers  published  files lost  attempts (median / max)  requests (median)  wall")
+    print("  savers  published  by reference  files lost  attempts (median / max)  "
+          "requests (median / max)  published after s (median / max)  wall")  # fmt: skip
     for r in rounds:
         tries = f"{r['attempts_median']:g} / {r['attempts_max']}"
-        print(f"  {r['savers']:6d}  {r['published']:9d}  {r['lost']:10d}  {tries:>23s}  "
-              f"{r['requests_median']:17g}  {r['wall']:.1f} s")  # fmt: skip
+        sent = f"{r['requests_median']:g} / {r['requests_max']}"
+        took = f"{r['publish_s'][0]:.1f} / {r['publish_s'][1]:.1f}"
+        print(f"  {r['savers']:6d}  {r['published']:9d}  {r['via_reference']:12d}  "
+              f"{r['lost']:10d}  {tries:>23s}  {sent:>23s}  {took:>32s}  "
+              f"{r['wall']:.1f} s")  # fmt: skip
     clean = [r["savers"] for r in rounds if r["lost"] == 0 and r["published"] == r["savers"]]
     print(f"concurrent-saver count that loses nothing: {max(clean) if clean else 'none'} "
           f"(largest tried: {max(r['savers'] for r in rounds)})")  # fmt: skip
@@ -705,10 +709,11 @@ def _savers(
              for r in roots]  # fmt: skip
     ready = [p.stdout.readline() if p.stdout else "" for p in procs]
     assert all(line.startswith("ready") for line in ready), ready
-    start = time.perf_counter()
+    start, began = time.perf_counter(), time.time()
     go.touch()
     results = [json.loads(p.communicate()[0]) for p in procs]
     wall = time.perf_counter() - start
+    took = [r["done_at"] - began for r in results if r.get("published")]
     reader, _ = restore(work / f"reader{count}", work / f"rd{count}.json", None,
                         "--salt", f"savers{count}")  # fmt: skip
     got = set(_manifest_files(Path(reader["scope_dir"])))
@@ -717,6 +722,9 @@ def _savers(
     requests = [sum((r.get("requests") or {}).values()) for r in results]
     return {
         "requests_median": statistics.median(requests),
+        "requests_max": max(requests),
+        "via_reference": sum(1 for r in results if r.get("via") == "reference"),
+        "publish_s": (statistics.median(took), max(took)) if took else (0.0, 0.0),
         "savers": count,
         "published": sum(1 for r in results if r.get("published")),
         "lost": len(wanted - got),
@@ -742,7 +750,7 @@ def _publish(root: str, key: str, go: str) -> None:
     try:
         layout = Layout(Path(root))
         committed = Committed.read(layout.manifest(key))
-        print(json.dumps(s3.publish(layout, key, committed, None)))
+        print(json.dumps({**s3.publish(layout, key, committed, None), "done_at": time.time()}))
     except RemoteUnavailable as exc:
         print(json.dumps({"published": False, "error": str(exc)}))
 

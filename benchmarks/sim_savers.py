@@ -33,11 +33,10 @@ sys.path.insert(0, str(ROOT))
 
 from ci_fxcache.store import manifest as mf  # noqa: E402
 from ci_fxcache.store.layout import Layout  # noqa: E402
-from ci_fxcache.store.remote.s3 import client, index  # noqa: E402
+from ci_fxcache.store.remote.s3 import client  # noqa: E402
 from ci_fxcache.store.remote.s3.client import S3Conflict, S3Missing  # noqa: E402
 
-KEY = "fxcache-v1-linux-x86_64-torch2.13.0-cpu-py3.11-sim"
-FOLD_AT = 64  # the refs design: a save that finds this many references folds them
+KEY = "fxcache-v1-linux-x86_64-cp311-torch2.13.0-cpu-0123456789ab-sim"  # scopekey.KEY_RE
 
 
 @dataclass
@@ -95,11 +94,15 @@ class SimBucket:
         f.seek(0)
         self.put(key, f.read(size))
 
-    def listing(self, prefix: str) -> list[dict[str, Any]]:
+    def listing(self, prefix: str, first: int | None = None) -> list[dict[str, Any]]:
         self._request("list_objects_v2")
         with self.store.lock:
             keys = sorted(k for k in self.store.objects if k.startswith(prefix))
+        keys = keys if first is None else keys[: first + 1]
         return [{"Key": k, "Size": len(self.store.objects[k][0]), "LastModified": 0} for k in keys]
+
+    def versioning(self) -> str:
+        return "off"
 
     def delete(self, key: str) -> None:
         self._request("delete_object")
@@ -136,7 +139,7 @@ def _objects(store: Store) -> Any:
     return S3Objects(client.Location("sim", "fxcache"), cast(Any, SimBucket(store)))
 
 
-def _head_design(store: Store, layout: Layout, out: dict[str, Any], t0: float) -> None:
+def _save(store: Store, layout: Layout, out: dict[str, Any], t0: float) -> None:
     """The real publish path (store.remote.s3.publish) against the stand-in."""
     from ci_fxcache.store.remote.s3 import publish
     from ci_fxcache.store.remote.tier import RemoteUnavailable
@@ -144,102 +147,71 @@ def _head_design(store: Store, layout: Layout, out: dict[str, Any], t0: float) -
     objects = _objects(store)
     objects.start()
     try:
-        got = publish.publish(objects, layout, KEY, None)
+        got = publish.publish(objects, layout, KEY, mf.Committed.read(layout.manifest(KEY)), None)
     except RemoteUnavailable as exc:
         got = {"published": False, "error": str(exc)}
     out.update(got, requests=sum(objects.bucket.requests.values()), wall=time.perf_counter() - t0)
 
 
-def _refs_design(store: Store, layout: Layout, out: dict[str, Any], t0: float) -> None:
-    """The alternative, modelled with the same requests a save would send: read the head
-    and list the references (what the bucket has), PUT the pack and the segment, PUT an
-    immutable reference named by the segment (If-None-Match: never loses), then, when it
-    found FOLD_AT references or more, fold them into the head once (a conditional PUT; a
-    lost race is left to a later save) and delete the folded references."""
+def _found(store: Store, work: Path) -> tuple[set[str], int]:
+    """The files a reader finds (store.remote.s3.refs.view: the head and at most
+    refs.MAX_REFS references), and how many references are left unfolded."""
+    from ci_fxcache.store.remote.s3 import refs
+
     objects = _objects(store)
-    bucket: SimBucket = objects.bucket
-    local = mf.load(layout.manifest(KEY))
-    head_key = objects.head_key(KEY)
-    refs_prefix = objects.where.key("scopes", KEY, "refs") + "/"
-    try:
-        head, etag = bucket.get(head_key, limit=index.MAX_HEAD_BYTES)
-    except S3Missing:
-        head, etag = b"[]", None
-    listed = bucket.listing(refs_prefix)
-    entries = {rel: {"sha256": e["sha256"], "size": e["size"]} for rel, e in local["files"].items()}
-    segment = json.dumps(entries, sort_keys=True).encode()
-    digest = hashlib.sha256(segment).hexdigest()
-    bucket.put(objects.pack_key(digest), b"pack bytes")
-    bucket.put(objects.segment_key(digest), segment)
-    bucket.put(refs_prefix + digest, b"", if_absent=True)
-    out.update(published=True, attempts=1, wall=time.perf_counter() - t0)
-    if len(listed) >= FOLD_AT:
-        folded = set(json.loads(head))
-        names = [item["Key"].rsplit("/", 1)[1] for item in listed]
-        for name in names:  # a folding save reads the segments it merges
-            bucket.get(objects.segment_key(name), limit=index.MAX_SEGMENT_OBJECT)
-        bucket.put(objects.segment_key(digest + "-merged"), segment)
-        try:
-            bucket.put(head_key, json.dumps(sorted(folded | set(names))).encode(),
-                       if_match=etag, if_absent=etag is None)  # fmt: skip
-            for name in names:
-                bucket.delete(refs_prefix + name)
-        except S3Conflict:
-            pass
-    out["requests"] = sum(bucket.requests.values())
+    objects.start()
+    _meta, entries = refs.view(objects, Layout(Path(tempfile.mkdtemp(dir=work))), KEY, None)
+    return set(entries), len(refs.names(objects, KEY, None)[0])
 
 
-def _found(store: Store, design: str) -> set[str]:
-    """The files a reader finds: the head's index (head design) or the head's folded
-    segments plus the listed references (refs design)."""
+def _fold(store: Store) -> dict[str, Any]:
+    """The scheduled collection's fold (store.remote.s3.invalidate), every reference."""
+    from ci_fxcache.store.policies import Policy
+    from ci_fxcache.store.remote.s3 import invalidate
+
     objects = _objects(store)
-    if design == "head":
-        head, _etag = objects.read_head(KEY)
-        if head is None:
-            return set()
-        return set(objects.index(Layout(Path(tempfile.mkdtemp())), head))
-    head_key = objects.head_key(KEY)
-    folded = set(json.loads(store.objects[head_key][0])) if head_key in store.objects else set()
-    prefix = objects.where.key("scopes", KEY, "refs") + "/"
-    names = folded | {k.rsplit("/", 1)[1] for k in store.objects if k.startswith(prefix)}
-    found: set[str] = set()
-    for name in names:
-        found |= set(json.loads(store.objects[objects.segment_key(name)][0]))
-    return found
+    done = invalidate.run(objects, Policy(), dry_run=False)
+    return cast(dict[str, Any], done["gc"])
 
 
-def simulate(design: str, savers: int, latency: float, work: Path) -> dict[str, Any]:
+def simulate(savers: int, latency: float, work: Path) -> dict[str, Any]:
     """One round: `savers` runners publish at once; the figures."""
-    layouts = [_runner(work / f"{design}{savers}", n) for n in range(savers)]
+    layouts = [_runner(work / f"savers{savers}", n) for n in range(savers)]
     store = Store(latency)
     results: list[dict[str, Any]] = [{} for _ in layouts]
-    run = _head_design if design == "head" else _refs_design
     go = threading.Event()
     t0 = [0.0]
 
     def saver(n: int) -> None:
         go.wait()
-        run(store, layouts[n], results[n], t0[0])
+        _save(store, layouts[n], results[n], t0[0])
 
     threads = [threading.Thread(target=saver, args=(n,)) for n in range(savers)]
     for t in threads:
         t.start()
     t0[0] = time.perf_counter()
+    cpu = time.process_time()
     go.set()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0[0]
+    cpu = time.process_time() - cpu
     wanted = {f"inductor/fxgraph/r{n}/e{i}" for n in range(savers) for i in range(2)}
-    lost = len(wanted - _found(store, design))
+    seen, unfolded = _found(store, work)
+    folded = _fold(store)
+    after, left = _found(store, work)
     attempts = [r.get("attempts", 0) for r in results]
     requests = [r.get("requests", 0) for r in results]
     walls = [r["wall"] for r in results if r.get("published")]
+    via = [r.get("via") for r in results]
     return {
-        "design": design, "savers": savers, "published": len(walls), "lost": lost,
+        "savers": savers, "published": len(walls), "lost": len(wanted - after),
+        "unseen_before_fold": len(wanted - seen), "unfolded": unfolded, "left": left,
+        "via_head": via.count("head"), "gc": folded,
         "attempts": (statistics.median(attempts), max(attempts)),
         "requests": (statistics.median(requests), max(requests)),
         "publish_s": (statistics.median(walls), max(walls)) if walls else (0.0, 0.0),
-        "wall": wall,
+        "wall": wall, "cpu_ms_per_save": 1000 * cpu / savers,
     }  # fmt: skip
 
 
@@ -247,22 +219,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--savers", default="100,500,1000")
     parser.add_argument("--latency-ms", type=float, default=20.0)
-    parser.add_argument("--designs", default="head,refs")
+    parser.add_argument("--max-refs", type=int, default=None,
+                        help="references a reader takes (refs.MAX_REFS)")  # fmt: skip
     args = parser.parse_args()
+    if args.max_refs:
+        from ci_fxcache.store.remote.s3 import refs
+
+        refs.MAX_REFS = args.max_refs
     os.environ.setdefault("FXCACHE_S3_DEADLINE", "3600")  # the longest a save may take
     work = Path(tempfile.mkdtemp(prefix="fxcache-sim-"))
     print(f"per-request latency {args.latency_ms:g} ms; load average {os.getloadavg()[0]:.2f}")
-    print("design  savers  published  lost  attempts (med / max)  requests (med / max)  "
-          "publish s (med / max)  wall s")  # fmt: skip
+    print("savers  published  head/ref  attempts (med / max)  requests (med / max)  "
+          "publish s (med / max)  wall s  refs left  unseen  lost after gc")  # fmt: skip
     try:
-        for design in args.designs.split(","):
-            for count in (int(n) for n in args.savers.split(",")):
-                r = simulate(design, count, args.latency_ms / 1000, work)
-                print(f"{r['design']:6s}  {r['savers']:6d}  {r['published']:9d}  {r['lost']:4d}  "
-                      f"{r['attempts'][0]:8g} / {r['attempts'][1]:<8d}  "
-                      f"{r['requests'][0]:8g} / {r['requests'][1]:<8d}  "
-                      f"{r['publish_s'][0]:8.1f} / {r['publish_s'][1]:<8.1f}  {r['wall']:.1f}",
-                      flush=True)  # fmt: skip
+        for count in (int(n) for n in args.savers.split(",")):
+            r = simulate(count, args.latency_ms / 1000, work)
+            refs = r["savers"] - r["via_head"]
+            print(f"{r['savers']:6d}  {r['published']:9d}  {r['via_head']:4d}/{refs:<4d}  "
+                  f"{r['attempts'][0]:8g} / {r['attempts'][1]:<8d}  "
+                  f"{r['requests'][0]:8g} / {r['requests'][1]:<8d}  "
+                  f"{r['publish_s'][0]:8.2f} / {r['publish_s'][1]:<8.2f}  {r['wall']:6.1f}  "
+                  f"{r['unfolded']:9d}  {r['unseen_before_fold']:6d}  {r['lost']:4d}"
+                  f"  cpu {r['cpu_ms_per_save']:.0f} ms/save  after gc: {r['left']} refs, "
+                  f"{json.dumps(r['gc'])}", flush=True)  # fmt: skip
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

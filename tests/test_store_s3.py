@@ -368,8 +368,10 @@ def test_throttling_is_retried_a_bounded_number_of_times_then_local_only(
     _local_only(store, "throttled")
     from ci_fxcache.store.remote.s3.client import MAX_ATTEMPTS
 
-    # restore: the head (attempts); save: the head (attempts); nothing after the first refusal
-    assert len(misbehaving.seen) == 2 * MAX_ATTEMPTS, misbehaving.seen
+    # restore: the head and the listing of its references at once (attempts each); save: the
+    # head (attempts); nothing after the first refusal
+    assert len(misbehaving.seen) == 3 * MAX_ATTEMPTS, misbehaving.seen
+    assert sum("list-type=2" in r for r in misbehaving.seen) == MAX_ATTEMPTS, misbehaving.seen
 
 
 def test_a_hung_server_costs_bounded_timeouts_then_local_only(

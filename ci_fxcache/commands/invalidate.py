@@ -16,6 +16,7 @@ from ci_fxcache.env import fingerprint
 from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
 from ci_fxcache.report import invalidation, text_table
 from ci_fxcache.report.invalidation import human_bytes
+from ci_fxcache.store import trust
 from ci_fxcache.store.layout import resolve_root
 from ci_fxcache.store.policies import Policy, parse_duration, parse_size, parse_torch_version
 from ci_fxcache.store.remote.factory import StoreChoice, invalidator_for
@@ -119,6 +120,7 @@ def run(
         dry_run=dry_run,
         urls={"redis": redis_url, "s3": s3_url},
         gc_grace=gc_grace,
+        signing_key=trust.signing_key(),
     )
     print(json.dumps(result, indent=2) if as_json else _table(result))
     return code
@@ -133,11 +135,13 @@ def invalidate(
     urls: Mapping[str, str | None] | None = None,
     gc_grace: str = "1d",
     github_token: str | None = None,
+    signing_key: str | None = None,
 ) -> tuple[dict[str, Any], int]:
     """The typed call behind `fxcache invalidate` (the action's invalidate makes it too): each
     store of `stores` (local, redis, github, s3), built by the factory, cleaned by one call
     shape; the result as `--json` prints it, and the exit code (1: something selected was
-    not removed). A store that cannot be reached raises CheckFailed (exit 1)."""
+    not removed). A store that cannot be reached raises CheckFailed (exit 1). With
+    `signing_key`, the bucket's collection folds signed references into the head."""
     inventory = list(stores) == ["s3"] and dry_run
     if policy.empty and not inventory:
         raise UsageError(
@@ -151,8 +155,9 @@ def invalidate(
     for kind in stores:
         choice = StoreChoice(kind=kind, url=(urls or {}).get(kind))
         store = invalidator_for(
-            choice, root=local_root, gc_grace_s=grace, github_token=github_token
-        )
+            choice, root=local_root, gc_grace_s=grace, github_token=github_token,
+            signing_key=signing_key,
+        )  # fmt: skip
         done = store.invalidate(policy, dry_run)
         result["rows"] += done.rows
         result.update(done.extra)

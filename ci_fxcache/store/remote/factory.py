@@ -110,11 +110,13 @@ def invalidator_for(
     root: Path | None = None,
     gc_grace_s: float | None = None,
     github_token: str | None = None,
+    signing_key: str | None = None,
 ) -> Invalidator:
     """What `fxcache invalidate` applies its policies to, for every kind of store: the local
     `root` (both trust namespaces), the S3 bucket (`choice.url`, else $FXCACHE_S3_URL;
     unreferenced objects older than `gc_grace_s` collected), GitHub's Actions caches (the
-    job's `github_token`, else $GITHUB_TOKEN), Redis (`choice.url`, else $FXCACHE_REDIS_URL).
+    job's `github_token`, else $GITHUB_TOKEN), Redis (`choice.url`, else $FXCACHE_REDIS_URL);
+    with `signing_key`, the bucket's signed references are folded too.
     UsageError when the store's settings are missing or malformed."""
     match choice.kind:
         case "local":
@@ -127,7 +129,7 @@ def invalidator_for(
             from ci_fxcache.store.remote.s3 import invalidate as s3_invalidate
 
             grace = s3_invalidate.DEFAULT_GRACE_S if gc_grace_s is None else gc_grace_s
-            return s3_invalidate.Bucket(s3_tier(choice.url), grace)
+            return s3_invalidate.Bucket(s3_tier(choice.url), grace, signing_key)
         case "github":
             from ci_fxcache.store.remote.github import invalidate as github_invalidate
 

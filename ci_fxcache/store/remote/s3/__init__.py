@@ -5,6 +5,9 @@ PREFIX/scopes/<scope-key>/head.json  the scope's remote manifest: its index segm
                                      file count, packs each references), fingerprint, times,
                                      optional HMAC; replaced only by a conditional PUT
 PREFIX/scopes/<scope-key>/last-used  empty; its LastModified is the scope's last use
+PREFIX/scopes/<scope-key>/refs/<ms>-<random>
+                                     immutable, head-shaped: one save's segments when it could
+                                     not fold into the head at once (refs.py)
 PREFIX/segments/<sha256>             immutable zstd JSON: path -> sha256, size, pack, offset;
                                      each pack's frame table
 PREFIX/packs/<sha256>                immutable: many files' bytes back to back, as zstd frames
@@ -22,7 +25,8 @@ the key extends only a head signed with it (publish.py).
     objects.py     object keys, the client, reads of the index, this runner's memory
     parallel.py    requests on a fixed pool of threads
     fetch.py       restore: download and unpack into a fresh directory
-    publish.py     save: packs, segment, the conditional head PUT and its retries
+    publish.py     save: packs, segment, one conditional head PUT (a fold), else a reference
+    refs.py        references: names, capped and checked reads, the restore's view
     tier.py        S3Tier: the above as a store.remote.tier.RemoteTier
-    invalidate.py  `invalidate --s3`: inventory, policies over the bucket's scopes, then GC
+    invalidate.py  `invalidate --s3`: inventory, policies over the bucket's scopes, folds, GC
 """

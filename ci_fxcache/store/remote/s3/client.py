@@ -415,12 +415,16 @@ class Bucket:
         with contextlib.suppress(S3Missing):
             self._call("delete_object", key, Key=key, VersionId=version)
 
-    def listing(self, prefix: str) -> list[dict[str, Any]]:
-        """Every object under `prefix`: dicts with Key, Size, LastModified (epoch seconds)."""
+    def listing(self, prefix: str, first: int | None = None) -> list[dict[str, Any]]:
+        """Every object under `prefix` (with `first`: the first `first` keys in key order,
+        one request, and one more when there are more): dicts with Key, Size, LastModified
+        (epoch seconds)."""
         found: list[dict[str, Any]] = []
         token: str | None = None
         while True:
-            extra = {"ContinuationToken": token} if token else {}
+            extra: dict[str, Any] = {"ContinuationToken": token} if token else {}
+            if first is not None:
+                extra["MaxKeys"] = first + 1
             answer = self._call("list_objects_v2", prefix, Prefix=prefix, **extra)
             for item in answer.get("Contents") or []:
                 found.append(
@@ -430,6 +434,6 @@ class Bucket:
                         "LastModified": item["LastModified"].timestamp(),
                     }
                 )
-            if not answer.get("IsTruncated"):
+            if first is not None or not answer.get("IsTruncated"):
                 return found
             token = answer.get("NextContinuationToken")

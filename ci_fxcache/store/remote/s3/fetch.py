@@ -1,7 +1,8 @@
 """Restore from S3: read scope `key`'s packs and unpack them into a fresh directory, every
 file checked against the (signed) index first, plus a local manifest.
 
-Round trips before the first pack byte: the head, then every segment at once (a runner keeps
+Round trips before the first pack byte: the head, the listing of its references
+(refs.py), then every reference and segment at once (a runner keeps
 copies of segments, which are immutable). Then ranged GETs of about RANGE_BYTES on
 FETCH_WORKERS connections; each worker decodes and writes its frames as they arrive, so
 file and directory creation overlap the downloads. Decoding, hashing and writing take one of
@@ -22,9 +23,8 @@ from ci_fxcache.store import manifest as mf
 from ci_fxcache.store import scopes, seal
 from ci_fxcache.store.layout import CACHE_DIRS, LOCKS, MANIFEST, Layout
 from ci_fxcache.store.remote import packs
-from ci_fxcache.store.remote.s3 import parallel
+from ci_fxcache.store.remote.s3 import parallel, refs
 from ci_fxcache.store.remote.s3.client import S3Missing, S3TooLarge, S3Unavailable
-from ci_fxcache.store.remote.s3.index import check_signature
 from ci_fxcache.store.remote.s3.objects import S3Objects
 from ci_fxcache.store.remote.tier import Fetched, RemoteCorrupt, RemoteUnavailable
 from ci_fxcache.store.stat_batch import Dirs
@@ -52,12 +52,9 @@ def fetch(
 def _fetch(
     objects: S3Objects, layout: Layout, key: str, target: Path, signing_key: str | None
 ) -> Fetched | None:
-    head, _etag = objects.read_head(key)
+    head, entries = refs.view(objects, layout, key, signing_key)  # the head and its references
     if head is None:
         return None
-    if signing_key:
-        check_signature(head, signing_key)
-    entries = objects.index(layout, head)
     objects.refuse_remembered(layout, entries)  # a broken copy is downloaded once per runner
     target.mkdir()
     tree = packs.Tree(str(target))

@@ -28,6 +28,9 @@ from ci_fxcache.store.remote import packs
 from ci_fxcache.store.remote.tier import RemoteCorrupt
 
 HEAD_SCHEMA = "fxcache-s3-head/1"
+# A save's reference (refs.py): a head's fields and checks under its own schema, so that a
+# signature binds which of the two an object is.
+REF_SCHEMA = "fxcache-s3-ref/1"
 # A head lists segments (at most publish.MAX_SEGMENTS + 1) and their packs: kilobytes. A
 # larger object is refused by its Content-Length before it is read.
 MAX_HEAD_BYTES = 16 * 1024 * 1024
@@ -81,11 +84,12 @@ def _segment_ref_problem(seg: object) -> str | None:
     return None
 
 
-def head_problem(head: object, key: str) -> str | None:
-    """Why a parsed head is not one a save of scope `key` wrote, or None: every field of
-    HEAD_FIELDS present with the type a save gives it, and no other."""
-    if not isinstance(head, dict) or head.get("schema") != HEAD_SCHEMA:
-        return "not an fxcache S3 head"
+def head_problem(head: object, key: str, schema: str = HEAD_SCHEMA) -> str | None:
+    """Why a parsed head (or, with REF_SCHEMA, a reference) is not one a save of scope `key`
+    wrote, or None: every field of HEAD_FIELDS present with the type a save gives it, and no
+    other."""
+    if not isinstance(head, dict) or head.get("schema") != schema:
+        return "not an fxcache S3 head" if schema == HEAD_SCHEMA else "not an fxcache reference"
     if head.get("scope_key") != key:
         return "head belongs to another scope"
     unknown = sorted(set(head) - HEAD_FIELDS - {"signature"})
@@ -158,14 +162,14 @@ def segment_problem(data: object, packs_of_head: set[str]) -> str | None:
     return None
 
 
-def parse_head(body: bytes, key: str) -> dict[str, Any]:
-    """The head of scope `key` from its object's bytes; RemoteCorrupt when it is not one a
-    save wrote."""
+def parse_head(body: bytes, key: str, schema: str = HEAD_SCHEMA) -> dict[str, Any]:
+    """The head of scope `key` (or, with REF_SCHEMA, a reference) from its object's bytes;
+    RemoteCorrupt when it is not one a save wrote."""
     try:
         head = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         raise RemoteCorrupt("remote head is not JSON") from None
-    problem = head_problem(head, key)
+    problem = head_problem(head, key, schema)
     if problem:
         raise RemoteCorrupt(problem)
     parsed: dict[str, Any] = head
@@ -197,14 +201,16 @@ def new_head(
     local: dict[str, Any],
     index: dict[str, dict[str, Any]],
     signing_key: str | None,
+    schema: str = HEAD_SCHEMA,
 ) -> dict[str, Any]:
-    """The head that lists `segments` (whose merged files are `index`) after a save of
-    committed local manifest `local` over the current `head` (None: the scope has none, or
-    it was replaced), signed when there is a key. `files` and `total_bytes` are the merged
-    index's own: what a restore of this head writes."""
+    """The head (or, with REF_SCHEMA, the reference) that lists `segments` (whose merged
+    files are `index`) after a save of committed local manifest `local` over the current
+    `head` (None: the scope has none, or it was replaced), signed when there is a key.
+    `files` and `total_bytes` are the merged index's own: what a restore of this head
+    writes."""
     now = scopes.utc_now()
     composed: dict[str, Any] = {
-        "schema": HEAD_SCHEMA,
+        "schema": schema,
         "scope_key": key,
         "fingerprint": local["fingerprint"],
         "torch_paths": sorted(set(local["torch_paths"]) | set((head or {}).get("torch_paths", []))),

@@ -1,12 +1,19 @@
 """`fxcache invalidate --s3`: an inventory of the bucket's scopes, the same policies over them,
 then a garbage collection of packs and segments that no head references.
 
-A scope's last use is the newest LastModified of its head (written by saves) and of its
-last-used marker (an empty PUT by every trusted restore); its size in the bucket is the bytes
-of the packs and segments its head names (`--max-size` counts these). Removing a scope
-deletes its head and marker; its packs and segments go with the collection, unless a kept
-scope names them too (packs are named by content, so scopes can share them): what a run
-frees is what the collection deletes, never the removed scopes' sizes added up.
+A scope's last use is the newest LastModified of its head (written by saves), its references
+(refs.py) and its last-used marker (an empty PUT by every trusted restore); its size in the
+bucket is the bytes of the packs and segments its head and references name (`--max-size`
+counts these). Removing a scope deletes its head, references and marker; its packs and
+segments go with the collection, unless a kept scope names them too (packs are named by
+content, so scopes can share them): what a run frees is what the collection deletes, never
+the removed scopes' sizes added up.
+
+Before the collection, each kept scope's references are folded into its head
+(publish.fold: one conditional PUT; signed ones only with the signing key) and deleted; a
+reference older than the grace that no reader would serve (unreadable, not signed with the
+key, or naming an object that is gone) is dropped instead. The objects every remaining
+reference names are kept like the head's.
 
 The collection spares objects younger than the grace period (at least `MIN_GRACE_S`): a save
 uploads its packs and segment before the head that references them, and may reuse packs it
@@ -33,19 +40,27 @@ files again). Never a wrong file.
 from __future__ import annotations
 
 import re
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ci_fxcache.env import scopekey
 from ci_fxcache.errors import CheckFailed, UsageError
 from ci_fxcache.store.invalidate import InvalidationResult
+from ci_fxcache.store.layout import Layout
 from ci_fxcache.store.policies import Entry, Policy, select
-from ci_fxcache.store.remote.s3 import parallel
-from ci_fxcache.store.remote.s3.client import S3Unavailable
+from ci_fxcache.store.remote.s3 import parallel, publish, refs
+from ci_fxcache.store.remote.s3.client import S3Missing, S3TooLarge, S3Unavailable
 from ci_fxcache.store.remote.s3.deadline import MAX_S
-from ci_fxcache.store.remote.s3.index import parse_head
+from ci_fxcache.store.remote.s3.index import (
+    MAX_HEAD_BYTES,
+    REF_SCHEMA,
+    parse_head,
+    signature_problem,
+)
 from ci_fxcache.store.remote.s3.objects import HeadTooLarge, S3Objects
 from ci_fxcache.store.remote.s3.publish import ORPHAN_REUSE_S
 from ci_fxcache.store.remote.tier import RemoteCorrupt, RemoteUnavailable
@@ -66,7 +81,10 @@ class _Scope:
     last_used: float
     head: dict[str, Any] | None = None
     problem: str | None = None  # why the head could not be read
-    names: set[str] = field(default_factory=set)  # object keys its head names
+    names: set[str] = field(default_factory=set)  # object keys its head and references name
+    refs: dict[str, float] = field(default_factory=dict)  # reference name -> LastModified
+    # References older than the grace that no reader serves or whose objects are gone.
+    dead: set[str] = field(default_factory=set)
 
 
 def run(
@@ -75,6 +93,7 @@ def run(
     dry_run: bool,
     grace_s: float = DEFAULT_GRACE_S,
     now: float | None = None,
+    signing_key: str | None = None,
 ) -> dict[str, Any]:
     """Inventory the bucket's scopes, apply the policies, collect unreferenced objects: rows
     in the shape of the other stores', the inventory, the bucket's totals, the collection's
@@ -83,7 +102,7 @@ def run(
     now = time.time() if now is None else now
     tier.start()
     try:
-        return _run(tier, policy, dry_run, grace_s, now)
+        return _run(tier, policy, dry_run, grace_s, now, signing_key)
     except S3Unavailable as exc:
         raise RemoteUnavailable(str(exc)) from None
 
@@ -92,19 +111,21 @@ class Bucket:
     """`fxcache invalidate --s3`: the bucket's scopes, then its unreferenced objects (the
     store invalidation shape: store/invalidate.py)."""
 
-    def __init__(self, tier: S3Objects, grace_s: float = DEFAULT_GRACE_S) -> None:
+    def __init__(
+        self, tier: S3Objects, grace_s: float = DEFAULT_GRACE_S, signing_key: str | None = None
+    ) -> None:
         if grace_s < MIN_GRACE_S:
             raise UsageError(
                 f"--gc-grace {grace_s / 3600:g}h: at least {MIN_GRACE_S / 3600:g}h (a save in "
                 "flight uploads its packs before the head that names them)"
             )
-        self.tier, self.grace_s = tier, grace_s
+        self.tier, self.grace_s, self.signing_key = tier, grace_s, signing_key
 
     def invalidate(self, policy: Policy, dry_run: bool) -> InvalidationResult:
         """`run`: the rows, and the inventory as the result's `s3`; CheckFailed (exit 1) when
         the bucket cannot be used. A collection that stopped short fails the run too."""
         try:
-            done = run(self.tier, policy, dry_run, self.grace_s)
+            done = run(self.tier, policy, dry_run, self.grace_s, signing_key=self.signing_key)
         except RemoteUnavailable as exc:  # the network, not the user's input
             raise CheckFailed(f"S3 {self.tier.describe()}: {exc}") from exc
         inventory = {"url": self.tier.describe(), "dry_run": dry_run, "gc": done["gc"],
@@ -117,20 +138,36 @@ def _listing(tier: S3Objects, kind: str) -> list[dict[str, Any]]:
 
 
 def _scopes(tier: S3Objects, listed: list[dict[str, Any]]) -> list[_Scope]:
-    """Our scopes that have a head, from the listing of `scopes/` (foreign keys and markers
-    without a head, whose scope was removed, are left alone)."""
+    """Our scopes that have a head or references, from the listing of `scopes/` (foreign
+    keys and markers alone, whose scope was removed, are left alone)."""
     prefix = tier.where.key("scopes") + "/"
     times: dict[str, dict[str, float]] = {}
+    found_refs: dict[str, dict[str, float]] = {}
     for item in listed:
         key, _, name = item["Key"][len(prefix) :].partition("/")
         if name in ("head.json", "last-used"):
             times.setdefault(key, {})[name] = item["LastModified"]
+        elif name.startswith("refs/"):
+            found_refs.setdefault(key, {})[name[len("refs/") :]] = item["LastModified"]
     found = []
-    for key, seen in sorted(times.items()):
+    for key in sorted(set(times) | set(found_refs)):
+        seen, own = times.get(key, {}), found_refs.get(key, {})
         parsed = scopekey.parse(key)
-        if parsed is not None and "head.json" in seen:
-            found.append(_Scope(key, parsed, max(seen.values())))
+        if parsed is not None and ("head.json" in seen or own):
+            found.append(_Scope(key, parsed, max([*seen.values(), *own.values()]), refs=own))
     return found
+
+
+def _named(tier: S3Objects, doc: dict[str, Any]) -> set[str]:
+    """The object keys a head or reference names."""
+    names = {tier.segment_key(seg["sha256"]) for seg in doc["segments"]}
+    return names | {tier.pack_key(p) for seg in doc["segments"] for p in seg["packs"]}
+
+
+def _mentioned(tier: S3Objects, body: bytes) -> set[str]:
+    """Every object whose sha256 appears in an unreadable head's or reference's bytes."""
+    digests = {m.decode() for m in _SHA256.findall(body)}
+    return {tier.segment_key(d) for d in digests} | {tier.pack_key(d) for d in digests}
 
 
 def _read_heads(tier: S3Objects, scopes: list[_Scope]) -> None:
@@ -147,29 +184,67 @@ def _read_heads(tier: S3Objects, scopes: list[_Scope]) -> None:
             scope.problem = str(exc)
             return
         if got is None:
-            return  # removed meanwhile: nothing to name
+            return  # removed meanwhile (or references only): nothing to name
         body = got[0]
         try:
             head = parse_head(body, key)
-            names = {tier.segment_key(seg["sha256"]) for seg in head["segments"]}
-            names |= {tier.pack_key(p) for seg in head["segments"] for p in seg["packs"]}
             with lock:
-                scope.head, scope.names = head, names
+                scope.head, scope.names = head, scope.names | _named(tier, head)
         except RemoteCorrupt as exc:
-            digests = {m.decode() for m in _SHA256.findall(body)}
-            names = {tier.segment_key(d) for d in digests} | {tier.pack_key(d) for d in digests}
             with lock:
-                scope.problem, scope.names = str(exc), names
+                scope.problem, scope.names = str(exc), scope.names | _mentioned(tier, body)
 
     parallel.run(read, sorted(by_key))
 
 
+def _read_refs(
+    tier: S3Objects,
+    scopes: list[_Scope],
+    objects: dict[str, dict[str, Any]],
+    signing_key: str | None,
+    old: float,
+) -> None:
+    """What each scope's references name. One older than `old` (the grace's edge) that is
+    unreadable, not signed with the key (when there is one), or names an object that is
+    gone is dead: no reader serves it, and it keeps nothing."""
+    lock = threading.Lock()
+    work = [(s, name) for s in scopes for name in sorted(s.refs)]
+
+    def read(item: tuple[_Scope, str]) -> None:
+        scope, name = item
+        try:
+            got = tier.bucket.get(tier.where.key("scopes", scope.key, "refs", name),
+                                  limit=MAX_HEAD_BYTES)  # fmt: skip
+        except (S3Missing, S3TooLarge):
+            got = None
+        body = got[0] if got else b""
+        try:
+            ref = parse_head(body, scope.key, REF_SCHEMA)
+            named = _named(tier, ref)
+            bad = bool(signing_key and signature_problem(ref, signing_key))
+        except RemoteCorrupt:
+            named, bad = _mentioned(tier, body), True
+        with lock:
+            if scope.refs[name] < old and (bad or not named <= objects.keys()):
+                scope.dead.add(name)
+            else:
+                scope.names |= named
+
+    parallel.run(read, work)
+
+
 def _run(
-    tier: S3Objects, policy: Policy, dry_run: bool, grace_s: float, now: float
+    tier: S3Objects,
+    policy: Policy,
+    dry_run: bool,
+    grace_s: float,
+    now: float,
+    signing_key: str | None,
 ) -> dict[str, Any]:
     scopes = _scopes(tier, _listing(tier, "scopes"))
     objects = {item["Key"]: item for kind in ("segments", "packs") for item in _listing(tier, kind)}
     _read_heads(tier, scopes)
+    _read_refs(tier, scopes, objects, signing_key, now - grace_s)
     stored = {s.key: sum(objects[n]["Size"] for n in s.names if n in objects) for s in scopes}
     entries = [
         Entry(name=s.key, key=s.parsed, last_used=s.last_used, size=stored[s.key], ident=s.key)
@@ -180,8 +255,7 @@ def _run(
     rows = []
     for entry in selected.values():
         if not dry_run:
-            tier.bucket.delete(tier.head_key(entry.name))
-            tier.bucket.delete(tier.last_used_key(entry.name))
+            _remove(tier, next(s for s in scopes if s.key == entry.name))
         rows.append(
             {
                 "store": "s3",
@@ -193,7 +267,9 @@ def _run(
             }
         )
     kept = [s for s in scopes if s.key not in selected]
+    folds = _fold(tier, kept, dry_run, signing_key)
     gc = _collect(tier, objects, {n for s in kept for n in s.names}, dry_run, grace_s, now)
+    gc.update(folds)
     versions = _versions(tier, gc, dry_run)
     gc["unreadable"] = [
         {"scope": s.key, "problem": s.problem, "kept_objects": len(s.names & objects.keys())}
@@ -208,9 +284,39 @@ def _run(
             "scopes": len(scopes),
             "objects": len(objects),
             "bytes": sum(item["Size"] for item in objects.values()),
+            "references": sum(len(s.refs) for s in scopes),
             **versions,
         },
     }
+
+
+def _remove(tier: S3Objects, scope: _Scope) -> None:
+    """Delete a removed scope's head, marker and references."""
+    tier.bucket.delete(tier.head_key(scope.key))
+    tier.bucket.delete(tier.last_used_key(scope.key))
+    refs.delete(tier, scope.key, sorted(scope.refs))
+
+
+def _fold(
+    tier: S3Objects, kept: list[_Scope], dry_run: bool, signing_key: str | None
+) -> dict[str, Any]:
+    """Delete the kept scopes' dead references, then fold the others into their heads
+    (publish.fold); the counts, and why a scope's references stay."""
+    dead = [(s, n) for s in kept for n in sorted(s.dead)]
+    found: dict[str, Any] = {"refs_dropped": len(dead), "refs_folded": 0, "refs_unfolded": {}}
+    if dry_run:
+        return found
+    for scope in {s.key: s for s, _ in dead}.values():
+        refs.delete(tier, scope.key, sorted(scope.dead))
+    with tempfile.TemporaryDirectory(prefix="fxcache-gc-") as where:
+        layout = Layout(Path(where))  # copies of segments, for this run only
+        for scope in kept:
+            if set(scope.refs) - scope.dead:
+                done = publish.fold(tier, layout, scope.key, signing_key)
+                found["refs_folded"] += done["folded"]
+                if done["why"] and done["why"] != "no reference to fold":
+                    found["refs_unfolded"][scope.key] = done["why"]
+    return found
 
 
 def _versions(tier: S3Objects, gc: dict[str, Any], dry_run: bool) -> dict[str, Any]:

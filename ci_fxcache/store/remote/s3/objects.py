@@ -117,6 +117,10 @@ class S3Objects:
         """Object key of scope `key`'s last-used marker."""
         return self.where.key("scopes", key, "last-used")
 
+    def refs_prefix(self, key: str) -> str:
+        """Prefix of scope `key`'s references (refs.py), `/` included."""
+        return self.where.key("scopes", key, "refs") + "/"
+
     def segment_key(self, digest: str) -> str:
         """Object key of an index segment."""
         return self.where.key("segments", digest)

@@ -1,7 +1,8 @@
 """Save to S3: upload what the bucket lacks of a committed local scope as new packs and one
-new segment, then replace the head.
+new segment, then the head (or, when another writer changed it first, a reference).
 
-Only files the head's index lacks are uploaded, deduplicated by sha256 against every pack
+Only files the bucket's view (the head's index and its references, refs.py) lacks are
+uploaded, deduplicated by sha256 against every pack
 the scope references and against the packs this runner uploaded for a save killed before its
 head (objects.sent_packs), as one new pack set and one small segment; the head lists segments,
 so a save never re-uploads the whole index (segments are merged anew once there are
@@ -13,27 +14,29 @@ written anew.
 
 Signing: with a key, a save extends only a head whose signature verifies with that key.
 Anything else (unsigned, signed with another key, unreadable) is foreign: the save starts a
-fresh head from this job's own verified files (its signed local manifest) and says so; the
-same on every re-read after a lost race. A head without a key is extended as it is.
+fresh head from this job's own verified files (its signed local manifest) and the
+references that verify, and says so. A head without a key is extended as it is.
 
-Many writers: a save reads the head with its ETag and replaces it with `If-Match` (or creates
-it with `If-None-Match: *`). A lost race re-reads the head, makes its segment cover what the
-winner's index lacks, and tries again after a pause drawn at random from an exponentially
-growing range ("full jitter"), for as long as the save's time bound (deadline.py) allows, not
-a fixed number of attempts. Chosen over one immutable segment per save that readers merge:
-that design needs a listing (or many GETs) before every restore's first download, makes
-readers merge and verify an unbounded set of objects, and still needs a compaction that
-races with writers; a single head keeps a restore at one GET before its packs, and with
-jitter 24 savers of one scope at once all publish (tests/test_store_s3_fleet.py). A save
-whose bound runs out says so (a warning, `published: false`); its files stay committed
-locally and the next save on that runner compares the local manifest with the bucket's index
-and publishes them, reusing the packs it already uploaded.
+Many writers (refs.py): a save reads the head with its ETag and lists the scope's references
+(reading them only when it folds: refs.folds), and makes one conditional PUT (`If-Match`, or
+`If-None-Match: *` for a first head) of a head that folds in every reference it read plus
+its own segments; it is never retried. When another writer changed the head first, the save
+writes its own immutable reference instead (a unique name: it cannot lose), and readers
+merge it until a later save's fold or the scheduled `fxcache invalidate --s3` takes it into
+the head. A save that does not fold writes its reference without trying the head. So every
+save publishes with one attempt and a fixed number of requests besides the references it
+reads (refs.FOLD_READS on average, at most refs.MAX_REFS), whatever the number of runners.
+Chosen by measurement over re-reading and retrying the head (benchmarks/sim_savers.py,
+docs/store.md: at 500 savers at once 85 / 167 attempts and up to 468 s to publish, against 1
+attempt, 6 requests and 1.1 s here). A save whose time bound runs out says so (a warning,
+`published: false`); its files stay committed locally and the next save on that runner
+compares the local manifest with the bucket's index and publishes them, reusing the packs it
+already uploaded.
 """
 
 from __future__ import annotations
 
 import os
-import random
 import threading
 import time
 from dataclasses import dataclass
@@ -45,10 +48,11 @@ from ci_fxcache.env.cpus import usable_cpus
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store.layout import Layout
 from ci_fxcache.store.remote import packs
-from ci_fxcache.store.remote.s3 import parallel
+from ci_fxcache.store.remote.s3 import parallel, refs
 from ci_fxcache.store.remote.s3.client import S3Conflict, S3Missing, S3Unavailable
 from ci_fxcache.store.remote.s3.index import (
     MAX_HEAD_BYTES,
+    REF_SCHEMA,
     REPAIR_SEGMENT_JSON,
     REPAIR_SEGMENT_OBJECT,
     SEGMENT_FILES,
@@ -64,14 +68,12 @@ from ci_fxcache.store.remote.s3.objects import HeadTooLarge, S3Objects
 from ci_fxcache.store.remote.tier import RemoteCorrupt, RemoteUnavailable
 
 MAX_SEGMENTS = 16
-# Pauses after a lost race: uniform in [0, min(CAP, FIRST * 2^n)) after the n-th loss.
-BACKOFF_FIRST_S = 0.05
-BACKOFF_CAP_S = 2.0
 # Packs this runner uploaded for a head it never published are reused for this long; the
 # garbage collector's minimum grace (invalidate.py) is longer than this plus a save's bound.
 ORPHAN_REUSE_S = 30 * 60.0
 # Fault injection for the tests, never set in production (store.save's variable):
-# `s3-pause:SECONDS` pauses a publish after its packs and segment, before the head's PUT.
+# `s3-pause:SECONDS` pauses a publish after its packs and segment, before the head's (or its
+# reference's) PUT.
 FAULT_ENV = names.TEST_FAULT_ENV
 
 
@@ -122,60 +124,96 @@ def publish(
         for rel, e in objects.sent_packs(layout, key, ORPHAN_REUSE_S, signing_key).items()
         if e["pack"] not in bad
     }
-    uploaded: dict[str, dict[str, Any]] = {}  # this save's packs: path -> entry
-    sent: set[str] = set()
     current = _current(objects, key, signing_key)
-    replaced = current.replaced
-    losses = 0
-    while True:
-        index = _usable_index(objects, layout, current.head, bad)
-        lacking = sorted(
-            rel for rel, m in files.items() if index.files.get(rel, {}).get("sha256") != m["sha256"]
-        )
-        if not (lacking or current.head is None or index.unreadable or index.rewrite):
-            return {"published": False, "reason": "the bucket has every file",
-                        "attempts": losses + 1, **objects.stats()}  # fmt: skip
-        known = {e["sha256"]: e for e in (*index.files.values(), *uploaded.values())}
-        entries, upload = _reused(lacking, files, known, orphans)
-        if upload:
-            fresh, names = _upload_packs(objects, layout, key, upload, files, signing_key)
-            sent |= names
-            uploaded.update(fresh)
-            entries.update(fresh)
-        new_segs = _put_segments(objects, entries)
-        composed = _compose(objects, key, current, index, new_segs, entries, local, signing_key)
-        body = _head_body(composed)
-        if losses == 0:
-            _fault_pause()
-        try:
-            objects.bucket.put(objects.head_key(key), body, if_match=current.etag,
-                               if_absent=current.etag is None,
-                               content_type="application/json")  # fmt: skip
-            break
-        except S3Conflict:
-            losses += 1
-            _pause(objects, losses)
-            current = _current(objects, key, signing_key)
-            replaced = replaced or current.replaced
-        except (S3Unavailable, S3Missing) as exc:
-            raise RemoteUnavailable(str(exc)) from None
-    named = _settle(objects, layout, key, bad, sent, orphans, composed)
-    dropped = _warn_dropped(objects, key, index, len(entries))
+    listed, more = refs.names(objects, key, refs.MAX_REFS)
+    folds = refs.folds(listed)
+    found = (
+        refs.read_listed(objects, layout, key, signing_key, listed, more) if folds else refs.Found()
+    )  # a save that does not fold reads no reference: it writes its own
+    index = _usable_index(objects, layout, current.head, bad)
+    view = {**index.files, **{r: e for r, e in found.files().items() if e["pack"] not in bad}}
+    lacking = sorted(
+        rel for rel, m in files.items() if view.get(rel, {}).get("sha256") != m["sha256"]
+    )
+    if not (lacking or current.head is None or index.unreadable or index.rewrite or found.refs):
+        return {"published": False, "reason": "the bucket has every file",
+                "attempts": 1, **objects.stats()}  # fmt: skip
+    entries, upload = _reused(lacking, files, {e["sha256"]: e for e in view.values()}, orphans)
+    uploaded: dict[str, dict[str, Any]] = {}
+    sent: set[str] = set()
+    if upload:
+        uploaded, sent = _upload_packs(objects, layout, key, upload, files, signing_key)
+        entries.update(uploaded)
+    own = _put_segments(objects, entries) if entries else []
+    composed = (
+        _compose(objects, key, current, index, found, own, entries, local, signing_key)
+        if folds
+        else None
+    )
+    _fault_pause()
+    via = _put_once(objects, key, current, composed, own, entries, local, signing_key)
+    if via == "none":
+        return {"published": False, "attempts": 1, "refs_listed": len(listed),
+                "reason": "the bucket has every file; its references wait for a later fold",
+                **objects.stats()}  # fmt: skip
+    head = composed or {}
+    folded = refs.delete(objects, key, [r.name for r in found.refs]) if via == "head" else 0
+    named = _settle(objects, layout, bad, sent, orphans, head if via == "head" else own, key)
+    dropped = _warn_dropped(objects, key, index, len(entries)) if via == "head" else []
     return {
         "published": True,
+        "via": via,
         "files": len(entries),
         "new_packs": len(sent),
         "uploaded_files": len(uploaded),
         "reused_orphans": len({e["pack"] for e in orphans.values()} & named),
-        "attempts": losses + 1,
-        "head_files": composed["files"],
-        "head_bytes": composed["total_bytes"],
-        "segments": len(composed["segments"]),
-        "rewrote_index": index.rewrite,
-        "replaced": replaced,
+        "attempts": 1,
+        "refs_listed": len(listed),
+        "refs_read": len(found.refs),
+        "refs_folded": folded,
+        "head_files": head.get("files"),
+        "head_bytes": head.get("total_bytes"),
+        "segments": len(head.get("segments", own)),
+        "rewrote_index": index.rewrite and via == "head",
+        "replaced": current.replaced if via == "head" else None,
         **({"dropped_segments": dropped} if dropped else {}),
         **objects.stats(),
     }
+
+
+def _put_once(
+    objects: S3Objects,
+    key: str,
+    current: _Head,
+    composed: dict[str, Any] | None,
+    own: list[dict[str, Any]],
+    entries: dict[str, dict[str, Any]],
+    local: dict[str, Any],
+    signing_key: str | None,
+) -> str:
+    """One conditional PUT over `current` of the folded head `composed` (None: this save
+    does not fold), never retried; when another writer changed the head first, this save's
+    own reference instead (refs.py), which cannot lose. How it published: "head",
+    "reference", or "none" (no fold, and nothing of its own)."""
+    try:
+        if composed is not None:
+            body = _head_body(composed)
+            objects.bucket.put(objects.head_key(key), body, if_match=current.etag,
+                               if_absent=current.etag is None,
+                               content_type="application/json")  # fmt: skip
+            return "head"
+    except S3Conflict:
+        pass
+    except (S3Unavailable, S3Missing) as exc:
+        raise RemoteUnavailable(str(exc)) from None
+    if not entries:
+        return "none"
+    ref = new_head(key, None, own, local, entries, signing_key, REF_SCHEMA)
+    try:
+        refs.put(objects, key, encode_head(ref))
+    except (S3Unavailable, S3Missing, S3Conflict) as exc:
+        raise RemoteUnavailable(str(exc)) from None
+    return "reference"
 
 
 def _reused(
@@ -214,17 +252,19 @@ def _head_body(composed: dict[str, Any]) -> bytes:
 def _settle(
     objects: S3Objects,
     layout: Layout,
-    key: str,
     bad: set[str],
     sent: set[str],
     orphans: dict[str, dict[str, Any]],
-    composed: dict[str, Any],
+    published: dict[str, Any] | list[dict[str, Any]],
+    key: str,
 ) -> set[str]:
-    """After the head's PUT: packs uploaded again, whole, are good from now on; the sent
-    records the head now names are forgotten. The packs the head names."""
+    """After the head's (or the reference's) PUT: packs uploaded again, whole, are good from
+    now on; the sent records the published segments now name are forgotten. The packs they
+    name."""
     if bad & sent:
         objects.set_bad(layout, bad - sent)
-    named = {p for seg in composed["segments"] for p in seg["packs"]}
+    segments = published["segments"] if isinstance(published, dict) else published
+    named = {p for seg in segments for p in seg["packs"]}
     objects.forget_sent(layout, key, named & (sent | {e["pack"] for e in orphans.values()}))
     return named
 
@@ -248,18 +288,6 @@ def _warn_dropped(
         )
         dropped.append({"sha256": digest, "files": count, "why": why})
     return dropped
-
-
-def _pause(objects: S3Objects, losses: int) -> None:
-    """Wait before the next attempt (full jitter); RemoteUnavailable when the save's time
-    bound would run out first."""
-    pause = random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2 ** (losses - 1)))
-    if objects.deadline.left() <= pause:
-        raise RemoteUnavailable(
-            f"the head kept changing ({losses} attempts within the {objects.deadline.seconds:g} "
-            "s bound); the next save on this runner publishes these files"
-        )
-    time.sleep(pause)
 
 
 def _current(objects: S3Objects, key: str, signing_key: str | None) -> _Head:
@@ -366,19 +394,65 @@ def _compose(
     key: str,
     current: _Head,
     index: _Index,
-    new_segs: list[dict[str, Any]],
+    found: refs.Found,
+    own: list[dict[str, Any]],
     entries: dict[str, dict[str, Any]],
     local: dict[str, Any],
     signing_key: str | None,
 ) -> dict[str, Any]:
-    """The next head: the current one's readable segments plus ours (all merged anew when
-    there are MAX_SEGMENTS more than the merged index needs, or when the index must be
-    rewritten), with the merged index's true file count and bytes."""
+    """The next head: the current one's readable segments, then the references' (oldest
+    first), then ours, with the merged index's true file count and bytes. Past MAX_SEGMENTS
+    more than the index needs, the references' and our entries go into new segments of their
+    own; if that is still too many, or the index must be rewritten, all are merged anew."""
     head = current.head
-    merged = {**index.files, **entries}
-    segments = [s for s in (head or {}).get("segments", []) if s["sha256"] not in index.unreadable]
-    segments += new_segs
+    kept = [s for s in (head or {}).get("segments", []) if s["sha256"] not in index.unreadable]
+    added = [s for ref in found.refs for s in ref.body["segments"]] + own
+    later = {**found.files(), **entries}
+    merged = {**index.files, **later}
     needed = -(-len(merged) // SEGMENT_FILES)
+    segments = _unique(kept + added)
+    if len(segments) > MAX_SEGMENTS + needed and len(added) > 1:
+        segments = _unique(kept + _put_segments(objects, later))
     if len(segments) > MAX_SEGMENTS + needed or index.rewrite:
         segments = _put_segments(objects, merged)
     return new_head(key, head, segments, local, merged, signing_key)
+
+
+def _unique(segments: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Segments listed once each (a reference folded twice names the same ones)."""
+    by_digest: dict[str, dict[str, Any]] = {}
+    for seg in segments:
+        by_digest.setdefault(seg["sha256"], seg)
+    return list(by_digest.values())
+
+
+def fold(objects: S3Objects, layout: Layout, key: str, signing_key: str | None) -> dict[str, Any]:
+    """Fold every reference of scope `key` that a reader takes into its head (the scheduled
+    collection's: invalidate.py), with one conditional PUT, then delete them. Never replaces
+    a head it may not extend (with a key: one not signed with it; without: a signed one, nor
+    folds signed references: the head would lose its signature). Its counts, and why it did
+    not fold."""
+    current = _current(objects, key, signing_key)
+    found = refs.read(objects, layout, key, signing_key, None, warn=False)
+    signed = any("signature" in r.body for r in found.refs) or "signature" in (current.head or {})
+    why = (
+        "no reference to fold" if not found.refs
+        else f"the head is foreign ({current.replaced})" if current.replaced
+        else "signed: FXCACHE_SIGNING_KEY is needed to fold" if signed and not signing_key
+        else None
+    )  # fmt: skip
+    if why:
+        return {"folded": 0, "why": why, "left_out": len(found.ignored)}
+    index = _usable_index(objects, layout, current.head, objects.bad_packs(layout))
+    meta = found.refs[-1].body
+    composed = _compose(objects, key, current, index, found, [], {}, meta, signing_key)
+    try:
+        objects.bucket.put(objects.head_key(key), _head_body(composed), if_match=current.etag,
+                           if_absent=current.etag is None,
+                           content_type="application/json")  # fmt: skip
+    except S3Conflict:
+        return {"folded": 0, "why": "a save changed the head meanwhile", "left_out": 0}
+    except (S3Unavailable, S3Missing) as exc:
+        raise RemoteUnavailable(str(exc)) from None
+    folded = refs.delete(objects, key, [r.name for r in found.refs])
+    return {"folded": folded, "why": None, "left_out": len(found.ignored)}
