@@ -16,8 +16,7 @@ from typing import Any
 from ci_fxcache import gha, names, userfiles
 from ci_fxcache.errors import UsageError
 from ci_fxcache.store import trust
-from ci_fxcache.store.remote import redis_cache
-from ci_fxcache.store.remote.s3 import client as s3_client
+from ci_fxcache.store.remote import factory, redis_cache
 from ci_fxcache.verify import causes
 
 Check = Callable[[str, str], Any]
@@ -112,7 +111,7 @@ def redis_url(name: str, value: str) -> str:
 def s3_url(name: str, value: str) -> str:
     """Empty (local only), or s3://BUCKET/PREFIX."""
     if value:
-        s3_client.parse_url(value, f"input {name}")
+        factory.check_s3_url(value, f"input {name}")
     return value
 
 

@@ -235,17 +235,13 @@ def _root(store: str, cache_root: str, read_only: bool, upload: bool) -> Path:
 
 
 def _github_scope(python: str, root: Path, key_suffix: str) -> tuple[str, Path]:
-    """Store github: this run's entry key and the scope directory its entries hold. Actions
-    cache entries are immutable: save under a unique key (scope, suffix, run, attempt),
-    restore the newest entry of this scope by prefix (store/remote/github/cache_service.py)."""
+    """Store github: this run's entry key (factory.github_entry_key) and the scope directory
+    its entries hold."""
     from ci_fxcache.env import fingerprint, scopekey
-    from ci_fxcache.store.remote.github.cache_service import entry_key
-    from ci_fxcache.store.remote.github.tier import entry_prefix
+    from ci_fxcache.store.remote.factory import github_entry_key
 
     scope = scopekey.scope_key(fingerprint.collect(python))
-    run_id = os.environ.get("GITHUB_RUN_ID", "0")
-    attempt = os.environ.get("GITHUB_RUN_ATTEMPT", "1")
-    return entry_key(entry_prefix(scope, key_suffix), run_id, attempt), root / scope
+    return github_entry_key(scope, key_suffix), root / scope
 
 
 def _store_choice(

@@ -13,14 +13,11 @@ from ci_fxcache import gha
 from ci_fxcache.commands import options
 from ci_fxcache.env.pending_fingerprint import Pending
 from ci_fxcache.errors import UsageError
-from ci_fxcache.store import overlay
+from ci_fxcache.store.overlay import STRATEGIES as OVERLAY_STRATEGIES
 
 if TYPE_CHECKING:
-    from ci_fxcache.env.fingerprint import Fingerprint
-    from ci_fxcache.store.layout import Layout
     from ci_fxcache.store.remote.factory import StoreChoice
     from ci_fxcache.store.remote.tier import RemoteTier
-    from ci_fxcache.store.restore import Options
     from ci_fxcache.store.state_file import Restored, RestoreState
 
 OVERLAY_ENV = "FXCACHE_OVERLAY"
@@ -61,7 +58,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overlay",
         dest="overlay_strategy",
-        choices=overlay.STRATEGIES,
+        choices=OVERLAY_STRATEGIES,
         default=None,
         help="how overlays share files (env FXCACHE_OVERLAY; default auto)",
     )
@@ -113,23 +110,12 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _cold_fallback(key: str, root: Path, error: str, fp: Fingerprint) -> Restored:
-    import tempfile  # here, not at the top: restore starts on every job's critical path
-
-    from ci_fxcache.store.state_file import Restored
-
-    # Under $RUNNER_TEMP inside Actions: the runner empties it after every job.
-    base = Path(tempfile.mkdtemp(prefix="fxcache-cold-", dir=os.environ.get("RUNNER_TEMP")))
-    gha.warn(f"local store unusable ({error}); continuing cold in {base}")
-    return Restored.cold(key, root, base, error, fp.to_dict())
-
-
 def _overlay_strategy(value: str | None) -> str:
     if value is not None:
         return value
     env = os.environ.get(OVERLAY_ENV) or "auto"
-    if env not in overlay.STRATEGIES:
-        raise UsageError(f"{OVERLAY_ENV}={env!r}: use one of {', '.join(overlay.STRATEGIES)}")
+    if env not in OVERLAY_STRATEGIES:
+        raise UsageError(f"{OVERLAY_ENV}={env!r}: use one of {', '.join(OVERLAY_STRATEGIES)}")
     return env
 
 
@@ -196,14 +182,13 @@ def restore(
     # every job's critical path: docs/store.md, Performance).
     tier = _first_tier(choice, signing_key)
     from ci_fxcache.env import scopekey, torch_support
-    from ci_fxcache.store import restore as store_restore
-    from ci_fxcache.store import scopes
     from ci_fxcache.store import state_file as states
+    from ci_fxcache.store import tiered
     from ci_fxcache.store.layout import Layout, resolve_root, trust_root
 
     if state_file is not None:
         states.check_target(state_file)
-    scopes.check_env()
+    tiered.check_env()
     overlay_strategy = _overlay_strategy(overlay_strategy)
     redis_url = _redis_url(choice.kind, redis_url, signing_key, redis_writers_run_code)
     fp = taking.result()
@@ -212,13 +197,13 @@ def restore(
     # A run that commits but may not write the remote keeps to its own namespace of the root.
     writes = choice.may_write_remote or read_only_reason is not None
     layout = Layout(trust_root(resolve_root(root), may_write_remote=writes))
-    restore_options = store_restore.Options(
+    restore_options = tiered.RestoreOptions(
         read_only=read_only_reason is not None, read_only_reason=read_only_reason,
         invalidate_on_upgrade=invalidate_on_upgrade,
-        full_verify=store_restore.full_verification(verify, signing_key),
+        full_verify=tiered.full_verification(verify, signing_key),
         overlay_strategy=overlay_strategy, signing_key=signing_key,
     )  # fmt: skip
-    restored, remote = _restore(layout, key, fp, restore_options, choice, tier)
+    restored, remote = tiered.restore(layout, key, fp, restore_options, choice, tier)
     state_path = state_file or states.new_state_file()
     env = _job_env(restored, state_path, job_trace)
     redis = None if redis_url is None else _redis(redis_url, env)
@@ -239,43 +224,6 @@ def _first_tier(choice: StoreChoice, signing_key: str | None) -> RemoteTier | No
     if signing_key:
         gha.mask(signing_key)
     return tier_for(choice) if choice.kind != "github" else None
-
-
-def _restore(
-    layout: Layout,
-    key: str,
-    fp: Fingerprint,
-    options: Options,
-    choice: StoreChoice,
-    tier: RemoteTier | None,
-) -> tuple[Restored, dict[str, Any] | None]:
-    """Tier 2 first (a scope it has becomes a local one), then the local restore; a local
-    store that cannot be used is a cold fallback. What was restored, its cache dirs made,
-    and the remote tier's report (complete: with whether this run only reads the tier)."""
-    from ci_fxcache.store import restore as store_restore
-    from ci_fxcache.store.remote.transfer import fetch_scope
-
-    remote_info = None
-    try:
-        if choice.kind == "github":
-            tier, remote_info = _github_tier(choice, key)
-        if tier is not None:
-            remote_info = fetch_scope(layout, key, tier, signing_key=options.signing_key)
-        restored = store_restore.restore(layout, key, fp, options)
-    except PermissionError as exc:
-        # Not tampering: another user's files in a shared store. Nothing is quarantined.
-        why = f"permission denied: {exc.filename or exc}; the scope is left as it is"
-        restored = _cold_fallback(key, layout.root, why, fp)
-    except (OSError, TimeoutError) as exc:
-        restored = _cold_fallback(key, layout.root, str(exc), fp)
-    for path in (restored.inductor_dir, restored.triton_dir, restored.verify_dir):
-        path.mkdir(parents=True, exist_ok=True)
-    if remote_info is None:
-        return restored, None
-    extra: dict[str, Any] = {"read_only": not choice.may_write_remote}
-    if choice.kind == "github":
-        extra["key_suffix"] = choice.key_suffix
-    return restored, {**remote_info, **extra}
 
 
 def _redis_url(
@@ -322,21 +270,6 @@ def _redis(redis_url: str, env: dict[str, str]) -> dict[str, Any]:
         return {"url": redacted, "reachable": True}
     gha.warn(f"Redis at {redacted} unreachable ({problem}); continuing with the local store only")
     return {"url": redacted, "reachable": False, "error": problem}
-
-
-def _github_tier(choice: StoreChoice, key: str) -> tuple[RemoteTier | None, dict[str, Any] | None]:
-    """The GitHub tier of scope `key`, or None and the state's `remote` object saying why
-    not (no Actions cache service in this step: one warning, local only)."""
-    from ci_fxcache.store.remote.factory import tier_for
-    from ci_fxcache.store.remote.tier import RemoteUnavailable
-
-    try:
-        return tier_for(choice, key), None
-    except RemoteUnavailable as exc:
-        gha.warn(f"restoring from the GitHub cache failed ({exc}); continuing with the local "
-                 "store only")  # fmt: skip
-        return None, {"store": "github", "url": "the GitHub cache", "fetched": False,
-                      "error": str(exc)}  # fmt: skip
 
 
 def _where(state: RestoreState) -> str:

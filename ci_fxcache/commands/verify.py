@@ -10,7 +10,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import cli, errors, gha, mechanisms, userfiles
+from ci_fxcache import cli, errors, gha, userfiles
+from ci_fxcache import mechanisms as mechanism_registry
 from ci_fxcache.commands import options
 from ci_fxcache.env import fingerprint, interpreter, scopekey, torch_support
 from ci_fxcache.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
@@ -157,7 +158,7 @@ def add_matrix_options(parser: argparse.ArgumentParser, title: str) -> None:
     axes.add_argument("--device", dest="devices", help="auto, cpu, cuda (default: auto)")
     axes.add_argument("--dtypes", help="float32, float16, bfloat16, bfloat16-autocast")
     axes.add_argument("--dynamic", help="false, true, mark")
-    axes.add_argument("--mechanisms", help=", ".join(mechanisms.names()))
+    axes.add_argument("--mechanisms", help=", ".join(mechanism_registry.names()))
     axes.add_argument("--training", help="true, false")
     axes.add_argument("--workloads", help="built-in names or package.module:factory")
     axes.add_argument("--matrix-file", metavar="F", help="YAML matrix file (docs/matrix-file.md)")

@@ -145,11 +145,10 @@ def finish(state: RestoreState, state_file: Path, *, may_record: bool) -> dict[s
 def _append_local(state: RestoreState, doc: dict[str, Any]) -> list[dict[str, Any]]:
     """This job's row added to the local history under the scope's lock (jobs sharing a runner
     save side by side); the rows as written."""
-    from ci_fxcache.store import scopes
-    from ci_fxcache.store.layout import Layout
+    from ci_fxcache.store import tiered
 
     root, key = state.root, state.scope_key
-    with scopes.lock(Layout(root), key):
+    with tiered.scope_lock(root, key):
         rows = history.rows(root, key, state.inductor_dir, history.row(doc))
         history.save_local(root, key, rows)
     return rows

@@ -8,7 +8,7 @@ from typing import Any
 
 from ci_fxcache.report import text_table
 from ci_fxcache.report.render import md_text
-from ci_fxcache.store import scopes
+from ci_fxcache.store import policies
 
 _REMOVING = ("would remove", "removed")
 _HEADER = ["action", "scope", "torch", "arch", "files", "size", "in bucket", "last used", "why"]
@@ -21,7 +21,7 @@ def when(epoch: float | None) -> str:
 
 def human_bytes(n: float | None) -> str:
     """1536 -> '1.5 KiB' ('?' when unknown)."""
-    return "?" if n is None else scopes.human_bytes(n)
+    return "?" if n is None else policies.human_bytes(n)
 
 
 def _first_upper(text: str) -> str:

@@ -13,10 +13,18 @@ from dataclasses import dataclass, field
 from ci_fxcache.env import scopekey
 from ci_fxcache.env.torch_support import release
 from ci_fxcache.errors import UsageError
-from ci_fxcache.store.scopes import human_bytes
 
 _UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _UNITS_B = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+
+
+def human_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
 
 
 def parse_duration(text: str) -> float:

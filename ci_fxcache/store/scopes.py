@@ -378,12 +378,3 @@ def remove_tree(path: Path) -> None:
     """Remove a directory tree (overlays, quarantined scopes), ignoring what is already gone."""
     if path.exists():
         _rmtree(path)
-
-
-def human_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB'."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"

@@ -1,26 +1,49 @@
-"""The local store and the remote tier composed: save locally, then publish.
+"""The local store and the remote tier composed: fetch, then restore locally; save locally,
+then publish.
 
-The one module that imports both the local save (store.save) and the remote tier
-(store.remote); neither imports the other's save path. `save` is the one save of the toolkit:
-`fxcache save` and the action's saves (the save sub-action, the end-of-job save) call it.
+The one module that imports both the local store (store.restore, store.save) and the remote
+tier (store.remote); neither imports the other. `restore` and `save` are the toolkit's one
+restore and one save: `fxcache restore` / `fxcache save` and the action's steps call them.
+Code outside store/ reaches the store through this module and the factory (tests/test_layers.py).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ci_fxcache import gha
 from ci_fxcache.store import manifest as mf
+from ci_fxcache.store import restore as store_restore
 from ci_fxcache.store import save as store_save
+from ci_fxcache.store import scopes
 from ci_fxcache.store.layout import Layout
 from ci_fxcache.store.remote.factory import StoreChoice, check_settings, tier_for
 from ci_fxcache.store.remote.tier import RemoteTier, RemoteUnavailable
 from ci_fxcache.store.remote.transfer import publish_scope
-from ci_fxcache.store.state_file import RestoreState
+from ci_fxcache.store.state_file import Restored, RestoreState
+
+if TYPE_CHECKING:
+    from ci_fxcache.env.fingerprint import Fingerprint
+
+# The local restore's options and its verification depth, for the callers of `restore`.
+RestoreOptions = store_restore.Options
+full_verification = store_restore.full_verification
+# The store's settings in the environment (lock and lease times): checked before a restore.
+check_env = scopes.check_env
+
+
+@contextmanager
+def scope_lock(root: Path, key: str) -> Iterator[None]:
+    """The lock of scope `key` in the local store at `root`, for what is kept beside the
+    scope under it (the job history): jobs sharing a runner take turns."""
+    with scopes.lock(Layout(root), key):
+        yield
 
 
 @dataclass(frozen=True)
@@ -134,3 +157,60 @@ def _fault_stop() -> None:
     if os.environ.get(store_save.FAULT_ENV) == "stop-before-publish":
         print("fxcache: test fault: committed, stopped before the publish", flush=True)
         os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def _cold_fallback(key: str, root: Path, error: str, fp: Fingerprint) -> Restored:
+    import tempfile  # here, not at the top: restore starts on every job's critical path
+
+    # Under $RUNNER_TEMP inside Actions: the runner empties it after every job.
+    base = Path(tempfile.mkdtemp(prefix="fxcache-cold-", dir=os.environ.get("RUNNER_TEMP")))
+    gha.warn(f"local store unusable ({error}); continuing cold in {base}")
+    return Restored.cold(key, root, base, error, fp.to_dict())
+
+
+def restore(
+    layout: Layout,
+    key: str,
+    fp: Fingerprint,
+    options: RestoreOptions,
+    choice: StoreChoice,
+    tier: RemoteTier | None,
+) -> tuple[Restored, dict[str, Any] | None]:
+    """Tier 2 first (a scope it has becomes a local one), then the local restore; a local
+    store that cannot be used is a cold fallback. What was restored, its cache dirs made,
+    and the remote tier's report (complete: with whether this run only reads the tier)."""
+    from ci_fxcache.store.remote.transfer import fetch_scope
+
+    remote_info = None
+    try:
+        if choice.kind == "github":
+            tier, remote_info = _github_tier(choice, key)
+        if tier is not None:
+            remote_info = fetch_scope(layout, key, tier, signing_key=options.signing_key)
+        restored = store_restore.restore(layout, key, fp, options)
+    except PermissionError as exc:
+        # Not tampering: another user's files in a shared store. Nothing is quarantined.
+        why = f"permission denied: {exc.filename or exc}; the scope is left as it is"
+        restored = _cold_fallback(key, layout.root, why, fp)
+    except (OSError, TimeoutError) as exc:
+        restored = _cold_fallback(key, layout.root, str(exc), fp)
+    for path in (restored.inductor_dir, restored.triton_dir, restored.verify_dir):
+        path.mkdir(parents=True, exist_ok=True)
+    if remote_info is None:
+        return restored, None
+    extra: dict[str, Any] = {"read_only": not choice.may_write_remote}
+    if choice.kind == "github":
+        extra["key_suffix"] = choice.key_suffix
+    return restored, {**remote_info, **extra}
+
+
+def _github_tier(choice: StoreChoice, key: str) -> tuple[RemoteTier | None, dict[str, Any] | None]:
+    """The GitHub tier of scope `key`, or None and the state's `remote` object saying why
+    not (no Actions cache service in this step: one warning, local only)."""
+    try:
+        return tier_for(choice, key), None
+    except RemoteUnavailable as exc:
+        gha.warn(f"restoring from the GitHub cache failed ({exc}); continuing with the local "
+                 "store only")  # fmt: skip
+        return None, {"store": "github", "url": "the GitHub cache", "fetched": False,
+                      "error": str(exc)}  # fmt: skip

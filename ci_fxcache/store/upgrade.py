@@ -15,6 +15,7 @@ from ci_fxcache.env.fingerprint import Fingerprint
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store import scopes
 from ci_fxcache.store.layout import Layout
+from ci_fxcache.store.policies import human_bytes
 
 # (label, fingerprint field) compared through each scope's stored fingerprint.
 _FIELDS = (
@@ -94,7 +95,7 @@ def remove_stale(layout: Layout, current_key: str, fp: Fingerprint) -> list[dict
         count = len(sizes)
         print(
             f"fxcache: {versions}: removed {count} scope{'s' if count != 1 else ''}, "
-            f"{scopes.human_bytes(sum(sizes))}",
+            f"{human_bytes(sum(sizes))}",
             file=sys.stderr,
             flush=True,
         )

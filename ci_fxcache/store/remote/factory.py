@@ -67,6 +67,24 @@ def choose(
     )  # fmt: skip
 
 
+def github_entry_key(scope_key: str, key_suffix: str) -> str:
+    """This run's GitHub cache entry key for the scope: Actions cache entries are immutable, so
+    a save writes a unique key (scope, suffix, run, attempt) and a restore takes the newest
+    entry of the scope by prefix (store/remote/github/cache_service.py)."""
+    from ci_fxcache.store.remote.github import cache_service
+    from ci_fxcache.store.remote.github import tier as github
+
+    run = os.environ.get("GITHUB_RUN_ID", "0"), os.environ.get("GITHUB_RUN_ATTEMPT", "1")
+    return cache_service.entry_key(github.entry_prefix(scope_key, key_suffix), *run)
+
+
+def check_s3_url(url: str, what: str) -> None:
+    """UsageError (naming `what`, never repeating the value) unless `url` is s3://BUCKET/PREFIX."""
+    from ci_fxcache.store.remote.s3 import client
+
+    client.parse_url(url, what)
+
+
 def check_settings(choice: StoreChoice) -> None:
     """UsageError when the environment's settings of the choice's tier are malformed (for s3:
     FXCACHE_S3_TIMEOUT, FXCACHE_S3_DEADLINE): checked before anything is committed."""
@@ -96,8 +114,7 @@ def tier_for(choice: StoreChoice, scope_key: str | None = None) -> RemoteTier | 
             if where is None:
                 raise RemoteUnavailable(str(problem))
             prefix = github.entry_prefix(scope_key, choice.key_suffix)
-            run = os.environ.get("GITHUB_RUN_ID", "0"), os.environ.get("GITHUB_RUN_ATTEMPT", "1")
-            key = choice.entry_key or cache_service.entry_key(prefix, *run)
+            key = choice.entry_key or github_entry_key(scope_key, choice.key_suffix)
             tier = github.GitHubTier(cache_service.CacheService(where), key, prefix)
         case other:
             raise UsageError(f"unknown store {other!r}")
