@@ -46,6 +46,9 @@ POOL = 24
 # each read from its file while it is sent: a save holds one part per upload, not the object.
 MULTIPART_BYTES = 64 * 1024 * 1024
 PART_BYTES = 8 * 1024 * 1024
+# Lean reads' buffers kept idle (one per concurrent range read of a restore; one frame each).
+_IDLE_BUFFERS = 16
+_BUFFER_BYTES = 4 * 1024 * 1024
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 T = TypeVar("T")
 Buffer = bytes | memoryview
@@ -179,6 +182,7 @@ class Bucket:
         self._lean = lean.from_env(where.bucket, self._region or "us-east-1", *self._timeouts,
                                    MAX_ATTEMPTS)  # fmt: skip
         self._botocore: Any = None
+        self._buffers: list[bytearray] = []  # the lean reads' idle buffers
         self._making = threading.Lock()
         if self._lean is None:  # needed at once (the caller makes this on a thread of its own)
             self._botocore = self._make_client()
@@ -318,7 +322,9 @@ class Bucket:
             return None
         etag = response.getheader("ETag") or ""
         with self._lean_body(conn, response, key, limit, etag) as read:
-            return bytes(read(limit + 1)), etag
+            # What was announced (never more than `limit`: refused above), else up to the limit.
+            length = response.length if isinstance(response.length, int) else limit + 1
+            return bytes(read(length)), etag
 
     @contextlib.contextmanager
     def get_range(self, key: str, start: int, end: int) -> Iterator[Callable[[int], Buffer]]:
@@ -374,15 +380,19 @@ class Bucket:
         limit: int,
         etag: str = "",
     ) -> Iterator[Callable[[int], memoryview]]:
-        """_body for a lean answer: its reads go into one buffer reused from read to read;
-        the connection is kept for the next request when the body was read to its end."""
+        """_body for a lean answer: its reads go into one buffer reused from read to read,
+        taken from the client's idle buffers and given back after (so a restore zero-fills and
+        faults in one buffer per concurrent read, not one per range: at most one frame each,
+        FETCH_WORKERS in all, as before); the connection is kept for the next request when
+        the body was read to its end."""
         assert self._lean is not None
         reading = threading.Event()
+        with self._lock:
+            buffer = self._buffers.pop() if self._buffers else bytearray()
         try:
             length = response.length
             if isinstance(length, int) and length > limit:
                 raise S3TooLarge(key, etag)
-            buffer = bytearray()
 
             def read(n: int) -> memoryview:
                 nonlocal buffer
@@ -410,6 +420,9 @@ class Bucket:
         finally:
             if not reading.is_set():  # else a read abandoned at the deadline still runs
                 self._lean.release(conn, response)
+                with self._lock:
+                    if len(self._buffers) < _IDLE_BUFFERS and len(buffer) <= _BUFFER_BYTES:
+                        self._buffers.append(buffer)
 
     @contextlib.contextmanager
     def _body(
