@@ -187,6 +187,17 @@ class Bucket:
         if self._lean is None:  # needed at once (the caller makes this on a thread of its own)
             self._botocore = self._make_client()
 
+    def warm(self) -> None:
+        """Start making botocore's client on a thread of its own (an operation that will need
+        it, a save's conditional writes, need not wait for it later); errors are left for the
+        first request that needs it."""
+        if self._botocore is None:
+            threading.Thread(target=self._warm, name="fxcache-s3 botocore", daemon=True).start()
+
+    def _warm(self) -> None:
+        with contextlib.suppress(Exception):
+            self._s3  # noqa: B018 - made and kept
+
     @property
     def _s3(self) -> Any:
         """botocore's client, made on first use (S3Unavailable when it cannot be)."""
