@@ -102,6 +102,7 @@ def test_whatever_the_environment_does_not_determine_is_left_to_botocore(
 ) -> None:
     _only(monkeypatch)
     assert lean.from_env("my-bucket", "us-east-1", 5, 30, 3) is not None
+    assert lean.from_env("dotted.bucket", "us-east-1", 5, 30, 3) is None  # AWS path-style
     if setting == "config":  # a config file may set addressing, endpoints, a CA bundle
         (tmp_path / "config").write_text("[default]\ns3 =\n  addressing_style = path\n")
         monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
@@ -110,7 +111,6 @@ def test_whatever_the_environment_does_not_determine_is_left_to_botocore(
         monkeypatch.setenv(name, value)
     region = os.environ.get("AWS_REGION", "us-east-1")
     assert lean.from_env("my-bucket", region, 5, 30, 3) is None
-    assert lean.from_env("dotted.bucket", "us-east-1", 5, 30, 3) is None or setting != "config"
 
 
 def test_lean_reads_and_writes_through_the_real_server_as_botocore_would(
