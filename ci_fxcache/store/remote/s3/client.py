@@ -6,8 +6,10 @@ Endpoint, region and credentials come from the standard AWS chain (`AWS_ENDPOINT
 core, which reads the same chain) reads them, so AWS S3, R2, GCS's S3 API, MinIO, Ceph and
 SeaweedFS work without options of ours. The client is botocore's own, without boto3's layer:
 importing boto3 also imports its transfer manager (s3transfer), ~0.1 s of every restore for
-nothing the tier calls. No message of this module carries a credential: errors are reported by
-their S3 code and HTTP status.
+nothing the tier calls. Where the environment alone determines a request, the restore's GETs
+and plain PUTs go without botocore (lean.py), which is then made only when a request needs it.
+No message of this module carries a credential: errors are reported by their S3 code and HTTP
+status.
 """
 
 from __future__ import annotations
