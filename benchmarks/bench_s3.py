@@ -28,7 +28,8 @@ Fleet rows (`_fleet`, same run, no link):
   accepts connections and never answers (the last-used marker's bound, deadline.TOUCH_S).
 
 With `--cpu-per-gib`: restore CPU seconds per GiB, an empty runner's `fxcache restore` (no
-link, download included) beside `zstd -d -T0 | tar -x` of the archive on disk. With
+link, download included) beside `zstd -d -T0 | tar -x` of the archive on disk. `--no-fleet`:
+no fleet rows after the links. The toolkit runs from bytecode, as pip installs it. With
 `--fleet-only`: only the concurrent savers (`--savers`). benchmarks/sim_savers.py goes
 beyond what one machine's processes can (100 / 500 / 1,000 savers, in process).
 
@@ -240,6 +241,8 @@ def main() -> None:
                         help="also restore CPU s per GiB beside zstd -d | tar -x")  # fmt: skip
     parser.add_argument("--fleet-only", action="store_true",
                         help="only the concurrent savers (--savers)")  # fmt: skip
+    parser.add_argument("--no-fleet", action="store_true",
+                        help="no concurrent-saver, hung-endpoint rows")  # fmt: skip
     parser.add_argument("--savers", default="8,16,24,32",
                         help="concurrent savers of one scope to try, comma-separated")  # fmt: skip
     args = parser.parse_args()
@@ -265,6 +268,10 @@ def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) ->
     url = f"s3://{bucket}/fxcache"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "FXCACHE_"))}
     env.update(server.env(), FXCACHE_S3_URL=url, TORCHINDUCTOR_COMPILE_THREADS="1")
+    # The toolkit as installed (pip writes bytecode), not compiled from source on every run
+    # (~0.1 s of CPU per process where PYTHONDONTWRITEBYTECODE is set; bench_restore.py too).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "ci_fxcache")], check=True)
     if args.save_memory or args.save_memory_only:
         _save_memory(args, work, env)
         if args.save_memory_only:
@@ -406,7 +413,8 @@ def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) ->
 
     _report(args, files, size, (in_bucket_plain, archive_bytes), in_bucket, first_save,
             first_run, results, saved, new_bytes, clients)  # fmt: skip
-    _fleet(args, work, env, restore, a_root)
+    if not args.no_fleet:
+        _fleet(args, work, env, restore, a_root)
     print(f"load average (1 / 5 / 15 min) at the end: {_load()}")
 
 
@@ -660,11 +668,20 @@ def _cpu_per_gib(
         runs["zstd | tar"].append(_run(["sh", "-c", f"zstd -d -T0 --long=30 -c {archive} | "
                                         f"tar -xf - -C {dest}"], dict(os.environ)))  # fmt: skip
     print(f"\nrestore CPU per GiB ({files} files, {size / 2**20:.0f} MiB, no link, medians of "
-          f"{args.repeat}):")  # fmt: skip
+          f"{args.repeat}; user + system of the process and its children):")  # fmt: skip
     for name, rs in runs.items():
         cpu = statistics.median(r.cpu for r in rs)
         wall = statistics.median(r.wall for r in rs)
         print(f"  {name:12s} {cpu / gib:6.2f} CPU s/GiB ({cpu:.2f} s CPU, {wall:.2f} s wall)")
+    tries = [
+        f"{f.cpu / t.cpu:.2f}x" for f, t in zip(runs["fxcache"], runs["zstd | tar"], strict=True)
+    ]
+    ratio = statistics.median(r.cpu for r in runs["fxcache"]) / statistics.median(
+        r.cpu for r in runs["zstd | tar"]
+    )
+    verdict = "met" if ratio <= 1 else "MISSED"
+    print(f"  fxcache / zstd | tar: {ratio:.2f}x (target <= 1x: {verdict}); try by try "
+          f"{', '.join(tries)}; load {_load()}")  # fmt: skip
 
 
 def _savers(

@@ -48,7 +48,11 @@ def _packed(scope: Path, files: dict[str, Any]) -> tuple[dict[str, Any], dict[st
 
 
 def _unpack(
-    entries: dict[str, Any], bodies: dict[str, bytes], target: Path, range_bytes: int
+    entries: dict[str, Any],
+    bodies: dict[str, bytes],
+    target: Path,
+    range_bytes: int,
+    buffers: list[bytearray] | None = None,
 ) -> tuple[dict[str, os.stat_result], list[str]]:
     target.mkdir()
     tree = packs.Tree(str(target))  # directories made as files need them
@@ -56,7 +60,7 @@ def _unpack(
     problems = packs.write_empty(entries, tree, stats)
     for span in packs.spans(entries, range_bytes):
         read = io.BytesIO(bodies[span.pack][span.start : span.end]).read
-        problems += packs.unpack_span(span, read, tree, stats, packs.Decoder())
+        problems += packs.unpack_span(span, read, tree, stats, packs.Decoder(), None, buffers)
     return stats, problems
 
 
@@ -84,12 +88,15 @@ def test_files_of_every_size_round_trip_through_frames_and_ranges(
             (holder,) = [s for s in spans if any(r == rel for r, _e in s.files)]
             assert holder.offset <= e["offset"]
             assert e["offset"] + e["size"] <= holder.offset + packs.decoded_size(holder.frames)
-    stats, problems = _unpack(entries, bodies, tmp_path / "out", range_bytes)
-    assert problems == []
-    assert sorted(stats) == sorted(SIZES)
-    for rel in SIZES:
-        assert (tmp_path / "out" / rel).read_bytes() == (tmp_path / "src" / rel).read_bytes()
-        assert stats[rel].st_size == SIZES[rel]
+    buffers: list[bytearray] = []  # frames decoded into one reused buffer, as a fetch does
+    for out, pool in (("out", None), ("pooled", buffers)):
+        stats, problems = _unpack(entries, bodies, tmp_path / out, range_bytes, pool)
+        assert problems == []
+        assert sorted(stats) == sorted(SIZES)
+        for rel in SIZES:
+            assert (tmp_path / out / rel).read_bytes() == (tmp_path / "src" / rel).read_bytes()
+            assert stats[rel].st_size == SIZES[rel]
+    assert len(buffers) == 1  # made once, given back after each frame
 
 
 def test_frames_are_bounded_compressed_where_it_pays_and_raw_where_not(tmp_path: Path) -> None:
@@ -137,8 +144,15 @@ def test_a_frame_that_would_decode_to_more_than_its_table_says_is_refused(tmp_pa
     no_size = zstandard.ZstdCompressor(level=1, write_content_size=False).compress(bytes(F + 1))
     decoder = packs.Decoder()
     for stored in (bomb, no_size):
-        with pytest.raises(packs.FrameError):
-            decoder.decode(packs.Frame(F, len(stored), "zstd"), stored)
+        for out in (None, bytearray(F)):
+            with pytest.raises(packs.FrameError):
+                decoder.decode(packs.Frame(F, len(stored), "zstd"), stored, out)
+    # Into a buffer, nothing is decoded past the table's size: a frame followed by more
+    # bytes that decode (another frame inside the same stored size) is refused.
+    small = cctx.compress(b"x" * 1000)
+    with pytest.raises(packs.FrameError, match="another size"):
+        decoder.decode(packs.Frame(1000, 2 * len(small), "zstd"), small + small, bytearray(F))
+    assert decoder.decode(packs.Frame(1000, len(small), "zstd"), small, bytearray(F)) == b"x" * 1000
 
 
 def _segment_entries(tmp_path: Path) -> tuple[dict[str, Any], set[str]]:
@@ -228,9 +242,11 @@ def test_reads_wait_outside_the_cpu_slot_and_decoding_and_writing_hold_it(tmp_pa
     while_decoding: list[bool] = []
 
     class Watched(packs.Decoder):
-        def decode(self, frame: packs.Frame, stored: bytes) -> bytes:
+        def decode(
+            self, frame: packs.Frame, stored: bytes | memoryview, out: bytearray | None = None
+        ) -> bytes | memoryview:
             while_decoding.append(free())
-            return super().decode(frame, stored)
+            return super().decode(frame, stored, out)
 
     (tmp_path / "out").mkdir()
     tree = packs.Tree(str(tmp_path / "out"))
@@ -242,7 +258,7 @@ def test_reads_wait_outside_the_cpu_slot_and_decoding_and_writing_hold_it(tmp_pa
             while_reading.append(free())
             return source.read(n)
 
-        assert packs.unpack_span(span, read, tree, stats, Watched(), slot) == []
+        assert packs.unpack_span(span, read, tree, stats, Watched(), slot, []) == []
     assert while_reading and all(while_reading)
     assert while_decoding and not any(while_decoding)
     assert sorted(stats) == sorted(rel for rel, n in SIZES.items() if n)

@@ -162,10 +162,14 @@ def make_read_only(scope_dir: Path, files: dict[str, os.stat_result]) -> None:
     """Drop write permission on committed files so an in-place write fails instead of altering
     a file shared by hardlinks (renames, which Inductor and Triton use, still work). Files
     torch writes in place (store.in_place) are never committed, so never passed here."""
+    wanted: dict[int, int] = {}  # by mode: the umask read once per mode, not twice per file
     for rel, st in files.items():
-        mode = modes.read_only_mode(stat.S_IMODE(st.st_mode))
-        if stat.S_IMODE(st.st_mode) != mode:
-            os.chmod(scope_dir / rel, mode)
+        mode = stat.S_IMODE(st.st_mode)
+        read_only = wanted.get(mode)
+        if read_only is None:
+            read_only = wanted[mode] = modes.read_only_mode(mode)
+        if mode != read_only:
+            os.chmod(scope_dir / rel, read_only)
 
 
 def regular_files(directory: Path) -> Iterator[os.stat_result]:

@@ -300,10 +300,14 @@ class Decoder:
         self._zstd = zstandard
         self._dctx = zstandard.ZstdDecompressor(max_window_size=FRAME_BYTES)
 
-    def decode(self, frame: Frame, stored: bytes | memoryview) -> bytes | memoryview:
-        """The decoded bytes of `frame` from its `stored` bytes; FrameError unless they are
-        exactly `frame.size` bytes (a frame never decodes to more: its header's content
-        size is checked first, so a bomb allocates nothing)."""
+    def decode(
+        self, frame: Frame, stored: bytes | memoryview, out: bytearray | None = None
+    ) -> bytes | memoryview:
+        """The decoded bytes of `frame` from its `stored` bytes (into `out`, of at least
+        FRAME_BYTES, when given: valid until `out` is used again); FrameError unless they are
+        exactly `frame.size` bytes (a frame never decodes to more: its header's content size
+        is checked first, so a bomb allocates nothing, and no more than `frame.size` bytes
+        are ever decoded into `out`)."""
         if len(stored) != frame.stored:
             raise FrameError("the pack ends early")
         if frame.codec == RAW:
@@ -311,12 +315,22 @@ class Decoder:
         try:
             if self._zstd.frame_content_size(stored) != frame.size:
                 raise FrameError("a frame's header disagrees with the frame table")
-            data = self._dctx.decompress(stored)
+            data = self._dctx.decompress(stored) if out is None else self._into(frame, stored, out)
         except self._zstd.ZstdError as exc:
             raise FrameError(f"a frame does not decode ({exc})") from None
         if len(data) != frame.size:
             raise FrameError("a frame decodes to another size than the frame table says")
         return data
+
+    def _into(self, frame: Frame, stored: bytes | memoryview, out: bytearray) -> memoryview:
+        view = memoryview(out)[: frame.size]
+        got = 0
+        with self._dctx.stream_reader(stored, read_across_frames=False) as reader:
+            while got < frame.size and (n := reader.readinto(view[got:])):
+                got += n
+            if got == frame.size and reader.read(1):
+                raise FrameError("a frame decodes to another size than the frame table says")
+        return view[:got]
 
 
 @dataclass(frozen=True)
@@ -557,12 +571,15 @@ def unpack_span(
     stats: dict[str, os.stat_result],
     decoder: Decoder,
     cpu: AbstractContextManager[object] | None = None,
+    buffers: list[bytearray] | None = None,
 ) -> list[str]:
     """Write `span`'s files into `tree`, reading its stored bytes with `read(n)` (exactly
-    n bytes, fewer only where the source ends): one frame in memory at a time, decoded and
-    written while holding `cpu` (a slot of the caller's: reads wait for the network, the rest
-    for a CPU). The files that did not match their entry, or that the source cut short, as
-    problems."""
+    n bytes, fewer only where the source ends; valid until the next read): one frame in
+    memory at a time, decoded and written while holding `cpu` (a slot of the caller's: reads
+    wait for the network, the rest for a CPU). With `buffers` (shared by the holders of the
+    slots), each frame is decoded into one of them: one per slot at most, made once, where a
+    new frame's memory would be zero-filled and faulted in again and again. The files that
+    did not match their entry, or that the source cut short, as problems."""
     problems: list[str] = []
     unpacker = Unpacker(span, tree, stats, problems)
     offset = span.offset
@@ -571,7 +588,14 @@ def unpack_span(
         for frame in span.frames:
             stored = read(frame.stored)
             with slot:
-                unpacker.feed(offset, decoder.decode(frame, stored))
+                out = None
+                if buffers is not None:  # list.pop and append are atomic
+                    out = buffers.pop() if buffers else bytearray(FRAME_BYTES)
+                try:
+                    unpacker.feed(offset, decoder.decode(frame, stored, out))
+                finally:
+                    if out is not None and buffers is not None:
+                        buffers.append(out)
             offset += frame.size
     except FrameError as exc:
         problems.append(f"damaged: pack {span.pack[:12]}: {exc}")

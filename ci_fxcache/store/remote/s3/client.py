@@ -6,13 +6,17 @@ Endpoint, region and credentials come from the standard AWS chain (`AWS_ENDPOINT
 core, which reads the same chain) reads them, so AWS S3, R2, GCS's S3 API, MinIO, Ceph and
 SeaweedFS work without options of ours. The client is botocore's own, without boto3's layer:
 importing boto3 also imports its transfer manager (s3transfer), ~0.1 s of every restore for
-nothing the tier calls. No message of this module carries a credential: errors are reported by
-their S3 code and HTTP status.
+nothing the tier calls. Where the environment alone determines a request, the restore's GETs
+and plain PUTs go without botocore (lean.py), which is then made only when a request needs it.
+No message of this module carries a credential: errors are reported by their S3 code and HTTP
+status.
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.client
+import importlib.util
 import os
 import re
 import threading
@@ -22,6 +26,7 @@ from typing import Any, BinaryIO, TypeVar
 from urllib.parse import urlsplit
 
 from ci_fxcache.errors import UsageError
+from ci_fxcache.store.remote.s3 import lean
 from ci_fxcache.store.remote.s3.deadline import (
     DEADLINE_ENV,
     Deadline,
@@ -43,8 +48,12 @@ POOL = 24
 # each read from its file while it is sent: a save holds one part per upload, not the object.
 MULTIPART_BYTES = 64 * 1024 * 1024
 PART_BYTES = 8 * 1024 * 1024
+# Lean reads' buffers kept idle (one per concurrent range read of a restore; one frame each).
+_IDLE_BUFFERS = 16
+_BUFFER_BYTES = 4 * 1024 * 1024
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 T = TypeVar("T")
+Buffer = bytes | memoryview
 
 
 class S3Unavailable(Exception):
@@ -159,16 +168,51 @@ class Bucket:
     (replaced per operation by `use`)."""
 
     def __init__(self, where: Location, deadline: Deadline | None = None) -> None:
-        try:
-            import botocore.session
-            from botocore.config import Config
-        except ImportError as exc:
-            raise S3Unavailable(
-                "the S3 client is not installed (pip install 'ci-fxcache[s3]')"
-            ) from exc
+        if importlib.util.find_spec("botocore") is None:
+            raise S3Unavailable("the S3 client is not installed (pip install 'ci-fxcache[s3]')")
         self.deadline = deadline or Deadline(configured_seconds())
         connect, read = _timeouts()
-        connect, read = self.deadline.capped(connect), self.deadline.capped(read)
+        self._timeouts = self.deadline.capped(connect), self.deadline.capped(read)
+        self._region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        self.where = where
+        self.requests: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.sent_bytes = 0
+        self.received_bytes = 0
+        # The restore's requests without botocore where the environment determines them
+        # (lean.py); botocore's client is made on first need (~0.2 s of CPU).
+        self._lean = lean.from_env(where.bucket, self._region or "us-east-1", *self._timeouts,
+                                   MAX_ATTEMPTS)  # fmt: skip
+        self._botocore: Any = None
+        self._buffers: list[bytearray] = []  # the lean reads' idle buffers
+        self._making = threading.Lock()
+        if self._lean is None:  # needed at once (the caller makes this on a thread of its own)
+            self._botocore = self._make_client()
+
+    def warm(self) -> None:
+        """Start making botocore's client on a thread of its own (an operation that will need
+        it, a save's conditional writes, need not wait for it later); errors are left for the
+        first request that needs it."""
+        if self._botocore is None:
+            threading.Thread(target=self._warm, name="fxcache-s3 botocore", daemon=True).start()
+
+    def _warm(self) -> None:
+        with contextlib.suppress(Exception):
+            self._s3  # noqa: B018 - made and kept
+
+    @property
+    def _s3(self) -> Any:
+        """botocore's client, made on first use (S3Unavailable when it cannot be)."""
+        with self._making:
+            if self._botocore is None:
+                self._botocore = self._make_client()
+        return self._botocore
+
+    def _make_client(self) -> Any:
+        import botocore.session
+        from botocore.config import Config
+
+        connect, read = self._timeouts
         config = Config(
             connect_timeout=connect,
             read_timeout=read,
@@ -179,20 +223,15 @@ class Bucket:
             response_checksum_validation="when_required",
             user_agent_extra="fxcache",
         )
-        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-        self.where = where
-        self.requests: dict[str, int] = {}
-        self._lock = threading.Lock()
-        self.sent_bytes = 0
-        self.received_bytes = 0
         try:
-            self._s3 = botocore.session.get_session().create_client(
-                "s3", config=config, region_name=region or "us-east-1"
+            made = botocore.session.get_session().create_client(
+                "s3", config=config, region_name=self._region or "us-east-1"
             )
         except Exception as exc:  # botocore's configuration errors (a bad profile, ...)
             raise S3Unavailable(f"S3 client not configured: {_describe(exc)}") from exc
         # No request, first try or retry, once the bound is spent.
-        self._s3.meta.events.register("before-send.s3", self._before_send)
+        made.meta.events.register("before-send.s3", self._before_send)
+        return made
 
     def use(self, deadline: Deadline) -> None:
         """Bound every later request by `deadline` (one per restore, save or invalidate)."""
@@ -243,8 +282,9 @@ class Bucket:
         return self.within(lambda: self._send(what, key, **kwargs), what)
 
     def _send(self, what: str, key: str, **kwargs: Any) -> Any:
+        s3 = self._s3
         try:
-            return getattr(self._s3, what)(Bucket=self.where.bucket, **kwargs)
+            return getattr(s3, what)(Bucket=self.where.bucket, **kwargs)
         except DeadlinePassed:
             raise
         except Exception as exc:  # botocore raises ClientError, BotoCoreError and subclasses
@@ -260,13 +300,17 @@ class Bucket:
         self._count("get_object")
 
         def request() -> tuple[bytes, str] | None:  # the body's read is inside the bound too
+            if self._lean is not None:
+                with contextlib.suppress(lean.Declined):
+                    return self._lean_get(key, if_none_match, limit)
+                self._count("get_object")  # botocore asks again, and decides
             try:
                 answer = self._send("get_object", key, Key=key, **extra)
             except S3NotModified:
                 return None
             etag = str(answer.get("ETag", ""))
             with self._body(answer, key, limit, etag) as read:
-                return read(limit + 1), etag
+                return bytes(read(limit + 1)), etag
 
         got = self.within(request, "get_object")
         if got is None:
@@ -276,16 +320,122 @@ class Bucket:
             raise S3TooLarge(key, etag)
         return body, etag
 
+    def _lean_get(
+        self, key: str, if_none_match: str | None, limit: int
+    ) -> tuple[bytes, str] | None:
+        assert self._lean is not None
+        headers = {"If-None-Match": if_none_match} if if_none_match else {}
+        got = self._lean_open(key, headers)
+        if got is None:
+            raise lean.Declined("botocore asks")
+        conn, response = got
+        if response.status == 304:
+            response.read()
+            self._lean.release(conn, response)
+            return None
+        etag = response.getheader("ETag") or ""
+        with self._lean_body(conn, response, key, limit, etag) as read:
+            # What was announced (never more than `limit`: refused above), else up to the limit.
+            length = response.length if isinstance(response.length, int) else limit + 1
+            return bytes(read(length)), etag
+
     @contextlib.contextmanager
-    def get_range(self, key: str, start: int, end: int) -> Iterator[Callable[[int], bytes]]:
+    def get_range(self, key: str, start: int, end: int) -> Iterator[Callable[[int], Buffer]]:
         """Bytes `start` to `end` (exclusive) of `key`, streamed: yields `read(n)`, which
-        returns n bytes (fewer only where the object ends). S3Missing when `key` is absent
-        or ends before `start`; S3TooLarge when the answer would be longer than the range.
-        The request and every read are within the deadline: a server that freezes
-        mid-body costs at most what is left of it."""
-        answer = self._call("get_object", key, Key=key, Range=f"bytes={start}-{end - 1}")
-        with self._body(answer, key, end - start) as read:
+        returns n bytes (fewer only where the object ends), valid until the next read (the
+        lean path reuses one buffer). S3Missing when `key` is absent or ends before `start`;
+        S3TooLarge when the answer would be longer than the range. The request and every read
+        are within the deadline: a server that freezes mid-body costs at most what is left
+        of it."""
+        span = f"bytes={start}-{end - 1}"
+        self._count("get_object")
+        with contextlib.ExitStack() as stack:
+            got = None
+            read: Callable[[int], Buffer]
+            if self._lean is not None:
+                got = self.within(lambda: self._lean_open(key, {"Range": span}), "get_object")
+                if got is None:
+                    self._count("get_object")  # declined: botocore asks again, and decides
+            if got is not None:
+                read = stack.enter_context(self._lean_body(*got, key, end - start))
+            else:
+                answer = self.within(lambda: self._send("get_object", key, Key=key, Range=span),
+                                     "get_object")  # fmt: skip
+                read = stack.enter_context(self._body(answer, key, end - start))
             yield lambda n: self.within(lambda: read(n), "get_object body")
+
+    def _lean_open(
+        self, key: str, headers: dict[str, str]
+    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse] | None:
+        """A lean GET's connection and answer (200, 206 or 304; headers read, the body not);
+        S3Missing as botocore would tell it; None when botocore is to ask instead."""
+        assert self._lean is not None
+        try:
+            conn, response = self._lean.request("GET", key, headers, stop=self.deadline.passed)
+        except lean.Declined:
+            return None
+        except lean.Failed as exc:
+            raise self._fail(exc, key) from None
+        if response.status in (200, 206, 304):
+            return conn, response
+        code = self._lean.error_code(response)
+        self._lean.release(conn, response)
+        if response.status == 416 or code in ("NoSuchKey", "InvalidRange"):
+            raise S3Missing(key)
+        return None
+
+    @contextlib.contextmanager
+    def _lean_body(
+        self,
+        conn: http.client.HTTPConnection,
+        response: http.client.HTTPResponse,
+        key: str,
+        limit: int,
+        etag: str = "",
+    ) -> Iterator[Callable[[int], memoryview]]:
+        """_body for a lean answer: its reads go into one buffer reused from read to read,
+        taken from the client's idle buffers and given back after (so a restore zero-fills and
+        faults in one buffer per concurrent read, not one per range: at most one frame each,
+        FETCH_WORKERS in all, as before); the connection is kept for the next request when
+        the body was read to its end."""
+        assert self._lean is not None
+        reading = threading.Event()
+        with self._lock:
+            buffer = self._buffers.pop() if self._buffers else bytearray()
+        try:
+            length = response.length
+            if isinstance(length, int) and length > limit:
+                raise S3TooLarge(key, etag)
+
+            def read(n: int) -> memoryview:
+                nonlocal buffer
+                if len(buffer) < n:
+                    buffer = bytearray(n)
+                view = memoryview(buffer)[:n]
+                got = 0
+                reading.set()
+                try:
+                    while got < n:
+                        try:
+                            piece = response.readinto(view[got:])
+                        except (OSError, http.client.HTTPException) as exc:
+                            raise S3Unavailable(f"reading {key}: {type(exc).__name__}") from None
+                        if not piece:
+                            break
+                        got += piece
+                finally:
+                    reading.clear()
+                with self._lock:
+                    self.received_bytes += got
+                return view[:got]
+
+            yield read
+        finally:
+            if not reading.is_set():  # else a read abandoned at the deadline still runs
+                self._lean.release(conn, response)
+                with self._lock:
+                    if len(self._buffers) < _IDLE_BUFFERS and len(buffer) <= _BUFFER_BYTES:
+                        self._buffers.append(buffer)
 
     @contextlib.contextmanager
     def _body(
@@ -338,6 +488,11 @@ class Bucket:
     ) -> str:
         """PUT `key`; with `if_match` (an ETag) or `if_absent`, only under that condition
         (S3Conflict when it does not hold). Its new ETag."""
+        if self._lean is not None and not (if_match or if_absent):
+            self._count("put_object", sent=len(body))
+            etag = self.within(lambda: self._lean_put(key, body, content_type), "put_object")
+            if etag is not None:
+                return etag
         extra: dict[str, str] = {}
         if if_match:
             extra["IfMatch"] = if_match
@@ -347,6 +502,22 @@ class Bucket:
             "put_object", key, Key=key, Body=body, ContentType=content_type, **extra
         )
         return str(answer.get("ETag", ""))
+
+    def _lean_put(self, key: str, body: bytes, content_type: str) -> str | None:
+        """A plain PUT without botocore: its ETag, or None when botocore is to make it."""
+        assert self._lean is not None
+        try:
+            conn, response = self._lean.request(
+                "PUT", key, {"Content-Type": content_type}, body, stop=self.deadline.passed
+            )
+        except lean.Declined:
+            return None
+        except lean.Failed as exc:
+            raise self._fail(exc, key) from None
+        ok = response.status == 200
+        response.read()
+        self._lean.release(conn, response)
+        return (response.getheader("ETag") or "") if ok else None
 
     def put_file(self, key: str, f: BinaryIO, size: int) -> None:
         """PUT `key` from the `size` bytes of seekable file `f` (from its start), streamed:

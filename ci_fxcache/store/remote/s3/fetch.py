@@ -65,11 +65,12 @@ def _fetch(
     lock = threading.Lock()
     local = threading.local()
     cpu = threading.BoundedSemaphore(usable_cpus())
+    decoded: list[bytearray] = []  # a frame's worth per CPU slot (packs.unpack_span)
 
     def read(span: packs.Span) -> None:
         if not hasattr(local, "decoder"):
             local.decoder = packs.Decoder()
-        found = _unpack(objects, span, tree, stats, local.decoder, cpu)
+        found = _unpack(objects, span, tree, stats, (local.decoder, cpu, decoded))
         if found:
             with lock:
                 bad.add(span.pack)
@@ -120,14 +121,15 @@ def _unpack(
     span: packs.Span,
     tree: packs.Tree,
     stats: dict[str, os.stat_result],
-    decoder: packs.Decoder,
-    cpu: threading.BoundedSemaphore,
+    work: tuple[packs.Decoder, threading.BoundedSemaphore, list[bytearray]],
 ) -> list[str]:
     """One ranged GET of `span`, its files written into `tree` as its frames arrive
-    (packs.unpack_span); the problems found."""
+    (packs.unpack_span with this thread's decoder, the CPU slots and their buffers); the
+    problems found."""
+    decoder, cpu, decoded = work
     try:
         with objects.bucket.get_range(objects.pack_key(span.pack), span.start, span.end) as read:
-            return packs.unpack_span(span, read, tree, stats, decoder, cpu)
+            return packs.unpack_span(span, read, tree, stats, decoder, cpu, decoded)
     except S3Missing:
         return [f"missing: pack {span.pack} ({len(span.files)} files)"]
     except S3TooLarge:
