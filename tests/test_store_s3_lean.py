@@ -137,6 +137,57 @@ def test_lean_reads_and_writes_through_the_real_server_as_botocore_would(
     assert b._botocore is None  # every answer was one the lean path interprets
 
 
+def test_a_lean_listing_is_botocores_listing_page_by_page(
+    monkeypatch: pytest.MonkeyPatch, seaweed: SeaweedS3, bucket: str
+) -> None:
+    """The restore lists its scope's references beside reading the head: the lean listing
+    gives the same keys, sizes and times as botocore's, across pages (a continuation token)
+    and with `first`, for keys that URL encoding changes; botocore is never made for it."""
+    for name, value in seaweed.env().items():
+        monkeypatch.setenv(name, value)
+    writer = client.Bucket(client.parse_url(bucket))
+    keys = [f"list/refs/{i:04d}-{tail}" for i, tail in
+            enumerate(["a b", "c+d", "é%2F", "plain"] * 300)]  # fmt: skip
+    for i, key in enumerate(keys):
+        writer.put(key, b"x" * (i % 7))
+    writer.put("list-other/not-this", b"")
+    lean_side = client.Bucket(client.parse_url(bucket))
+    assert lean_side._lean is not None
+    listed = lean_side.listing("list/refs/")
+    first = lean_side.listing("list/refs/", first=5)
+    assert lean_side._botocore is None, "a lean listing fell back to botocore"
+    botocore_side = client.Bucket(client.parse_url(bucket))
+    botocore_side._lean = None
+    assert listed == botocore_side.listing("list/refs/")
+    assert sorted(k["Key"] for k in listed) == sorted(keys)  # 1,200 keys: two pages
+    assert first == botocore_side.listing("list/refs/", first=5)
+    assert [k["Key"] for k in first][:5] == sorted(keys)[:5]
+
+
+def test_an_answer_that_is_no_listing_is_declined_for_botocore_to_read() -> None:
+    ns = 'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"'
+    entry = f"<ListBucketResult {ns}><Contents><Key>k</Key><LastModified>%s</LastModified>"
+    bodies = [
+        b"",
+        b"<html>proxy login</html>",
+        b"<Error><Code>X</Code></Error>",
+        (entry % "yesterday" + "</Contents></ListBucketResult>").encode(),
+        # no time zone: not S3's
+        (entry % "2026-12-05T01:02:03" + "</Contents></ListBucketResult>").encode(),
+    ]
+    for body in bodies:
+        with pytest.raises(lean.Declined):
+            lean.parse_listing(body)
+    page = lean.parse_listing(
+        f"<ListBucketResult {ns}><IsTruncated>true</IsTruncated><NextContinuationToken>t"
+        "</NextContinuationToken><Contents><Key>a%20b%2Bc</Key><Size>3</Size><LastModified>"
+        "2026-12-05T01:02:03.000Z</LastModified></Contents></ListBucketResult>".encode()
+    )
+    assert page["IsTruncated"] and page["NextContinuationToken"] == "t"
+    assert [(c["Key"], c["Size"]) for c in page["Contents"]] == [("a b+c", 3)]
+    assert page["Contents"][0]["LastModified"].timestamp() == 1796432523
+
+
 def test_an_answer_the_lean_path_does_not_interpret_is_botocores_to_decide(
     monkeypatch: pytest.MonkeyPatch, seaweed: SeaweedS3, bucket: str
 ) -> None:

@@ -290,6 +290,46 @@ class Bucket:
         except Exception as exc:  # botocore raises ClientError, BotoCoreError and subclasses
             raise self._fail(exc, key) from None
 
+    def _listing_page(self, prefix: str, extra: dict[str, Any]) -> Any:
+        """One ListObjectsV2 page: lean where it can (a restore lists its scope's references
+        beside reading the head), else, or where the lean answer is not one it reads,
+        botocore's."""
+        if self._lean is not None:
+            self._count("list_objects_v2")
+            query = lean.listing_query(prefix, extra.get("ContinuationToken"), extra.get("MaxKeys"))
+            page = self.within(lambda: self._lean_listing(prefix, query), "list_objects_v2")
+            if page is not None:
+                return page
+        return self._call("list_objects_v2", prefix, Prefix=prefix, **extra)  # counted again
+
+    def _lean_listing(self, prefix: str, query: dict[str, str]) -> Any:
+        """A lean listing page in botocore's shape; None when botocore is to ask instead."""
+        assert self._lean is not None
+        try:
+            conn, response = self._lean.request("GET", None, {}, stop=self.deadline.passed,
+                                                query=query)  # fmt: skip
+        except lean.Declined:
+            return None
+        except lean.Failed as exc:
+            raise self._fail(exc, prefix) from None
+        if response.status != 200:
+            self._lean.error_code(response)
+            self._lean.release(conn, response)
+            return None
+        try:
+            body = response.read(lean.LISTING_LIMIT + 1)
+        except (OSError, http.client.HTTPException):
+            conn.close()
+            return None
+        self._lean.release(conn, response)
+        with self._lock:
+            self.received_bytes += len(body)
+        if len(body) > lean.LISTING_LIMIT:
+            return None
+        with contextlib.suppress(lean.Declined):
+            return lean.parse_listing(body)
+        return None
+
     def get(
         self, key: str, if_none_match: str | None = None, *, limit: int
     ) -> tuple[bytes, str] | None:
@@ -596,7 +636,7 @@ class Bucket:
             extra: dict[str, Any] = {"ContinuationToken": token} if token else {}
             if first is not None:
                 extra["MaxKeys"] = first + 1
-            answer = self._call("list_objects_v2", prefix, Prefix=prefix, **extra)
+            answer = self._listing_page(prefix, extra)
             for item in answer.get("Contents") or []:
                 found.append(
                     {
