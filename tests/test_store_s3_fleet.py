@@ -33,14 +33,7 @@ from tests.test_store_s3 import (
     _save_json,
     _store,
 )
-
-
-@pytest.fixture
-def bucket(seaweed: SeaweedS3) -> str:
-    """A fresh bucket per test; its s3:// URL with a prefix."""
-    name = f"t-{uuid.uuid4().hex[:16]}"
-    seaweed.make_bucket(name)
-    return f"s3://{name}/fleet/ci"
+from tests.test_store_s3 import bucket as bucket  # the fixture
 
 
 def _in_process_env(monkeypatch: pytest.MonkeyPatch, seaweed: SeaweedS3, **extra: str) -> None:

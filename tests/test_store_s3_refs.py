@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from tests.conftest import RunFxcache
 from tests.s3_server import SeaweedS3
 from tests.store_helpers import SAMPLE, tree_digest, write_files
 from tests.test_store_s3 import _compiles_into, _first_job, _kill_save_before_the_head, _store
+from tests.test_store_s3 import bucket as bucket  # the fixture
 from tests.test_store_s3_fleet import (
     _bucket_name,
     _committed_copies,
@@ -28,14 +28,6 @@ from tests.test_store_s3_fleet import (
     _restore_in_process,
     _tier,
 )
-
-
-@pytest.fixture
-def bucket(seaweed: SeaweedS3) -> str:
-    """A fresh bucket per test; its s3:// URL with a prefix."""
-    name = f"t-{uuid.uuid4().hex[:16]}"
-    seaweed.make_bucket(name)
-    return f"s3://{name}/refs/ci"
 
 
 def _refs(seaweed: SeaweedS3, url: str, key: str) -> dict[str, bytes]:

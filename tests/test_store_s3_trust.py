@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -20,18 +19,11 @@ from tests.conftest import RunFxcache
 from tests.s3_server import SeaweedS3
 from tests.store_helpers import SAMPLE, tree_digest, write_files
 from tests.test_store_s3 import _compiles_into, _kill_save_before_the_head, _store
+from tests.test_store_s3 import bucket as bucket  # the fixture
 
 KEY = "fleet-key-1"
 PLANTED = "inductor/fxgraph/zz/planted"
 PLANTED_BYTES = b"not compiled by any keyed job" * 40
-
-
-@pytest.fixture
-def bucket(seaweed: SeaweedS3) -> str:
-    """A fresh bucket per test; its s3:// URL with a prefix."""
-    name = f"t-{uuid.uuid4().hex[:16]}"
-    seaweed.make_bucket(name)
-    return f"s3://{name}/fleet/ci"
 
 
 def _writable(path: Path) -> None:
