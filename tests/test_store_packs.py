@@ -53,6 +53,7 @@ def _unpack(
     target: Path,
     range_bytes: int,
     buffers: list[bytearray] | None = None,
+    named: bool = False,
 ) -> tuple[dict[str, os.stat_result], list[str]]:
     target.mkdir()
     tree = packs.Tree(str(target))  # directories made as files need them
@@ -60,7 +61,9 @@ def _unpack(
     problems = packs.write_empty(entries, tree, stats)
     for span in packs.spans(entries, range_bytes):
         read = io.BytesIO(bodies[span.pack][span.start : span.end]).read
-        problems += packs.unpack_span(span, read, tree, stats, packs.Decoder(), None, buffers)
+        problems += packs.unpack_span(
+            span, read, tree, stats, packs.Decoder(), None, buffers, named=named
+        )
     return stats, problems
 
 
@@ -118,22 +121,74 @@ def test_frames_are_bounded_compressed_where_it_pays_and_raw_where_not(tmp_path:
     assert packs.frames_problem([list(f) for f in frames]) is None
 
 
-def test_a_file_that_differs_from_its_entry_is_never_left_on_disk(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("named", "range_bytes"),
+    [(False, F), (True, F), (True, 64 * F)],
+    ids=["files", "ranges", "whole"],
+)
+def test_a_file_that_differs_from_its_entry_is_never_left_on_disk(
+    tmp_path: Path, named: bool, range_bytes: int
+) -> None:
+    """File by file, or (`whole`) a pack read whole and checked by its name: a flipped byte
+    that still decodes, or a pack cut short, leaves only files that match their entries."""
     files = _scope(tmp_path / "src", SIZES)
     entries, bodies = _packed(tmp_path / "src", files)
     (name,) = bodies
+    wholes = {s.whole for s in packs.spans(entries, range_bytes)}
+    assert wholes == {range_bytes > F}  # read whole only where one range holds the pack
     frames = entries["triton/k1/kernel.so"]["frames"]
     # Flip a byte in the raw middle of the big file: its frame still decodes, its hash fails.
     at = next(sum(f.stored for f in frames[:i]) for i, f in enumerate(frames) if f.codec == "raw")
     body = bytearray(bodies[name])
     body[at + 10] ^= 1
-    stats, problems = _unpack(entries, {name: bytes(body)}, tmp_path / "out", F)
+    stats, problems = _unpack(
+        entries, {name: bytes(body)}, tmp_path / "out", range_bytes, None, named
+    )
     (problem,) = problems
     assert problem.startswith("altered: ") and "kernel.so" in problem, problems
     assert not any("kernel.so" in p.name and "k1" in str(p) for p in (tmp_path / "out").rglob("*"))
+    assert "triton/k1/kernel.so" not in stats
+    for rel in stats:  # the rest is there, and whole
+        assert (tmp_path / "out" / rel).read_bytes() == (tmp_path / "src" / rel).read_bytes()
     # Cut short: what the stream did not complete is a problem and is not left behind.
-    stats, problems = _unpack(entries, {name: bodies[name][:-100]}, tmp_path / "cut", F)
+    cut = {name: bodies[name][:-100]}
+    stats, problems = _unpack(entries, cut, tmp_path / "cut", range_bytes, None, named)
     assert problems and all(not (tmp_path / "cut" / rel).exists() for rel in stats.keys() ^ SIZES)
+    for rel in stats:
+        assert (tmp_path / "cut" / rel).read_bytes() == (tmp_path / "src" / rel).read_bytes()
+
+
+def test_a_pack_read_whole_is_checked_by_its_name_not_file_by_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the pack is named by the sha256 of its stored bytes (S3) and a span holds all of
+    them, no file is hashed: the stored bytes are, once (a fifth as many for Inductor's
+    files). Not so for a pack named otherwise (the GitHub tier's archive) or read in part."""
+    files = _scope(tmp_path / "src", SIZES)
+    entries, bodies = _packed(tmp_path / "src", files)
+    hashed: list[int] = []
+    real = packs.sha256_hex
+    monkeypatch.setattr(packs, "sha256_hex", lambda data: hashed.append(len(data)) or real(data))
+    stats, problems = _unpack(entries, bodies, tmp_path / "whole", 64 * F, None, named=True)
+    assert problems == [] and sorted(stats) == sorted(SIZES)
+    for rel in SIZES:
+        assert (tmp_path / "whole" / rel).read_bytes() == (tmp_path / "src" / rel).read_bytes()
+    assert hashed == [0]  # write_empty's sha256 of no bytes, and no file's
+    _unpack(entries, bodies, tmp_path / "unnamed", 64 * F, None, named=False)
+    assert len(hashed) > 1
+
+
+def test_a_range_never_leaves_a_tail_of_less_than_half_a_range(tmp_path: Path) -> None:
+    """A pack a little larger than a range is read whole: one request, checked by its name."""
+    files = _scope(tmp_path / "src", SIZES)
+    entries, bodies = _packed(tmp_path / "src", files)
+    (body,) = bodies.values()
+    for range_bytes in (len(body) - 1, len(body) * 2 // 3 + 1):
+        (span,) = packs.spans(entries, range_bytes)
+        assert span.whole and (span.start, span.end) == (0, len(body))
+    cut = packs.spans(entries, F)
+    assert len(cut) > 1 and not any(s.whole for s in cut)
+    assert min(s.end - s.start for s in cut) >= F // 2
 
 
 def test_a_frame_that_would_decode_to_more_than_its_table_says_is_refused(tmp_path: Path) -> None:

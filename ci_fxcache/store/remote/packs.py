@@ -13,10 +13,12 @@ content size in its header), or the bytes as they are when zstd would save less 
 than a frame. The frame table (decoded size, stored size, codec of each frame) travels in the
 index, so a reader knows where each byte is before it asks: it GETs a byte range of whole
 frames, decodes one frame at a time (memory: one frame stored + one decoded per reader), and
-hashes each file before it is complete on disk. Files are ordered by kind (name suffix, then
-folder) before they are packed: Inductor's `.so`, `.cpp` and graph entries resemble their own
-kind, and a 4 MiB frame then compresses about as well as one zstd stream over a tar
-(measured, docs/store.md).
+hashes each file before it is complete on disk; or, where the pack is named by the sha256 of
+its stored bytes and the range holds all of them, hashes those instead (a fifth as many
+bytes for Inductor's files), and each file only if they do not match (unpack_span). Files
+are ordered by kind (name suffix, then folder) before they are packed: Inductor's `.so`,
+`.cpp` and graph entries resemble their own kind, and a 4 MiB frame then compresses about as
+well as one zstd stream over a tar (measured, docs/store.md).
 """
 
 from __future__ import annotations
@@ -344,6 +346,7 @@ class Span:
     offset: int
     frames: tuple[Frame, ...]
     files: tuple[tuple[str, dict[str, Any]], ...]
+    whole: bool = False  # its frames are the pack's whole frame table: every stored byte
 
 
 def spans(entries: dict[str, dict[str, Any]], range_bytes: int) -> list[Span]:
@@ -396,16 +399,21 @@ def _pack_spans(
         inside = tuple((r, e) for r, e in files if lo <= e["offset"] < hi)
         end = stored_at[run[-1]] + table[run[-1]].stored
         frames = tuple(table[k] for k in run)
-        found.append(Span(pack, stored_at[run[0]], end, lo, frames, inside))
+        whole = run[0] == 0 and run[-1] == len(table) - 1
+        found.append(Span(pack, stored_at[run[0]], end, lo, frames, inside, whole))
         run.clear()
 
+    total = stored_at[-1] + table[-1].stored if table else 0
     for k in range(len(table)):
         if not wanted[k]:
             close()
             continue
         run.append(k)
-        size = stored_at[k] + table[k].stored - stored_at[run[0]]
-        if size >= range_bytes and not joined[k]:
+        done = stored_at[k] + table[k].stored
+        # Never a tail of less than half a range after the cut: one request fewer, and a
+        # pack a little over a range is read whole (so checked by its name: unpack_span).
+        full = done - stored_at[run[0]] >= range_bytes
+        if full and not joined[k] and total - done >= range_bytes // 2:
             close()
     close()
     return found
@@ -448,16 +456,25 @@ class Tree:
 
 class Unpacker:
     """Writes the files of one span into `tree` from its decoded stream, fed in order:
-    each file is hashed before it is complete and removed if it does not match its entry;
-    each written file's stat goes into `stats` (taken from the open file: no second pass)."""
+    each file is hashed before it is complete and removed if it does not match its entry
+    (with `check` false, the caller checks the span's stored bytes instead and calls
+    `recheck` unless they match); each written file's stat goes into `stats` (taken from
+    the open file: no second pass)."""
 
     def __init__(
-        self, span: Span, tree: Tree, stats: dict[str, os.stat_result], problems: list[str]
+        self,
+        span: Span,
+        tree: Tree,
+        stats: dict[str, os.stat_result],
+        problems: list[str],
+        check: bool = True,
     ) -> None:
         self.span = span
         self.tree = tree
         self.stats = stats
         self.problems = problems
+        self.check = check
+        self.written: list[tuple[str, dict[str, Any]]] = []  # unchecked, when not `check`
         self._todo = list(span.files)
         self._next = 0
         self._open: list[_Partial] = []
@@ -497,6 +514,21 @@ class Unpacker:
             os.close(part.fd)
         self._open.clear()
 
+    def recheck(self) -> None:
+        """Hash every file written unchecked, read back from disk, and remove each that does
+        not match its entry (the span's stored bytes did not match its pack's name)."""
+        for rel, e in self.written:
+            path = os.path.join(self.tree.root, rel)
+            digest = hashlib.sha256()
+            with open(path, "rb") as f:
+                while piece := f.read(FRAME_BYTES):
+                    digest.update(piece)
+            if digest.hexdigest() != e["sha256"]:
+                os.unlink(path)
+                self.stats.pop(rel, None)
+                self.altered(rel)
+        self.written.clear()
+
     def altered(self, rel: str) -> None:
         self.problems.append(f"altered: {rel} (pack {self.span.pack[:12]})")
 
@@ -513,7 +545,7 @@ class Unpacker:
         self.stats[rel] = st
 
     def _whole(self, rel: str, e: dict[str, Any], data: memoryview) -> None:
-        if sha256_hex(data) != e["sha256"]:
+        if self.check and sha256_hex(data) != e["sha256"]:
             self.altered(rel)
             return
         fd = self.create(rel)
@@ -522,6 +554,8 @@ class Unpacker:
             self.done(rel, e, fd)
         finally:
             os.close(fd)
+        if not self.check:
+            self.written.append((rel, e))
 
 
 class _Partial:
@@ -529,7 +563,7 @@ class _Partial:
 
     def __init__(self, owner: Unpacker, rel: str, entry: dict[str, Any], fd: int) -> None:
         self.owner, self.rel, self.entry, self.fd = owner, rel, entry, fd
-        self.hash = hashlib.sha256()
+        self.hash = hashlib.sha256() if owner.check else None
         self.written = 0
 
     @classmethod
@@ -538,18 +572,21 @@ class _Partial:
 
     def write(self, data: memoryview) -> bool:
         """Write the next piece; False once the file is complete (or failed)."""
-        self.hash.update(data)
+        if self.hash is not None:
+            self.hash.update(data)
         _write_all(self.fd, data)
         self.written += len(data)
         if self.written < self.entry["size"]:
             return True
-        if self.hash.hexdigest() != self.entry["sha256"]:
+        if self.hash is not None and self.hash.hexdigest() != self.entry["sha256"]:
             self.fail("altered")
             return False
         try:
             self.owner.done(self.rel, self.entry, self.fd)
         finally:
             os.close(self.fd)
+        if self.hash is None:
+            self.owner.written.append((self.rel, self.entry))
         return False
 
     def fail(self, why: str) -> None:
@@ -572,6 +609,7 @@ def unpack_span(
     decoder: Decoder,
     cpu: AbstractContextManager[object] | None = None,
     buffers: list[bytearray] | None = None,
+    named: bool = False,
 ) -> list[str]:
     """Write `span`'s files into `tree`, reading its stored bytes with `read(n)` (exactly
     n bytes, fewer only where the source ends; valid until the next read): one frame in
@@ -579,14 +617,25 @@ def unpack_span(
     wait for the network, the rest for a CPU). With `buffers` (shared by the holders of the
     slots), each frame is decoded into one of them: one per slot at most, made once, where a
     new frame's memory would be zero-filled and faulted in again and again. The files that
-    did not match their entry, or that the source cut short, as problems."""
+    did not match their entry, or that the source cut short, as problems.
+
+    `named`: the pack's name is the sha256 of its stored bytes (the S3 tier's packs). A span
+    that holds the whole pack is then checked once against its name instead of file by file
+    (a saver lists each file with the sha256 of the bytes it packed, so an authentic pack
+    holds exactly what its entries say); only where it does not match is each file it wrote
+    read back, hashed, and removed unless it matches its entry: what is left on disk is
+    checked either way."""
     problems: list[str] = []
-    unpacker = Unpacker(span, tree, stats, problems)
+    by_pack = named and span.whole
+    unpacker = Unpacker(span, tree, stats, problems, check=not by_pack)
+    pack_digest = hashlib.sha256() if by_pack else None
     offset = span.offset
     slot = cpu if cpu is not None else contextlib.nullcontext()
     try:
         for frame in span.frames:
             stored = read(frame.stored)
+            if pack_digest is not None:
+                pack_digest.update(stored)
             with slot:
                 out = None
                 if buffers is not None:  # list.pop and append are atomic
@@ -603,6 +652,8 @@ def unpack_span(
         unpacker.abandon()
         raise
     unpacker.finish()
+    if pack_digest is not None and pack_digest.hexdigest() != span.pack:
+        unpacker.recheck()
     return problems
 
 

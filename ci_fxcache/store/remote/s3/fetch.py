@@ -129,7 +129,7 @@ def _unpack(
     decoder, cpu, decoded = work
     try:
         with objects.bucket.get_range(objects.pack_key(span.pack), span.start, span.end) as read:
-            return packs.unpack_span(span, read, tree, stats, decoder, cpu, decoded)
+            return packs.unpack_span(span, read, tree, stats, decoder, cpu, decoded, named=True)
     except S3Missing:
         return [f"missing: pack {span.pack} ({len(span.files)} files)"]
     except S3TooLarge:
