@@ -34,6 +34,7 @@ no fleet rows after the links. The toolkit runs from bytecode, as pip installs i
 beyond what one machine's processes can (100 / 500 / 1,000 savers, in process).
 
 Usage: python benchmarks/bench_s3.py [--python PY] [--size-mib 256] [--repeat 3]
+           [--cpu-per-gib [--cpu-repeat 5]]
            [--links 320,1000,10000] [--conn-mbit 720] [--rtt-ms 10] [--clients]
            [--delete-between] [--save-memory | --save-memory-only]
 Everything (server, proxy, bucket, roots) lives in a temporary directory removed at the end
@@ -47,6 +48,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -140,11 +142,13 @@ SEGMENT_THREADS = 8
 
 @dataclass
 class Run:
-    """One contender's process tree: wall seconds, CPU seconds, output."""
+    """One contender's process tree: wall seconds, CPU seconds (user + system), output, and
+    the system part of the CPU."""
 
     wall: float
     cpu: float
     stdout: str = ""
+    system: float = 0.0
 
 
 def _run(cmd: list[str], env: dict[str, str]) -> Run:
@@ -165,7 +169,7 @@ def _run(cmd: list[str], env: dict[str, str]) -> Run:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         sys.exit(f"bench: {' '.join(cmd[:4])} failed: {b''.join(err).decode()[-2000:]}")
-    return Run(wall, usage.ru_utime + usage.ru_stime, b"".join(out).decode())
+    return Run(wall, usage.ru_utime + usage.ru_stime, b"".join(out).decode(), usage.ru_stime)
 
 
 def _fxcache(*args: str, env: dict[str, str]) -> tuple[dict[str, Any], Run]:
@@ -239,6 +243,8 @@ def main() -> None:
     parser.add_argument("--save-memory-only", action="store_true", help="only that")
     parser.add_argument("--cpu-per-gib", action="store_true",
                         help="also restore CPU s per GiB beside zstd -d | tar -x")  # fmt: skip
+    parser.add_argument("--cpu-repeat", type=int, default=5,
+                        help="tries of each contender for --cpu-per-gib (medians)")  # fmt: skip
     parser.add_argument("--fleet-only", action="store_true",
                         help="only the concurrent savers (--savers)")  # fmt: skip
     parser.add_argument("--no-fleet", action="store_true",
@@ -646,42 +652,72 @@ def _cpu_per_gib(
 ) -> None:
     """Restore CPU seconds per GiB restored, side by side, no link: an empty runner's
     `fxcache restore` from the bucket (download included) and `zstd -d -T0 | tar -x` of the
-    archive already on disk (download excluded), taking turns; medians. Then `fxcache,
-    local`: the same restore again with the scope already there (start-up, fingerprint,
-    check, marker), the part of the first that is not the fetch."""
+    archive already on disk (download excluded), `--cpu-repeat` tries each, taking turns in
+    both orders (fxcache first in even tries, tar in odd ones: a machine whose file creation
+    slows or speeds up during the run weighs on both alike); medians. Before each pair, the
+    kernel time of creating an empty file here (`_inode_probe`): the figure that moves both
+    contenders' system time on this machine (docs/store.md). Then `fxcache, local`: the same
+    restore again with the scope already there (start-up, fingerprint, check, marker), the
+    part of the first that is not the fetch."""
     gib = size / 2**30
     runs: dict[str, list[Run]] = {"fxcache": [], "zstd | tar": [], "fxcache, local": []}
-    for n in range(args.repeat):
+    probe_dir = work / "inode-probe"
+    probe_dir.mkdir()
+    probes: list[float] = []
+
+    def ours(n: int) -> None:
         os.sync()
         got, run = restore(work / f"cpu{n}", work / f"cpu{n}.json")
         assert got["hit"] and got["files"] == files, got
         runs["fxcache"].append(run)
+
+    def theirs(n: int) -> None:
+        os.sync()
+        dest = work / f"cpux{n}"
+        dest.mkdir()
+        runs["zstd | tar"].append(_run(["sh", "-c", f"zstd -d -T0 --long=30 -c {archive} | "
+                                        f"tar -xf - -C {dest}"], dict(os.environ)))  # fmt: skip
+
+    for n in range(args.cpu_repeat):
+        probes.append(_inode_probe(probe_dir / str(n)))
+        for contender in (ours, theirs) if n % 2 == 0 else (theirs, ours):
+            contender(n)
         # What a restore costs besides the fetch: the same restore with the scope local, after
         # a save that releases the first one's lease (else the second gets an overlay).
         _fxcache("save", "--json", "--state-file", str(work / f"cpu{n}.json"), env=env)
         local, run = restore(work / f"cpu{n}", work / f"cpl{n}.json")
         assert local["mode"] == "in-place" and local["remote"]["local"], local
         runs["fxcache, local"].append(run)
-        os.sync()
-        dest = work / f"cpux{n}"
-        dest.mkdir()
-        runs["zstd | tar"].append(_run(["sh", "-c", f"zstd -d -T0 --long=30 -c {archive} | "
-                                        f"tar -xf - -C {dest}"], dict(os.environ)))  # fmt: skip
     print(f"\nrestore CPU per GiB ({files} files, {size / 2**20:.0f} MiB, no link, medians of "
-          f"{args.repeat}; user + system of the process and its children):")  # fmt: skip
+          f"{args.cpu_repeat}; user + system of the process and its children):")  # fmt: skip
     for name, rs in runs.items():
         cpu = statistics.median(r.cpu for r in rs)
         wall = statistics.median(r.wall for r in rs)
-        print(f"  {name:12s} {cpu / gib:6.2f} CPU s/GiB ({cpu:.2f} s CPU, {wall:.2f} s wall)")
+        user = statistics.median(r.cpu - r.system for r in rs)
+        system = statistics.median(r.system for r in rs)
+        print(f"  {name:14s} {cpu / gib:6.2f} CPU s/GiB ({cpu:.2f} s CPU: user {user:.2f}, "
+              f"system {system:.2f}; {wall:.2f} s wall)")  # fmt: skip
     tries = [
         f"{f.cpu / t.cpu:.2f}x" for f, t in zip(runs["fxcache"], runs["zstd | tar"], strict=True)
     ]
+    print(f"  kernel time per empty file created before each pair: "
+          f"{', '.join(f'{p:.0f}' for p in probes)} us")  # fmt: skip
     ratio = statistics.median(r.cpu for r in runs["fxcache"]) / statistics.median(
         r.cpu for r in runs["zstd | tar"]
     )
     verdict = "met" if ratio <= 1 else "MISSED"
     print(f"  fxcache / zstd | tar: {ratio:.2f}x (target <= 1x: {verdict}); try by try "
           f"{', '.join(tries)}; load {_load()}")  # fmt: skip
+
+
+def _inode_probe(where: Path, count: int = 1000) -> float:
+    """Microseconds of kernel time per empty file created in the new directory `where`
+    (kept: removing it would slow what follows, docs/store.md)."""
+    where.mkdir()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_stime
+    for i in range(count):
+        os.close(os.open(where / str(i), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444))
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_stime - before) / count * 1e6
 
 
 def _savers(
