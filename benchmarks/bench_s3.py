@@ -34,7 +34,7 @@ no fleet rows after the links. The toolkit runs from bytecode, as pip installs i
 beyond what one machine's processes can (100 / 500 / 1,000 savers, in process).
 
 Usage: python benchmarks/bench_s3.py [--python PY] [--size-mib 256] [--repeat 3]
-           [--cpu-per-gib [--cpu-repeat 5]]
+           [--cpu-per-gib [--cpu-repeat 6] [--quiet-wait 120]]
            [--links 320,1000,10000] [--conn-mbit 720] [--rtt-ms 10] [--clients]
            [--delete-between] [--save-memory | --save-memory-only]
 Everything (server, proxy, bucket, roots) lives in a temporary directory removed at the end
@@ -247,7 +247,7 @@ def main() -> None:
     parser.add_argument("--save-memory-only", action="store_true", help="only that")
     parser.add_argument("--cpu-per-gib", action="store_true",
                         help="also restore CPU s per GiB beside zstd -d | tar -x")  # fmt: skip
-    parser.add_argument("--cpu-repeat", type=int, default=5,
+    parser.add_argument("--cpu-repeat", type=int, default=6,
                         help="tries of each contender for --cpu-per-gib (medians)")  # fmt: skip
     parser.add_argument("--quiet-wait", type=float, default=120,
                         help="--cpu-per-gib: seconds to wait in all for quiet")  # fmt: skip
