@@ -309,3 +309,46 @@ def test_a_fetch_collects_no_garbage_while_it_runs_and_leaves_the_collector_as_i
     finally:
         for name in seaweed.env():
             os.environ.pop(name, None)
+
+
+def test_a_fetch_checks_a_pack_read_whole_by_its_name_and_a_flipped_byte_names_its_file(
+    tmp_path: Path,
+    run_fxcache: RunFxcache,
+    seaweed: SeaweedS3,
+    bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pack read whole is checked once against its name (no file hashed); a byte flipped in
+    it that still decodes fails that check, and then each file is: the one it altered is
+    named and not left in the fetch, the rest are whole."""
+    from ci_fxcache.store.remote import packs
+
+    kernel = os.urandom(300_000)  # stored raw: a flipped byte still decodes
+    files = {**SAMPLE, "triton/K2/kernel.cubin": kernel}
+    a = _store(tmp_path, "a", run_fxcache, seaweed, bucket)
+    key = _first_job(a, files)["scope_key"]
+    hashed: list[int] = []
+    real = packs.sha256_hex
+    monkeypatch.setattr(packs, "sha256_hex", lambda data: hashed.append(len(data)) or real(data))
+    for var, value in seaweed.env().items():  # the tier reads the AWS chain from there
+        monkeypatch.setenv(var, value)
+    tier = S3Tier(parse_url(bucket))
+    got = tier.fetch(Layout(tmp_path / "b"), key, tmp_path / "b-fetch", None)
+    assert got is not None and got.files == len(files)
+    assert got.detail["packs"] == got.detail["ranges"] == 1, got.detail
+    assert not [n for n in hashed if n], hashed  # no file's bytes hashed: the pack's were
+    for rel, body in files.items():
+        assert (tmp_path / "b-fetch" / rel).read_bytes() == body, rel
+    s3: Any = seaweed.client()
+    name, _prefix = _split(bucket)
+    (pack,) = [k for k in _objects(seaweed, bucket) if "/packs/" in k]
+    body = bytearray(s3.get_object(Bucket=name, Key=pack)["Body"].read())
+    at = bytes(body).index(kernel) + 1000
+    body[at] ^= 1
+    s3.put_object(Bucket=name, Key=pack, Body=bytes(body))
+    with pytest.raises(RemoteCorrupt) as refused:
+        S3Tier(parse_url(bucket)).fetch(Layout(tmp_path / "c"), key, tmp_path / "c-fetch", None)
+    assert refused.value.problems == [f"altered: triton/K2/kernel.cubin (pack {pack[-64:][:12]})"]
+    assert not (tmp_path / "c-fetch" / "triton/K2/kernel.cubin").exists()
+    for rel, data in SAMPLE.items():
+        assert (tmp_path / "c-fetch" / rel).read_bytes() == data, rel
