@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
+from ci_fxcache.store import manifest as mf
 from ci_fxcache.store.stat_batch import DirStamp, dir_stamp
 
 PACK_BYTES = 32 * 1024 * 1024  # decoded bytes per pack (a larger file is a pack of its own)
@@ -518,13 +519,9 @@ class Unpacker:
         """Hash every file written unchecked, read back from disk, and remove each that does
         not match its entry (the span's stored bytes did not match its pack's name)."""
         for rel, e in self.written:
-            path = os.path.join(self.tree.root, rel)
-            digest = hashlib.sha256()
-            with open(path, "rb") as f:
-                while piece := f.read(FRAME_BYTES):
-                    digest.update(piece)
-            if digest.hexdigest() != e["sha256"]:
-                os.unlink(path)
+            path = Path(self.tree.root, rel)
+            if mf.sha256_file(path) != e["sha256"]:
+                path.unlink()
                 self.stats.pop(rel, None)
                 self.altered(rel)
         self.written.clear()
