@@ -54,12 +54,13 @@ def run(
     workloads: str | None,
     matrix_file: str | None,
     python: str,
+    ranks: str | None,
 ) -> int:
     """Print {"matrix": job matrix or null, "combos": [...]}; set step outputs in Actions."""
     from ci_fxcache.fleet import plan
     from ci_fxcache.verify import matrix, workload_check
 
-    flags = verify.matrix_flags(devices, dtypes, dynamic, mechanisms, training, workloads)
+    flags = verify.matrix_flags(devices, dtypes, dynamic, mechanisms, training, workloads, ranks)
     combos = plan.combos(flags, matrix_file)
     workload_check.check_for_plan(python, matrix.build(flags, matrix_file))
     job_matrix = None

@@ -161,6 +161,11 @@ def add_matrix_options(parser: argparse.ArgumentParser, title: str) -> None:
     axes.add_argument("--mechanisms", help=", ".join(mechanism_registry.names()))
     axes.add_argument("--training", help="true, false")
     axes.add_argument("--workloads", help="built-in names or package.module:factory")
+    axes.add_argument(
+        "--ranks",
+        help="processes per phase under torch.distributed, each optionally :shared or "
+        ":one-rank (the cache layout; docs/verify.md)",
+    )
     axes.add_argument("--matrix-file", metavar="F", help="YAML matrix file (docs/matrix-file.md)")
     for action in axes._group_actions:  # each axis's default, from the one place that has them
         if action.dest in matrix.DEFAULTS and "default" not in str(action.help):
@@ -177,6 +182,7 @@ def matrix_flags(
     mechanisms: str | None,
     training: str | None,
     workloads: str | None,
+    ranks: str | None = None,
 ) -> dict[str, str | None]:
     """The axes flags of `add_matrix_options` as `matrix.build` takes them (keys: matrix.FLAGS)."""
     flags = {
@@ -186,6 +192,7 @@ def matrix_flags(
         "mechanisms": mechanisms,
         "training": training,
         "workloads": workloads,
+        "ranks": ranks,
     }
     assert flags.keys() == matrix.FLAGS.keys()
     return flags
@@ -219,6 +226,8 @@ def line(combo: dict[str, Any]) -> str:
         combo["dynamic"],
         combo["mechanism"],
         combo["training"],
+        int(combo.get("ranks") or 1),
+        str(combo.get("rank_layout") or "shared"),
     ).label
     speed = "-"
     if combo.get("speedup") is not None:
@@ -277,12 +286,13 @@ def run(
     redis_url: str | None,
     report_id: str,
     salt: str | None,
+    ranks: str | None,
 ) -> int:
     """Plan, run, judge, print, write JSON; exit status by --fail-on."""
     from ci_fxcache.jobstats.trace import keep_out_of_job_trace
 
     keep_out_of_job_trace()
-    flags = matrix_flags(devices, dtypes, dynamic, mechanisms, training, workloads)
+    flags = matrix_flags(devices, dtypes, dynamic, mechanisms, training, workloads, ranks)
     plan = matrix.build(flags, matrix_file)
     _check_flags(phase, cache_dir, jobs, min_speedup, json_path)
     state = _cache_state(cache_state)

@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ci_fxcache.verify.matrix import dynamic_word, short_dtype
+from ci_fxcache.verify.matrix import dynamic_word, ranks_word, short_dtype
 
 EMOJI = {"safe": "✅", "no-gain": "🟡", "unsafe": "❌", "error": "💥", "skipped": "⏭️"}
 ISSUE_MARK = "⚠️"  # a known upstream issue concerns this combination
 # The fields that only enter a label (and a table column) when they vary within a report.
-VARYING_FIELDS = ("workload", "device", "training")
+VARYING_FIELDS = ("workload", "device", "training", "ranks")
 
 NOT_RECHECKED = "not re-checked this run"
 # The report's line for the workloads whose model changed since their recorded reference.
@@ -102,6 +102,9 @@ def field_word(combo: dict[str, Any], name: str) -> str:
     """How a varying field reads in a label or heading."""
     if name == "training":
         return training_word(combo.get("training"))
+    if name == "ranks":  # one process: "1 rank", shown only beside other counts
+        ranks = combo.get("ranks") or 1
+        return "1 rank" if ranks == 1 else ranks_word(ranks, combo.get("rank_layout"))
     return str(combo.get(name))
 
 
@@ -114,7 +117,8 @@ def constant_heading(combo: dict[str, Any] | None, varying: tuple[str, ...]) -> 
     """'sin_matmul · cuda · train': the fields that are not `varying` (labels omit them)."""
     if combo is None:
         return ""
-    return " · ".join(field_word(combo, n) for n in VARYING_FIELDS if n not in varying)
+    words = (field_word(combo, n) for n in VARYING_FIELDS if n not in varying)
+    return " · ".join(w for w in words if w != "1 rank")
 
 
 def combo_label(combo: dict[str, Any], varying: tuple[str, ...] = ()) -> str:

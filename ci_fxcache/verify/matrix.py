@@ -16,6 +16,11 @@ DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "float16", "bfloat16", "bfloat16-autocast")
 DYNAMIC = ("false", "true", "mark")
 BUILTIN_WORKLOADS = ("sin_matmul", "mlp", "conv", "attention", "transformer_block")
+# A `--ranks` value: a process count, with the cache layout of its ranks after a colon
+# (`shared`, the default: one cache directory for all ranks, as torchrun jobs have it;
+# `one-rank`: rank 0 compiles, torch 2.15's compile on one rank). docs/verify.md "Ranks".
+RANK_LAYOUTS = ("shared", "one-rank")
+RANKS_VALUE = re.compile(r"^([1-9][0-9]?)(?::(shared|one-rank))?$")
 USER_WORKLOAD = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
 
 DEFAULTS: dict[str, list[Any]] = {
@@ -25,6 +30,7 @@ DEFAULTS: dict[str, list[Any]] = {
     "mechanisms": registry.defaults(),
     "training": [True],
     "workloads": ["sin_matmul"],
+    "ranks": ["1"],
 }
 # Matrix-file key -> CLI flag, for messages.
 FLAGS = {
@@ -34,6 +40,7 @@ FLAGS = {
     "mechanisms": "--mechanisms",
     "training": "--training",
     "workloads": "--workloads",
+    "ranks": "--ranks",
 }
 # The dynamic mode's word inside combination ids (directory names: never change them).
 ID_DYNAMIC = {"false": "static", "true": "dynamic", "mark": "mark"}
@@ -65,27 +72,35 @@ class Combo:
     dynamic: str
     mechanism: str
     training: bool
+    ranks: int = 1  # processes per phase (torch.distributed when more than 1)
+    layout: str = "shared"  # the ranks' cache layout (RANK_LAYOUTS)
 
     @property
     def id(self) -> str:
-        """Stable id, also the combination's directory name under --cache-dir."""
+        """Stable id, also the combination's directory name under --cache-dir (one rank: as
+        before ranks existed)."""
         workload = re.sub(r"[^A-Za-z0-9_.]+", "_", self.workload)
         mode = "train" if self.training else "infer"
         dyn = ID_DYNAMIC[self.dynamic]
-        return f"{workload}-{self.device}-{self.dtype}-{dyn}-{self.mechanism}-{mode}"
+        ranks = f"-r{self.ranks}" if self.ranks != 1 else ""
+        if self.ranks != 1 and self.layout != "shared":
+            ranks += f"-{self.layout}"
+        return f"{workload}-{self.device}-{self.dtype}-{dyn}-{self.mechanism}-{mode}{ranks}"
 
     @property
     def label(self) -> str:
         """Short human label for progress lines."""
         mode = "train" if self.training else "infer"
+        ranks = f" {ranks_word(self.ranks, self.layout)}" if self.ranks != 1 else ""
         return (
             f"{self.workload} {self.device} {short_dtype(self.dtype)} "
-            f"{dynamic_word(self.dynamic)} {self.mechanism} {mode}"
+            f"{dynamic_word(self.dynamic)} {self.mechanism} {mode}{ranks}"
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """The combination's axes as the results document spells them."""
-        return {
+        """The combination's axes as the results document spells them (`ranks` and
+        `rank_layout` only where they are not the one-process default)."""
+        out: dict[str, Any] = {
             "workload": self.workload,
             "device": self.device,
             "dtype": self.dtype,
@@ -93,6 +108,25 @@ class Combo:
             "mechanism": self.mechanism,
             "training": self.training,
         }
+        if self.ranks != 1:
+            out["ranks"] = self.ranks
+            if self.layout != "shared":
+                out["rank_layout"] = self.layout
+        return out
+
+
+def ranks_word(ranks: Any, layout: Any = "shared") -> str:
+    """`2 ranks`, `2 ranks one-rank`: the words people read for a ranks value."""
+    word = f"{ranks} ranks"
+    return word if layout in (None, "", "shared") else f"{word} {layout}"
+
+
+def parse_ranks(value: str) -> tuple[int, str]:
+    """A checked `--ranks` value (`2`, `2:one-rank`) as (process count, layout)."""
+    found = RANKS_VALUE.match(value)
+    if found is None:
+        raise ValueError(value)
+    return int(found.group(1)), found.group(2) or "shared"
 
 
 @dataclass
@@ -105,24 +139,30 @@ class Matrix:
     mechanisms: list[str] = field(default_factory=registry.defaults)
     training: list[bool] = field(default_factory=lambda: list(DEFAULTS["training"]))
     workloads: list[str] = field(default_factory=lambda: list(DEFAULTS["workloads"]))
+    ranks: list[str] = field(default_factory=lambda: list(DEFAULTS["ranks"]))
 
     def combos(self) -> list[Combo]:
-        """Every combination, in a stable order (workload, device, dtype, dynamic, mech, mode)."""
+        """Every combination, in a stable order (workload, device, dtype, dynamic, mech, mode,
+        ranks)."""
         return [
-            Combo(w, d, t, y, m, tr)
-            for w, d, t, y, m, tr in product(
+            Combo(w, d, t, y, m, tr, *parse_ranks(r))
+            for w, d, t, y, m, tr, r in product(
                 self.workloads,
                 self.devices,
                 self.dtypes,
                 self.dynamic,
                 self.mechanisms,
                 self.training,
+                self.ranks,
             )
         ]
 
     def to_dict(self) -> dict[str, Any]:
-        """As the results document's `matrix`."""
-        return {k: list(getattr(self, k)) for k in FLAGS}
+        """As the results document's `matrix` (`ranks` only where it is not just `1`)."""
+        out = {k: list(getattr(self, k)) for k in FLAGS}
+        if out["ranks"] == DEFAULTS["ranks"]:
+            del out["ranks"]
+        return out
 
 
 def _bool(value: Any, where: str) -> bool:
@@ -155,6 +195,8 @@ def _check(axis: str, values: list[Any], where: str) -> list[Any]:
             value = str(raw).strip()
             if axis != "workloads":
                 value = value.lower()
+        if axis == "ranks":
+            value = _ranks_value(value, where)
         if allowed and value not in allowed:
             raise UsageError(
                 f"{where}: unknown {axis[:-1] if axis != 'dynamic' else 'dynamic'} value "
@@ -172,6 +214,18 @@ def _check(axis: str, values: list[Any], where: str) -> list[Any]:
         if value not in out:
             out.append(value)
     return out
+
+
+def _ranks_value(value: str, where: str) -> str:
+    """A `--ranks` item in its one spelling (`2`, `2:one-rank`; `2:shared` is `2`)."""
+    try:
+        count, layout = parse_ranks(value)
+    except ValueError:
+        raise UsageError(
+            f"{where}: {value!r} is not a process count from 1 to 99, optionally followed by "
+            f":{' or :'.join(RANK_LAYOUTS)}"
+        ) from None
+    return str(count) if layout == "shared" or count == 1 else f"{count}:{layout}"
 
 
 def split(text: str) -> list[str]:
@@ -210,7 +264,7 @@ def load_file(path: str) -> dict[str, list[Any]]:
             raise UsageError(
                 f"--matrix-file {path}: unknown key {key!r}; allowed: {', '.join(FLAGS)}"
             )
-        if isinstance(value, (str, bool)):
+        if isinstance(value, (str, bool, int)):
             value = split(value) if isinstance(value, str) else [value]
         if not isinstance(value, list):
             raise UsageError(

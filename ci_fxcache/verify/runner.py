@@ -17,7 +17,7 @@ from ci_fxcache import mechanisms, timestamps
 from ci_fxcache.env import cpus, gpus, torch_support
 from ci_fxcache.store.manifest import holds_committed_files
 from ci_fxcache.store.remote import redis_cache
-from ci_fxcache.verify import causes, recheck, verdicts, versions, workload_check
+from ci_fxcache.verify import causes, ranks, recheck, verdicts, versions, workload_check
 from ci_fxcache.verify.forkserver import ForkServer
 from ci_fxcache.verify.matrix import Combo, Matrix
 
@@ -143,7 +143,8 @@ def skip_reason(combo: Combo, info: dict[str, Any], redis: str | None) -> Skip |
             return Skip("gpu-too-old", f"{need[1]}; visible GPUs have {seen}")
     if mechanisms.get(combo.mechanism).redis and redis:
         return Skip("unsupported", redis)
-    return None
+    found = ranks.skip(combo, info)
+    return Skip(*found) if found else None
 
 
 REFERENCE = versions.REFERENCE
@@ -180,7 +181,7 @@ def cold_groups(combos: list[Combo], share: bool) -> list[list[Combo]]:
     shared: dict[tuple[Any, ...], list[Combo]] = {}
     sharing = shared_cold()
     for combo in combos:
-        if not share or combo.mechanism not in sharing:
+        if not share or combo.mechanism not in sharing or not ranks.shares_cold(combo):
             groups.append([combo])
             continue
         key = (combo.workload, combo.device, combo.dtype, combo.dynamic, combo.training)
@@ -262,6 +263,11 @@ class Runner:
             # The pool compiles Triton kernels only; this stops the early warm-up that torch's
             # registered `inductor` backend does (torch/_dynamo/backends/inductor.py).
             env["TORCH_WARM_POOL"] = "0"
+        if combo.ranks > 1:
+            phase, result, slot = ranks.run_phase(self, combo, name, spec, env)
+            if self._cancelled.is_set():
+                raise Cancelled
+            return phase, result, slot
         slot = None
         if combo.device == "cuda" and self._gpus:
             slot = self._take_gpu(combo, like)
@@ -313,6 +319,28 @@ class Runner:
                         self._free_gpus.remove(slot)
                         return slot
                 self._gpu_lock.wait()
+
+    @property
+    def visible_variable(self) -> str:
+        """The variable that hands a phase its device."""
+        return self._visible_variable
+
+    def take_gpus(self, combo: Combo) -> list[GpuSlot]:
+        """`combo.ranks` devices at once, one per rank, all taken together (never some held
+        while waiting for the rest, which could deadlock two phases)."""
+        need = gpu_requirement(combo, bool(self.server.info.get("hip")))
+        with self._gpu_lock:
+            while True:
+                fits = [s for s in self._free_gpus if need is None or s.capability >= need[0]]
+                if len(fits) >= combo.ranks:
+                    for slot in fits[: combo.ranks]:
+                        self._free_gpus.remove(slot)
+                    return fits[: combo.ranks]
+                self._gpu_lock.wait()
+
+    def give_gpu(self, slot: GpuSlot) -> None:
+        """Hand a device back."""
+        self._give_gpu(slot)
 
     def _give_gpu(self, slot: GpuSlot) -> None:
         with self._gpu_lock:
@@ -585,7 +613,7 @@ class Runner:
                 return self.run_combo(combo, hot_only=True)
             self._dirs[combo.id] = versions.fresh(self.settings.cache_dir / combo.id)
             return self._hot_and_judge(combo, self._cold(combo, ()), cold_ran=True)
-        judged = verdicts.judge(
+        judged = ranks.judge(  # verdicts.judge, per rank where there are several
             combo.to_dict(), cold, hot, cold_result, hot_result, self.settings.to_dict()
         )
         if cold_ran and combo.id in self.changed:

@@ -55,6 +55,8 @@ def evidence(outcome: Outcome, timeout: float) -> dict[str, Any]:
         "triton_driver_builds",
         "artifact",
         "notes",
+        "rank",  # one rank of several (verify/ranks.py)
+        "rank_wrapper",
     ):
         if name in result:
             phase[name] = result[name]

@@ -23,7 +23,16 @@ from typing import Any, ClassVar, NamedTuple
 
 import torch
 
-from . import artifacts, identity, keyinfo, tolerances, triton_builds, workarounds, workloads
+from . import (
+    artifacts,
+    identity,
+    keyinfo,
+    ranks,
+    tolerances,
+    triton_builds,
+    workarounds,
+    workloads,
+)
 from .accuracy import bitwise_equal, compare, fp64_judgement
 from .tensors import flatten
 from .torch_options import MissingOption, note, require, set_option
@@ -419,11 +428,14 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         device=device,
     )
     try:
+        ranks.setup(spec, result)  # one rank of several: joins the process group
         _phase(spec, result)
     except Exception as exc:
         traceback.print_exc()
         result["status"] = "error"
         result["error"] = error_line(exc)
+    finally:
+        ranks.teardown()
     result["counters"] = _counters()
     result["keyinfo"] = keyinfo.collect(spec["combo"]["device"])
     result.update(triton_builds.evidence())
@@ -570,7 +582,7 @@ def timed_compile(run: PhaseRun, result: dict[str, Any]) -> tuple[Any, list[torc
         compiled = _artifact(run, result)
         load_s = float(result["artifact"].get("load_s") or 0.0)
     else:
-        compiled = _compile(run.work.model, combo["dynamic"])
+        compiled = _compile(ranks.wrap(run.work.model, result), combo["dynamic"])
     run.mark("torch.compile returned")
     outs = run.call(compiled, run.work.inputs, FIRST_SEED)
     run.mark("first call done")
@@ -703,7 +715,7 @@ def compare_with_cold(
     if outs2 is not None and reference.get("dynamic_outputs") is not None:
         vs_cold = _worst(vs_cold, compare(outs2, reference["dynamic_outputs"], run.tol))
     result["vs_cold"] = vs_cold
-    if not vs_cold["bitwise"]:
+    if ranks.any_rank(not vs_cold["bitwise"]):  # its calls run collectives on every rank
         self_check(run, compiled, outs, outs2, result)
 
 

@@ -53,8 +53,16 @@ def _info() -> dict[str, Any]:
         for i in range(torch.cuda.device_count()):
             caps.append(list(torch.cuda.get_device_capability(i)))
             names.append(torch.cuda.get_device_name(i))
+    dist = torch.distributed
+    distributed = dist.is_available()
+    compiler_config = getattr(torch.compiler, "config", None)
     return {
         "torch": torch.__version__,
+        # what `--ranks` needs (ci_fxcache/verify/ranks.py skip)
+        "distributed": distributed,
+        "gloo": distributed and dist.is_gloo_available(),
+        "nccl": distributed and bool(caps) and dist.is_nccl_available(),
+        "compile_on_one_rank": hasattr(compiler_config, "compile_on_one_rank"),
         "cuda_capabilities": caps,
         "cuda_names": names,
         "hip": bool(torch.version.hip),
