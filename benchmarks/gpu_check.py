@@ -17,6 +17,9 @@ runs steps):
     python benchmarks/gpu_check.py env-checks WORK       the no-import GPU view (nvidia-smi,
         libcuda.so.1) against torch.cuda's under several CUDA_VISIBLE_DEVICES values; prints a
         table, writes WORK/env-checks.json; exit 1 on a disagreement
+    python benchmarks/gpu_check.py extra-steps WORK      the issue 46 verify steps this machine
+        gets (compile modes on the GPU; 2 ranks where it has 2 GPUs), one a line:
+        NAME CAP_S ARGS... (`extra_steps`; without WORK/preflight.json, every one: the dry run)
     python benchmarks/gpu_check.py has NAME              exit 0 when NAME is a subcommand here
 
 The checks only a real GPU can answer: the fingerprint and `import torch` agree on the GPU
@@ -48,6 +51,14 @@ from typing import Any
 TABLE_LIMIT = 12_000
 ENV_CHECKS = "env-checks.json"  # {"checks": [{"check", "ok", "detail"}]}, by `env-checks WORK`
 PREFLIGHT_GPU, PREFLIGHT_NO_CUDA, PREFLIGHT_STOP = 0, 3, 4
+# Issue 46: what teams ship, on the GPU. One small model, one combination per mode, so both
+# fit the 8 minutes beside the rest: max-autotune benchmarks Triton templates, reduce-overhead
+# captures CUDA graphs. The ranks step needs two GPUs (one per rank, NCCL).
+_SMALL = ("--device", "cuda", "--workloads", "mlp", "--dtypes", "float32", "--dynamic", "false")
+MODES_STEP = ("modes", 90, (*_SMALL, "--mechanisms", "fxgraph", "--training", "false",
+                            "--modes", "max-autotune,reduce-overhead"))  # fmt: skip
+RANKS_STEP = ("ranks-2", 75, (*_SMALL, "--mechanisms", "fxgraph", "--training", "true",
+                              "--ranks", "2"))  # fmt: skip
 
 
 def compile_workers(root: int) -> int:
@@ -501,6 +512,43 @@ def side_by_side(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return found
 
 
+def extra_steps(preflight_doc: dict[str, Any] | None) -> list[tuple[str, int, tuple[str, ...]]]:
+    """The issue 46 steps for this machine: the modes on any GPU run (the script skips it in
+    the CPU fallback, as every GPU step), 2 ranks only with 2 GPUs; None (the dry run, no
+    preflight): every step, so the plan shows the most the run can take."""
+    if preflight_doc is None:
+        return [MODES_STEP, RANKS_STEP]
+    gpus = len(preflight_doc.get("gpus") or [])
+    return [MODES_STEP] + ([RANKS_STEP] if gpus >= 2 else [])
+
+
+def _extra_steps(args: list[str]) -> int:
+    doc: dict[str, Any] | None = None
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        doc = json.loads((Path(args[0]) / "preflight.json").read_text())
+    for name, cap, argv in extra_steps(doc):
+        print(name, cap, *argv)
+    return 0
+
+
+def _mode_and_rank_checks(
+    runs: dict[str, list[dict[str, Any]]], record: Callable[[str, bool, str], None]
+) -> None:
+    """The issue 46 rows, where their steps ran: no mode and no rank is unsafe or an error
+    (a mode that cannot run here is skipped with its cause), and each 2-rank combination was
+    judged on both ranks."""
+    for name in (MODES_STEP[0], RANKS_STEP[0]):
+        if name not in runs:
+            continue
+        combos = runs[name]
+        bad = [f"{c['id']}: {c['verdict']} ({c.get('reason')})"[:200] for c in combos
+               if c["verdict"] in ("unsafe", "error")]  # fmt: skip
+        judged = [c for c in combos if c["verdict"] != "skipped"]
+        if name == RANKS_STEP[0]:
+            bad += [c["id"] for c in judged if len(c.get("rank_verdicts") or []) != 2]
+        record(name, bool(combos) and not bad, f"{len(combos)} combinations; wrong: {bad[:3]}")
+
+
 def _gpu_checks(
     work: Path,
     runs: dict[str, list[dict[str, Any]]],
@@ -519,6 +567,8 @@ def _gpu_checks(
     )
     ran = [c for c in cuda if c["verdict"] != "skipped"]
     record("ran", bool(ran), f"{len(ran)} of {len(cuda)} CUDA combinations ran")
+    _mode_and_rank_checks(runs, record)
+    ran = [c for c in ran if int(c.get("ranks") or 1) == 1]  # ranks hold a device each
     phases = [(c["id"], n, c[n]) for c in ran for n in ("cold", "hot") if c.get(n)]
     wrong = [f"{i} {n}" for i, n, p in phases if (p.get("gpu") or {}).get("visible") != uuid]
     record("slots", not wrong, f"phases not on {uuid}: {wrong[:5]}")
@@ -591,6 +641,7 @@ SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "table": _write_table,
     "env-checks": lambda a: env_checks(Path(a[0])),
     "has": _has,
+    "extra-steps": _extra_steps,
 }
 
 

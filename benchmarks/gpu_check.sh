@@ -123,6 +123,8 @@ fi
 
 fp='"$1" -m ci_fxcache fingerprint --python "$1" --json "${@:3}" >"$2"'
 step fingerprint 45 any bash -c "$fp" _ "$python" "$work/fingerprint.json" --probe
+visible_before=${CUDA_VISIBLE_DEVICES:-}
+visible_was_set=${CUDA_VISIBLE_DEVICES+1}
 if [ -n "${uuid:-}" ]; then export CUDA_VISIBLE_DEVICES="$uuid"; fi # the UUID slot path
 step fingerprint-uuid 45 any bash -c "$fp" _ "$python" "$work/fingerprint-uuid.json"
 
@@ -139,6 +141,17 @@ fi
 auto=auto
 if [ "$dry" = 0 ] && [ "$gpu" != 1 ]; then auto=cuda; fi
 verify_step default-auto 200 any --device "$auto" --cache-dir "$work/default-auto"
+# Issue 46: max-autotune and reduce-overhead on the GPU, and 2 ranks where there are 2 GPUs
+# (gpu_check.py extra_steps decides which; the ranks see every device, not the one UUID).
+while read -r name cap args <&3; do
+  [ -n "$name" ] || continue
+  if [ "$name" = ranks-2 ] && [ "$dry" = 0 ]; then
+    if [ -n "$visible_was_set" ]; then export CUDA_VISIBLE_DEVICES="$visible_before"; else unset CUDA_VISIBLE_DEVICES; fi
+  fi
+  # shellcheck disable=SC2086 # ARGS are plain words (gpu_check.py MODES_STEP, RANKS_STEP)
+  verify_step "$name" "$cap" gpu $args --cache-dir "$work/$name"
+  if [ -n "${uuid:-}" ]; then export CUDA_VISIBLE_DEVICES="$uuid"; fi
+done 3< <(helper extra-steps "$work")
 # The fxgraph CUDA combinations alone on the machine: their times beside the auto run's
 verify_step cuda-alone 90 gpu --device cuda --mechanisms fxgraph --cache-dir "$work/cuda-alone"
 # A second hot process on the cache the auto run built

@@ -77,7 +77,8 @@ def test_cpu_fallback_writes_every_file_and_skips_cuda(tmp_path: Path) -> None:
     assert preflight["nproc"] >= 1 and preflight["usable_cpus"] >= 1
     log = (out / "gpu_check.log").read_text()
     assert "preflight: no CUDA device seen by torch (a CPU build of torch): CPU fallback" in log
-    for gpu_only in ("cuda-alone", "second-hot", "nondeterminism", "real-models"):
+    assert "== ranks-2" not in log  # one GPU or none: no 2-rank step at all
+    for gpu_only in ("modes", "cuda-alone", "second-hot", "nondeterminism", "real-models"):
         assert f"== {gpu_only}: skipped (needs a GPU: CPU fallback)" in log
     with tarfile.open(out / "evidence.tar.gz") as tar:
         members = set(tar.getnames())
@@ -311,3 +312,52 @@ def test_env_checks_report_a_driver_torch_does_not_agree_with(
     (row,) = json.loads((tmp_path / "env-checks.json").read_text())["rows"]
     assert row["libcuda"] == ["NVIDIA H200"] and row["ok"]["libcuda"] is False
     assert row["libcuda_path"].endswith("libcuda.so.1")
+
+
+@pytest.mark.parametrize(
+    ("preflight", "steps"),
+    [
+        (None, ["modes", "ranks-2"]),  # the dry run: every step it may take
+        ({"gpus": []}, ["modes"]),  # the CPU fallback skips it as every GPU step
+        ({"gpus": [{"index": 0}]}, ["modes"]),
+        ({"gpus": [{"index": 0}, {"index": 1}]}, ["modes", "ranks-2"]),
+    ],
+)
+def test_modes_run_on_any_gpu_and_two_ranks_only_with_two_gpus(
+    tmp_path: Path, preflight: dict[str, Any] | None, steps: list[str]
+) -> None:
+    if preflight is not None:
+        (tmp_path / "preflight.json").write_text(json.dumps(preflight))
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "extra-steps", str(tmp_path)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    lines = [line.split() for line in proc.stdout.splitlines()]
+    assert [words[0] for words in lines] == steps
+    for name, cap, *args in lines:
+        assert int(cap) <= 90 and args[:2] == ["--device", "cuda"]
+        flag, value = ("--modes", "max-autotune,reduce-overhead") if name == "modes" else (
+            "--ranks", "2")  # fmt: skip
+        assert args[args.index(flag) + 1] == value
+
+
+@pytest.mark.parametrize(
+    ("name", "combo", "ok"),
+    [
+        ("modes", {"verdict": "safe"}, True),
+        ("modes", {"verdict": "skipped"}, True),  # a mode this GPU cannot run, with its cause
+        ("modes", {"verdict": "unsafe"}, False),
+        ("ranks-2", {"verdict": "safe", "rank_verdicts": [{}, {}]}, True),
+        ("ranks-2", {"verdict": "safe", "rank_verdicts": [{}]}, False),
+        ("ranks-2", {"verdict": "error", "rank_verdicts": [{}, {}]}, False),
+    ],
+)
+def test_mode_and_rank_rows_are_checked_where_their_steps_ran(
+    name: str, combo: dict[str, Any], ok: bool
+) -> None:
+    seen: list[tuple[str, bool]] = []
+    gpu_check._mode_and_rank_checks(
+        {name: [{"id": "mlp-cuda", **combo}]}, lambda n, good, _: seen.append((n, good))
+    )
+    gpu_check._mode_and_rank_checks({}, lambda n, good, _: seen.append((n, good)))
+    assert seen == [(name, ok)]
