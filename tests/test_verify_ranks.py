@@ -291,3 +291,35 @@ def test_reports_show_ranks_only_where_they_differ_from_one() -> None:
     md = markdown(doc)
     assert "**2 ranks**" in md and "**1 rank**" in md
     assert " 2 ranks " in line(two) and "on rank 1: " in line(two)
+
+
+@pytest.mark.slow
+def test_compile_on_one_rank_on_torch_2_15_loads_rank_0s_cache_on_every_rank(
+    tmp_path: Path, run_fxcache: RunFxcache
+) -> None:
+    from tests.conftest import torch2_python
+
+    proc, combo = verify_one(
+        run_fxcache,
+        tmp_path,
+        *("--ranks", "2:one-rank", "--device", "cpu"),
+        workload=MLP,
+        phase="both",
+        python=torch2_python(),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert combo["id"].endswith("-r2-one-rank") and combo["rank_layout"] == "one-rank"
+    assert (combo["verdict"], combo["cause"]) == ("safe", "hit"), combo["reason"]
+    # rank 1 compiled cold into scratch: what it loads hot, rank 0 alone wrote
+    assert all(p["counters"].get("fxgraph_cache_hit") for p in combo["hot"]["ranks"])
+
+
+def test_compile_on_one_rank_is_skipped_on_a_torch_without_it(
+    tmp_path: Path, run_fxcache: RunFxcache
+) -> None:
+    proc, combo = verify_one(
+        run_fxcache, tmp_path, "--ranks", "2:one-rank", "--device", "cpu", phase="both"
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (combo["verdict"], combo["cause"]) == ("skipped", "torch-too-old")
+    assert combo["reason"] == "compile on one rank needs torch 2.15 (compile_on_one_rank)"
