@@ -323,3 +323,23 @@ def test_compile_on_one_rank_is_skipped_on_a_torch_without_it(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (combo["verdict"], combo["cause"]) == ("skipped", "torch-too-old")
     assert combo["reason"] == "compile on one rank needs torch 2.15 (compile_on_one_rank)"
+
+
+def test_ranks_on_cuda_take_one_device_each_all_at_once() -> None:
+    from ci_fxcache.verify import matrix, runner
+
+    class Server:
+        info: dict[str, Any] = {  # noqa: RUF012
+            "cuda_capabilities": [[9, 0], [9, 0], [7, 5]],
+            "cuda_names": ["H100", "H100", "T4"],
+        }
+
+    settings = runner.Settings(cache_dir=Path("/nonexistent"), run_dir=Path("/nonexistent"))
+    run = runner.Runner(Server(), settings, lambda _: None)  # type: ignore[arg-type]
+    bf16 = matrix.Combo("mlp", "cuda", "bfloat16", "false", "fxgraph", True, 2)
+    taken = run.take_gpus(bf16)
+    assert [s.name for s in taken] == ["H100", "H100"] and len({s.visible for s in taken}) == 2
+    for slot in taken:
+        run.give_gpu(slot)
+    with pytest.raises(RuntimeError, match="fewer visible GPUs than ranks"):
+        run.take_gpus(matrix.Combo("mlp", "cuda", "bfloat16", "false", "fxgraph", True, 3))

@@ -329,6 +329,8 @@ class Runner:
         """`combo.ranks` devices at once, one per rank, all taken together (never some held
         while waiting for the rest, which could deadlock two phases)."""
         need = gpu_requirement(combo, bool(self.server.info.get("hip")))
+        if sum(need is None or s.capability >= need[0] for s in self._gpus) < combo.ranks:
+            raise RuntimeError(f"fewer visible GPUs than ranks can run {combo.id}")
         with self._gpu_lock:
             while True:
                 fits = [s for s in self._free_gpus if need is None or s.capability >= need[0]]
