@@ -63,6 +63,9 @@ def test_two_ranks_with_gloo_and_ddp_are_safe(
         p["pid"] for p in combo["hot"]["ranks"]
     }
     assert "2 ranks" in proc.stdout
+    from ci_fxcache.verify import versions
+
+    assert versions.recorded(ranks_run[2] / combo["id"])  # the next job runs it hot only
 
 
 def _hot_fault(run_fxcache: RunFxcache, ranks_run: RanksRun, fault: str, *extra: str) -> Any:
@@ -343,3 +346,14 @@ def test_ranks_on_cuda_take_one_device_each_all_at_once() -> None:
         run.give_gpu(slot)
     with pytest.raises(RuntimeError, match="fewer visible GPUs than ranks"):
         run.take_gpus(matrix.Combo("mlp", "cuda", "bfloat16", "false", "fxgraph", True, 3))
+
+
+def test_a_reference_of_several_ranks_counts_as_recorded(tmp_path: Path) -> None:
+    """So that the next job (`--phase auto`) runs ranked combinations hot only."""
+    from ci_fxcache.verify import ranks, versions
+
+    (tmp_path / versions.REFERENCE).write_text("{}")
+    assert not versions.has_reference(tmp_path)
+    ranks.rank_dir(tmp_path, 0).mkdir()
+    (ranks.rank_dir(tmp_path, 0) / versions.REFERENCE_TENSORS).write_bytes(b"")
+    assert versions.has_reference(tmp_path) and ranks.rank_dir(tmp_path, 1).name == "rank1"

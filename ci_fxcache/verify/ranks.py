@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ci_fxcache import mechanisms
-from ci_fxcache.verify import verdicts
+from ci_fxcache.verify import verdicts, versions
 from ci_fxcache.verify.matrix import Combo
 
 if TYPE_CHECKING:
@@ -78,16 +78,22 @@ def skip(combo: Combo, info: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+def rank_dir(base: Path, rank: int) -> Path:
+    """Where rank `rank` keeps its reference (and mega-cache blob) in a combination's `base`
+    (rank 0's is where versions.has_reference looks)."""
+    return base / (versions.FIRST_RANK if rank == 0 else f"rank{rank}")
+
+
 def rank_spec(
     runner: Runner, combo: Combo, name: str, spec: dict[str, Any], rank: int, rendezvous: Path
 ) -> dict[str, Any]:
     """Rank `rank`'s copy of the phase spec `runner.spec` made for one process."""
     out = copy.deepcopy(spec)
     combo_dir = Path(spec["dir"])
-    out["dir"] = str(combo_dir / f"rank{rank}")
+    out["dir"] = str(rank_dir(combo_dir, rank))
     Path(out["dir"]).mkdir(parents=True, exist_ok=True)
     out["artifacts"] = [
-        str(Path(a).parent / f"rank{rank}" / Path(a).name) for a in spec["artifacts"]
+        str(rank_dir(Path(a).parent, rank) / Path(a).name) for a in spec["artifacts"]
     ]
     for a in out["artifacts"]:
         Path(a).parent.mkdir(parents=True, exist_ok=True)

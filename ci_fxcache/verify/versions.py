@@ -21,6 +21,8 @@ from ci_fxcache.store.manifest import holds_committed_files
 
 REFERENCE = "reference.json"
 REFERENCE_TENSORS = "reference.pt"
+# Where several ranks keep theirs: one directory a rank (verify/ranks.py `rank_dir`).
+FIRST_RANK = "rank0"
 VERSIONS = "versions"
 # The versions a run compares a workload with: each costs a read of its reference.json (and,
 # when only the eager outputs differ, of its reference.pt). Older ones stay until the scope is
@@ -35,7 +37,8 @@ GRAPH_WHY = "the graph torch traced differs from the recorded one"
 
 def has_reference(directory: Path) -> bool:
     """Whether a cold phase recorded a reference in `directory`."""
-    return (directory / REFERENCE).is_file() and (directory / REFERENCE_TENSORS).is_file()
+    tensors = (directory / REFERENCE_TENSORS, directory / FIRST_RANK / REFERENCE_TENSORS)
+    return (directory / REFERENCE).is_file() and any(t.is_file() for t in tensors)
 
 
 def _created(directory: Path) -> str:
