@@ -17,8 +17,13 @@ And what the hot-only job spends on the workload identity check (issue 38: a wor
 since its reference is verified again, never judged by it): the same `Runner.match_versions`
 call the job makes, timed on its own against the same cache, beside the job's wall time.
 
+And `--ranks 1` against `--ranks 2` (issue 46): the first run and the hot-only job after it for
+the same combinations, side by side (`--ranks-only` runs just that; target: 2 ranks at most
+1.5x the wall time of 1 rank).
+
 Usage: python benchmarks/bench_matrix.py [--python PY] [--order naive-first|product-first]
        [--no-naive]  (the first run and the job after it only: no baseline, no ratio to it)
+       [--ranks-only]  (only --ranks 1 against --ranks 2)
 Prints the wall times and the ratios (targets: the first run <= 0.25x naive; the hot-only job
 after it no slower than before issue 34: 0.094x naive, 10.8 s on a quiet 2-core machine).
 Quiet 2-core figures (docs/verify.md, Performance): 0.12x; the job after it 7.4 s, 0.019x.
@@ -42,6 +47,11 @@ from ci_fxcache.verify import forkserver, matrix, runner
 
 ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 TARGET = 0.25
+RANKS_TARGET = 1.5
+# The combinations `--ranks 1` and `--ranks 2` both run (issue 46): one small model, training
+# (DDP synchronises the gradients), the mechanism every rank layout verifies.
+RANKS_AXES = ("--device", "cpu", "--workloads", "mlp", "--dtypes", "float32",
+              "--dynamic", "false", "--mechanisms", "fxgraph", "--training", "true")  # fmt: skip
 
 
 def run_verify(python: str, work: Path, *axes: str) -> tuple[float, dict[str, Any]]:
@@ -174,14 +184,49 @@ def naive(python: str, work: Path) -> float:
     return time.perf_counter() - start
 
 
+def ranks_side_by_side(python: str, work: Path) -> dict[str, tuple[float, float, Any]]:
+    """For `--ranks 1` and `--ranks 2` on `RANKS_AXES`, each in its own cache: the first run's
+    and the hot-only job's (every combination re-checked) wall times, and the job's verdicts."""
+    timed = {}
+    for ranks in ("1", "2"):
+        where = work / f"ranks-{ranks}"
+        where.mkdir()
+        first, _ = run_verify(python, where, *RANKS_AXES, "--ranks", ranks)
+        hot, doc = run_verify(python, where, *RANKS_AXES, "--ranks", ranks, "--recheck-all")
+        if doc["settings"]["phase"] != "hot":
+            raise SystemExit(f"--ranks {ranks}: the job after was not hot-only")
+        timed[ranks] = (first, hot, [c["verdict"] for c in doc["combos"]])
+    return timed
+
+
+def print_ranks(timed: dict[str, tuple[float, float, Any]]) -> None:
+    (first1, hot1, v1), (first2, hot2, v2) = timed["1"], timed["2"]
+    print(f"--ranks 1 vs --ranks 2 on {' '.join(RANKS_AXES)}")
+    print(f"  first run:     {first1:7.1f} s  vs {first2:7.1f} s  ratio {first2 / first1:.2f}")
+    print(f"  hot-only job:  {hot1:7.1f} s  vs {hot2:7.1f} s  ratio {hot2 / hot1:.2f}")
+    worst = max(first2 / first1, hot2 / hot1)
+    print(
+        f"  verdicts {v1} vs {v2}; target <= {RANKS_TARGET:.1f}x: "
+        f"{'met' if worst <= RANKS_TARGET else 'MISSED'}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--python", default=sys.executable, help="interpreter with torch")
     parser.add_argument("--order", choices=("naive-first", "product-first"), default="naive-first")
     parser.add_argument("--no-naive", action="store_true", help="skip the naive baseline")
+    parser.add_argument("--ranks-only", action="store_true", help="only --ranks 1 vs 2")
     args = parser.parse_args()
     load_at_start = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="bench-matrix-"))
+    if args.ranks_only:
+        try:
+            print_ranks(ranks_side_by_side(args.python, work))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        print(f"load average (1, 5, 15 min): {load_at_start} at the start, {os.getloadavg()} now")
+        return
     try:
         base = None
         if args.order == "naive-first" and not args.no_naive:
@@ -191,6 +236,7 @@ def main() -> None:
             base = naive(args.python, work)
         hot = hot_only(args.python, work)
         identity_s, checked = identity_check(args.python, work)
+        ranks = ranks_side_by_side(args.python, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     cores = len(os.sched_getaffinity(0))
@@ -213,6 +259,7 @@ def main() -> None:
         f"  of which the workload identity check ({checked} combinations): {identity_s:5.2f} s, "
         f"{identity_s / policy:.2f}x of the default hot-only job"
     )
+    print_ranks(ranks)
     print(f"load average (1, 5, 15 min): {load_at_start} at the start, {os.getloadavg()} now")
 
 
