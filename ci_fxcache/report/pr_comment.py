@@ -171,6 +171,22 @@ def _with_job(body: str, path: str, limit: int) -> str:
     return with_job if len(with_job) <= limit else body
 
 
+def render_body(
+    results_path: str,
+    template: str | None,
+    limit: int,
+    own: tuple[str, str],
+    job_stats: str | None,
+) -> tuple[str, str]:
+    """(markdown, report id) of a comment or note: the report within `limit` characters, with
+    the job's own figures under its status when given; links only to `own` (server,
+    repository). The GitHub comment and the GitLab note (mr_note) both render here."""
+    body, report_id = _render(results_path, template, limit, own)
+    if job_stats is not None:
+        body = _with_job(body, job_stats, limit)
+    return body, report_id
+
+
 def artifact_report_id(results_path: str, artifact: str) -> str:
     """The report id an artifact `fxcache-report-<id>` may carry, after checking its name and
     the total size of the directory holding RESULTS (the downloaded artifact)."""
@@ -267,9 +283,7 @@ def post(
     limit = render.COMMENT_LIMIT - 200  # room for the marker line
     repository = repo or os.environ.get("GITHUB_REPOSITORY", "")
     own = (os.environ.get("GITHUB_SERVER_URL") or "https://github.com", repository)
-    body, doc_report_id = _render(results, template, limit, own)
-    if job_stats is not None:
-        body = _with_job(body, job_stats, limit)
+    body, doc_report_id = render_body(results, template, limit, own, job_stats)
     if expected is not None and doc_report_id != expected:
         raise UsageError(
             f"{results} carries report id {doc_report_id!r}, but its artifact "
