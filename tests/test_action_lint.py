@@ -389,3 +389,27 @@ def test_dependabot_covers_every_pinned_dependency() -> None:
     assert dirs["npm"] == packages
     assert dirs["pip"] == {"/toolkit"} and list((ROOT / "toolkit").glob("requirements*.txt"))
     assert dirs["github-actions"] == {"/"}
+
+
+def _visible(text: str) -> str:
+    """The GitLab template's hidden job made a visible one, as a job that extends it is (the
+    schema does not look inside hidden jobs)."""
+    assert text.count("\n.fxcache:\n") == 1
+    return text.replace("\n.fxcache:\n", "\nfxcache:\n  script: [train]\n")
+
+
+@pytest.mark.parametrize(
+    ("schema", "rel", "old", "new"),
+    [("vendor.gitlab-ci", "ci/gitlab/fxcache.gitlab-ci.yml", "when: always", "when: sometimes"),
+     ("vendor.buildkite", "ci/buildkite/pipeline.yml", "artifact_paths:", "artefact_paths:")],
+)  # fmt: skip
+def test_other_ci_files_match_their_schemas(
+    schema: str, rel: str, old: str, new: str, tmp_path: Path
+) -> None:
+    text = (ROOT / rel).read_text()
+    text = _visible(text) if rel.startswith("ci/gitlab/") else text
+    for content, expected in ((text, 0), (text.replace(old, new, 1), 1)):
+        path = tmp_path / Path(rel).name
+        path.write_text(content)
+        proc = _run(_tool("check-jsonschema"), "--builtin-schema", schema, str(path))
+        assert proc.returncode == expected, proc.stdout + proc.stderr
