@@ -78,6 +78,17 @@ def test_the_script_prints_the_notes_or_one_line_and_exit_2(tmp_path: Path) -> N
     assert bad.stderr == "release notes: CHANGELOG.md has no notes for version 9.9.9\n"
 
 
-def test_the_release_workflow_uses_the_script() -> None:
-    text = (ROOT / ".github/workflows/release.yml").read_text()
-    assert "python3 .github/scripts/release_notes.py" in text
+def test_the_release_workflow_tests_builds_notes_releases_and_moves_the_major_tag() -> None:
+    import yaml
+
+    path = ROOT / ".github/workflows/release.yml"
+    doc = yaml.safe_load(path.read_text())
+    assert doc[True]["push"] == {"tags": ["v[0-9]+.[0-9]+.[0-9]+"]}  # YAML 1.1 reads `on` as True
+    jobs = doc["jobs"]
+    assert jobs["tests"]["uses"] == "./.github/workflows/tests.yml"
+    assert jobs["build"]["needs"] == "tests" and jobs["release"]["needs"] == "build"
+    build = "\n".join(s.get("run", "") for s in jobs["build"]["steps"])
+    assert "python -m build" in build and "python3 .github/scripts/release_notes.py" in build
+    release = "\n".join(s.get("run", "") for s in jobs["release"]["steps"])
+    assert "gh release create" in release and 'major="${TAG%%.*}"' in release
+    assert [j["permissions"] for j in jobs.values()].count({"contents": "write"}) == 1
