@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ci_fxcache.verify import verdict_kinds
 from ci_fxcache.verify.matrix import dynamic_word, short_dtype
 
-EMOJI = {"safe": "✅", "no-gain": "🟡", "unsafe": "❌", "error": "💥", "skipped": "⏭️"}
+EMOJI = verdict_kinds.emoji()
 ISSUE_MARK = "⚠️"  # a known upstream issue concerns this combination
 # The fields that only enter a label (and a table column) when they vary within a report.
 VARYING_FIELDS = ("workload", "device", "training")

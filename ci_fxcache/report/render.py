@@ -16,6 +16,7 @@ from ci_fxcache import userfiles
 from ci_fxcache.errors import UsageError
 from ci_fxcache.report import labels, recommendations, text_table
 from ci_fxcache.report.model import Report, Row
+from ci_fxcache.verify import verdict_kinds
 
 _MIN_ROW_CHARS = 40  # no table row renders shorter than this
 # GitHub rejects issue comments longer than 65,536 characters; leave room for the marker.
@@ -199,6 +200,7 @@ def _environment(template: str | None) -> tuple[Any, str]:
         nowrap_num=_speedup_cell,
     )
     env.globals["emoji"] = labels.EMOJI
+    env.globals["verdict_legend"] = verdict_kinds.legend()
     env.globals["disable_line"] = recommendations.DISABLE_LINE
     env.globals["changed_heading"] = labels.CHANGED_HEADING
     return env, name
@@ -354,8 +356,6 @@ def _squeeze(text: str) -> str:
 
 # ---- text --------------------------------------------------------------------------------------
 
-_COLOURS = {"safe": "32", "no-gain": "33", "unsafe": "31", "error": "35", "skipped": "2"}
-
 
 def use_colour(stream: Any = None) -> bool:
     """Colour only on a TTY and only when NO_COLOR is unset."""
@@ -367,7 +367,6 @@ TEXT_WIDTH = 100
 LABEL_WIDTH = 40  # a combination column never takes more
 _TEXT_HEADERS = ("verdict", "combination", "cold s", "hot s", "speedup", "why")
 _TEXT_RIGHT = {2, 3, 4}  # cold s, hot s, speedup
-_MATRIX_WORD = {"safe": "safe", "no-gain": "no-gain", "unsafe": "UNSAFE", "error": "error"}
 
 
 def _wrapped(text_: str, indent: str = "  ") -> list[str]:
@@ -414,7 +413,7 @@ def _text_table(rows: list[Row], colour: bool) -> list[str]:
                 0
             ]
             if colour:
-                code = _COLOURS.get(r.verdict, "0")
+                code = verdict_kinds.get(r.verdict).colour
                 line = f"\033[{code}m{row[0]}\033[0m" + line[len(row[0]) :]
             out.append(line)
             out.extend(" " * offset + more for more in why[1:])
@@ -454,8 +453,7 @@ def _matrix_lines(report: Report) -> list[str]:
                         [
                             text_table.shorten_middle(plain(matrix.short.get(lab, lab)), label_w),
                             *(
-                                _MATRIX_WORD.get(v, "skipped" if v else "–")
-                                + ("*" if issue else "")
+                                (verdict_kinds.get(v).word if v else "–") + ("*" if issue else "")
                                 for v, issue in cells
                             ),
                         ]
