@@ -162,6 +162,7 @@ def add_matrix_options(parser: argparse.ArgumentParser, title: str) -> None:
     axes.add_argument("--mechanisms", help=", ".join(mechanism_registry.names()))
     axes.add_argument("--training", help="true, false")
     axes.add_argument("--workloads", help="built-in names or package.module:factory")
+    axes.add_argument("--modes", help="torch.compile modes: " + ", ".join(matrix.MODES))
     axes.add_argument("--matrix-file", metavar="F", help="YAML matrix file (docs/matrix-file.md)")
     for action in axes._group_actions:  # each axis's default, from the one place that has them
         if action.dest in matrix.DEFAULTS and "default" not in str(action.help):
@@ -178,6 +179,7 @@ def matrix_flags(
     mechanisms: str | None,
     training: str | None,
     workloads: str | None,
+    modes: str | None,
 ) -> dict[str, str | None]:
     """The axes flags of `add_matrix_options` as `matrix.build` takes them (keys: matrix.FLAGS)."""
     flags = {
@@ -187,6 +189,7 @@ def matrix_flags(
         "mechanisms": mechanisms,
         "training": training,
         "workloads": workloads,
+        "modes": modes,
     }
     assert flags.keys() == matrix.FLAGS.keys()
     return flags
@@ -220,6 +223,7 @@ def line(combo: dict[str, Any]) -> str:
         combo["dynamic"],
         combo["mechanism"],
         combo["training"],
+        combo.get("mode") or "default",
     ).label
     speed = "-"
     if combo.get("speedup") is not None:
@@ -265,6 +269,7 @@ class Request:
     mechanisms: str | None
     training: str | None
     workloads: str | None
+    modes: str | None
     matrix_file: str | None
     # which phases run, where their caches and the results go
     phase: str
@@ -291,7 +296,7 @@ class Request:
         """The axes as `matrix.build` takes them."""
         return matrix_flags(
             self.devices, self.dtypes, self.dynamic, self.mechanisms, self.training,
-            self.workloads,
+            self.workloads, self.modes,
         )  # fmt: skip
 
 

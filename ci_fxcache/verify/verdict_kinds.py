@@ -50,7 +50,7 @@ ALL: tuple[Verdict, ...] = (
     Verdict(
         name="no-gain", order=2, emoji="🟡", colour="33", word="no-gain", legend="no gain",
         problem=True, loaded=True, carried=True, heading="Check",
-        causes=("miss", "rebuilt", "slow", "refused"),
+        causes=("miss", "rebuilt", "slow", "refused", "autotuned"),
     ),
     Verdict(
         name="unsafe", order=0, emoji="❌", colour="31", word="UNSAFE", legend="unsafe",
