@@ -22,6 +22,9 @@ _MIN_ROW_CHARS = 40  # no table row renders shorter than this
 # GitHub rejects issue comments longer than 65,536 characters; leave room for the marker.
 COMMENT_LIMIT = 65_536
 DEFAULT_MAX_CHARS = 65_000
+# A fleet's comment, whatever its model names: a comment that long is read, not scrolled past;
+# the JSON results and the job summary have the rest (issue 46).
+FLEET_COMMENT_CHARS = 20_000
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,8 @@ class Detail:
     max_chart: int = 40
     problems_only: bool = False
     recommendations: bool = True
+    # a fleet's per-environment tables (its problems matrix names every problem everywhere)
+    sections: bool = True
     note: str = ""
 
 
@@ -228,6 +233,10 @@ def _levels(report: Report) -> list[Detail]:
     while cap >= 10:
         out.append(replace(lean, problems_only=True, recommendations=False, max_rows=cap))
         cap //= 2
+    if report.fleet:
+        # Last before the summary alone: the matrix keeps every problem row, unsafe ones
+        # included, on every environment; what goes is each environment's table of them.
+        out.append(replace(out[-1], sections=False))
     return out
 
 
@@ -253,9 +262,17 @@ def _dropped(level: Detail, report: Report) -> str:
         parts.append("the safe rows (the grid shows them)")
     if not level.recommendations:
         parts.append("the recommendations")
-    if level.max_rows < Detail().max_rows:
+    if level.max_rows < Detail().max_rows and level.sections:
         parts.append(f"rows past the first {level.max_rows} per environment")
+    if not level.sections:
+        parts.append("each environment's table (the problems matrix names every problem)")
     return ", ".join(parts)
+
+
+def comment_budget(report: Report, limit: int) -> int:
+    """The characters a pull-request comment of `report` may take: `limit`, and for a fleet
+    at most FLEET_COMMENT_CHARS."""
+    return min(limit, FLEET_COMMENT_CHARS) if report.fleet else limit
 
 
 def markdown(
