@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -161,3 +163,35 @@ def test_a_factory_names_compile_options_checked_and_part_of_the_identity() -> N
     older = {k: v for k, v in recorded.items() if k != "compile"}  # before compile options
     assert identity.exact_change(older, recorded) is None
     assert identity.exact_change(older, changed) == "its torch.compile options changed"
+
+
+AUTOTUNE_PATHS = """
+import json, os
+from torch._inductor.codecache import CacheBase
+from torch._inductor.runtime.runtime_utils import cache_dir
+from torch._inductor.runtime import autotune_cache
+print(json.dumps({"local": str(CacheBase.get_local_cache_path()), "kernels": cache_dir(),
+                  "best_config": hasattr(autotune_cache, "AutotuneCache")}))
+"""
+
+
+def test_the_autotune_caches_live_in_the_scope_fxcache_restores(
+    torch_python: str, tmp_path: Path
+) -> None:
+    """Inductor keeps what it tuned in its local cache (`cache/` under the cache dir) and next
+    to each Triton kernel (`.best_config`, under the cache dir too): both inside
+    TORCHINDUCTOR_CACHE_DIR, the directory fxcache restores and saves; the Redis mechanism
+    turns on torch's autotune remote cache beside the FX graph one."""
+    import subprocess
+
+    from ci_fxcache.store.remote import redis_cache
+
+    scope = tmp_path / "inductor"
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(scope)}
+    proc = subprocess.run([torch_python, "-c", AUTOTUNE_PATHS], env=env, capture_output=True,
+                          text=True, check=False, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    paths = json.loads(proc.stdout.splitlines()[-1])
+    assert Path(paths["local"]).is_relative_to(scope)
+    assert Path(paths["kernels"]) == scope and paths["best_config"]
+    assert redis_cache.job_env("redis://h")["TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE"] == "1"
