@@ -195,3 +195,22 @@ def test_the_autotune_caches_live_in_the_scope_fxcache_restores(
     assert Path(paths["local"]).is_relative_to(scope)
     assert Path(paths["kernels"]) == scope and paths["best_config"]
     assert redis_cache.job_env("redis://h")["TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE"] == "1"
+
+
+def test_cuda_graph_capture_is_timed_apart_only_where_cuda_runs_the_graphs() -> None:
+    """The capture time comes from torch's CUDA graph tree timers; on the CPU torch skips the
+    graphs, so nothing is recorded there (the GPU path runs in benchmarks/gpu_check.sh)."""
+    import torch
+    from torch._dynamo.utils import compilation_time_metrics
+
+    from ci_fxcache.worker import phase
+
+    compilation_time_metrics["CUDAGraphNode.record"] = [0.75]
+    try:
+        assert phase.cudagraph_capture_s("cpu") is None
+        if not torch.cuda.is_available():
+            assert phase.cudagraph_capture_s("cuda") is None
+            pytest.skip("no CUDA here: the capture time is read on a GPU runner")
+        assert phase.cudagraph_capture_s("cuda") == 0.75
+    finally:
+        compilation_time_metrics.pop("CUDAGraphNode.record", None)

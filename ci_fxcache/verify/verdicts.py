@@ -49,6 +49,7 @@ def evidence(outcome: Outcome, timeout: float) -> dict[str, Any]:
         "recompile_guard",
         "tracing_s",
         "autotune",
+        "cudagraph_capture_s",
         "triton_kernels_built",
         "triton_kernel_builds",
         "triton_count",

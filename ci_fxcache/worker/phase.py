@@ -154,6 +154,26 @@ def autotune_evidence() -> dict[str, Any] | None:
     return {"counters": ran, "s": round(seconds, 3)}
 
 
+# The timers of CUDA graph trees' capture (torch/_inductor/cudagraph_trees.py, 2.13 and 2.15):
+# recording a graph is run time on every start, not compile time a cache can save.
+CUDAGRAPH_TIMERS = ("CUDAGraphNode.record", "cudagraphify")
+
+
+def cudagraph_capture_s(device: str) -> float | None:
+    """Seconds this process spent capturing CUDA graphs (None: none captured, or no CUDA: on
+    the CPU torch skips the graphs and times nothing)."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    if not device.startswith("cuda") or not torch.cuda.is_available():
+        return None
+    spent = sum(
+        sum(times)
+        for name, times in compilation_time_metrics.items()
+        if name.startswith(CUDAGRAPH_TIMERS)
+    )
+    return round(spent, 4) if spent else None
+
+
 class KernelBuilds:
     """C++ compiler runs (CppBuilder.build) in this process, timed from `start()`: a hot load
     that still runs the compiler rebuilt kernels, whatever the cache counters say. Files
@@ -467,6 +487,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     autotuned = autotune_evidence()
     if autotuned is not None:
         result["autotune"] = autotuned
+    capture = cudagraph_capture_s(device)
+    if capture is not None:
+        result["cudagraph_capture_s"] = capture
     result["keyinfo"] = keyinfo.collect(spec["combo"]["device"])
     result.update(triton_builds.evidence())
     return result
