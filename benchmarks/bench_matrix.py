@@ -17,8 +17,13 @@ And what the hot-only job spends on the workload identity check (issue 38: a wor
 since its reference is verified again, never judged by it): the same `Runner.match_versions`
 call the job makes, timed on its own against the same cache, beside the job's wall time.
 
+And the compile modes (issue 46): for `--modes default` and `--modes max-autotune` on a small
+matrix (`MODES_AXES`), the first run and the hot-only job after it, side by side (target:
+max-autotune's hot-only job <= 0.15x its first run).
+
 Usage: python benchmarks/bench_matrix.py [--python PY] [--order naive-first|product-first]
        [--no-naive]  (the first run and the job after it only: no baseline, no ratio to it)
+       [--part all|matrix|modes]  (default all)
 Prints the wall times and the ratios (targets: the first run <= 0.25x naive; the hot-only job
 after it no slower than before issue 34: 0.094x naive, 10.8 s on a quiet 2-core machine).
 Quiet 2-core figures (docs/verify.md, Performance): 0.12x; the job after it 7.4 s, 0.019x.
@@ -42,6 +47,11 @@ from ci_fxcache.verify import forkserver, matrix, runner
 
 ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 TARGET = 0.25
+# The modes part: a small model max-autotune compiles in minutes on two cores, not hours.
+MODES_AXES = ("--workloads", "mlp", "--dtypes", "float32", "--dynamic", "false",
+              "--mechanisms", "fxgraph,mega", "--training", "false")  # fmt: skip
+MODES = ("default", "max-autotune")
+MODES_TARGET = 0.15
 
 
 def run_verify(python: str, work: Path, *axes: str) -> tuple[float, dict[str, Any]]:
@@ -88,6 +98,33 @@ def hot_only(python: str, work: Path) -> dict[str, tuple[float, dict[str, Any]]]
         )
         timed[name] = (elapsed, {**doc["summary"], "carried": carried})
     return timed
+
+
+def modes_part(python: str, work: Path) -> dict[str, tuple[float, float, dict[str, int]]]:
+    """Per mode: the first run's wall time, the hot-only job's on its cache (it must be
+    hot-only), and that job's summary."""
+    timed = {}
+    for mode in MODES:
+        where = work / f"modes-{mode}"
+        where.mkdir()
+        first, _ = run_verify(python, where, *MODES_AXES, "--modes", mode)
+        hot, doc = run_verify(python, where, *MODES_AXES, "--modes", mode)
+        if doc["settings"]["phase"] != "hot":
+            raise SystemExit(f"hot-only run (--modes {mode}) was not hot-only: {doc['settings']}")
+        timed[mode] = (first, hot, doc["summary"])
+    return timed
+
+
+def print_modes(timed: dict[str, tuple[float, float, dict[str, int]]]) -> None:
+    print(f"compile modes ({' '.join(MODES_AXES)}):")
+    print(f"  {'mode':<14} {'first run':>10} {'hot-only':>10} {'ratio':>6}  hot-only summary")
+    for mode, (first, hot, summary) in timed.items():
+        print(f"  {mode:<14} {first:9.1f}s {hot:9.1f}s {hot / first:6.3f}  {summary}")
+    first, hot, _ = timed["max-autotune"]
+    met = "met" if hot / first <= MODES_TARGET else "MISSED"
+    print(
+        f"  max-autotune hot-only / first run: {hot / first:.3f} (target <= {MODES_TARGET}: {met})"
+    )
 
 
 def identity_check(python: str, work: Path) -> tuple[float, int]:
@@ -179,7 +216,15 @@ def main() -> None:
     parser.add_argument("--python", default=sys.executable, help="interpreter with torch")
     parser.add_argument("--order", choices=("naive-first", "product-first"), default="naive-first")
     parser.add_argument("--no-naive", action="store_true", help="skip the naive baseline")
+    parser.add_argument("--part", choices=("all", "matrix", "modes"), default="all")
     args = parser.parse_args()
+    if args.part == "modes":
+        work = Path(tempfile.mkdtemp(prefix="bench-modes-"))
+        try:
+            print_modes(modes_part(args.python, work))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     load_at_start = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="bench-matrix-"))
     try:
@@ -191,6 +236,7 @@ def main() -> None:
             base = naive(args.python, work)
         hot = hot_only(args.python, work)
         identity_s, checked = identity_check(args.python, work)
+        modes = modes_part(args.python, work) if args.part == "all" else None
     finally:
         shutil.rmtree(work, ignore_errors=True)
     cores = len(os.sched_getaffinity(0))
@@ -213,6 +259,8 @@ def main() -> None:
         f"  of which the workload identity check ({checked} combinations): {identity_s:5.2f} s, "
         f"{identity_s / policy:.2f}x of the default hot-only job"
     )
+    if modes is not None:
+        print_modes(modes)
     print(f"load average (1, 5, 15 min): {load_at_start} at the start, {os.getloadavg()} now")
 
 

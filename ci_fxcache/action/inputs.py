@@ -146,6 +146,7 @@ MATRIX_AXES = {
     "mechanisms": "mechanisms",
     "training": "training",
     "workloads": "workloads",
+    "modes": "modes",
 }
 
 # Every action file has these two: the toolkit to use instead of installing one (read by

@@ -391,7 +391,7 @@ def verify() -> int:
     axes = {axis: values[name] or None for name, axis in inp.MATRIX_AXES.items()}
     speedup = values["min-speedup"]
     redis_url = values["redis-url"] if s.choice.kind == "redis" else None
-    rc = verify_command.run(
+    rc = verify_command.run(verify_command.Request(
         python=s.python, **axes, matrix_file=values["matrix-file"] or None, phase="auto",
         cache_dir=cache_dir, json_path=str(s.results),
         min_speedup=None if speedup is None else float(speedup), compare="bitwise",
@@ -399,7 +399,7 @@ def verify() -> int:
         recheck_all=os.environ.get(verify_command.RECHECK_ALL_ENV) == "1",
         separate_cold=os.environ.get(verify_command.SEPARATE_COLD_ENV) == "1", deterministic=False,
         cache_state=cache_state, redis_url=redis_url, report_id=s.report_id, salt=None,
-    )  # fmt: skip
+    ))  # fmt: skip
     if rc == EXIT_CHECK_FAILED and s.results.is_file():
         s.verify_rc.write_text(f"{rc}\n", encoding="utf-8")
         rc = 0

@@ -154,7 +154,8 @@ def _render(
 
     results, report = report_pkg.build(results_path)
     own_links_only(report, results, *own)
-    return render.markdown(report, template, max_chars), report.report_id
+    budget = render.comment_budget(report, max_chars)
+    return render.markdown(report, template, budget), report.report_id
 
 
 def _with_job(body: str, path: str, limit: int) -> str:

@@ -16,6 +16,10 @@ DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "float16", "bfloat16", "bfloat16-autocast")
 DYNAMIC = ("false", "true", "mark")
 BUILTIN_WORKLOADS = ("sin_matmul", "mlp", "conv", "attention", "transformer_block")
+# torch.compile's own mode names (`torch.compile(mode=...)`); "default" is its default.
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# The modes that capture CUDA graphs: on a device without CUDA torch skips the graphs.
+CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
 USER_WORKLOAD = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
 
 DEFAULTS: dict[str, list[Any]] = {
@@ -25,6 +29,7 @@ DEFAULTS: dict[str, list[Any]] = {
     "mechanisms": registry.defaults(),
     "training": [True],
     "workloads": ["sin_matmul"],
+    "modes": ["default"],
 }
 # Matrix-file key -> CLI flag, for messages.
 FLAGS = {
@@ -34,6 +39,7 @@ FLAGS = {
     "mechanisms": "--mechanisms",
     "training": "--training",
     "workloads": "--workloads",
+    "modes": "--modes",
 }
 # The dynamic mode's word inside combination ids (directory names: never change them).
 ID_DYNAMIC = {"false": "static", "true": "dynamic", "mark": "mark"}
@@ -65,6 +71,9 @@ class Combo:
     dynamic: str
     mechanism: str
     training: bool
+    # torch.compile's mode (MODES); the default mode adds nothing to the id or the label, so
+    # the ids (directory names) of a matrix without modes never change.
+    mode: str = "default"
 
     @property
     def id(self) -> str:
@@ -72,7 +81,8 @@ class Combo:
         workload = re.sub(r"[^A-Za-z0-9_.]+", "_", self.workload)
         mode = "train" if self.training else "infer"
         dyn = ID_DYNAMIC[self.dynamic]
-        return f"{workload}-{self.device}-{self.dtype}-{dyn}-{self.mechanism}-{mode}"
+        base = f"{workload}-{self.device}-{self.dtype}-{dyn}-{self.mechanism}-{mode}"
+        return base + mode_suffix(self.mode, "-")
 
     @property
     def label(self) -> str:
@@ -80,7 +90,7 @@ class Combo:
         mode = "train" if self.training else "infer"
         return (
             f"{self.workload} {self.device} {short_dtype(self.dtype)} "
-            f"{dynamic_word(self.dynamic)} {self.mechanism} {mode}"
+            f"{dynamic_word(self.dynamic)} {self.mechanism} {mode}{mode_suffix(self.mode, ' ')}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,7 +102,14 @@ class Combo:
             "dynamic": self.dynamic,
             "mechanism": self.mechanism,
             "training": self.training,
+            "mode": self.mode,
         }
+
+
+def mode_suffix(mode: Any, sep: str) -> str:
+    """`sep` + the compile mode where it is not torch's default ('' for the default mode, and
+    for a document written before modes, which has none)."""
+    return "" if mode in (None, "default") else f"{sep}{mode}"
 
 
 @dataclass
@@ -105,18 +122,21 @@ class Matrix:
     mechanisms: list[str] = field(default_factory=registry.defaults)
     training: list[bool] = field(default_factory=lambda: list(DEFAULTS["training"]))
     workloads: list[str] = field(default_factory=lambda: list(DEFAULTS["workloads"]))
+    modes: list[str] = field(default_factory=lambda: list(DEFAULTS["modes"]))
 
     def combos(self) -> list[Combo]:
-        """Every combination, in a stable order (workload, device, dtype, dynamic, mech, mode)."""
+        """Every combination, in a stable order (workload, device, dtype, dynamic, mech,
+        training, compile mode)."""
         return [
-            Combo(w, d, t, y, m, tr)
-            for w, d, t, y, m, tr in product(
+            Combo(w, d, t, y, m, tr, mo)
+            for w, d, t, y, m, tr, mo in product(
                 self.workloads,
                 self.devices,
                 self.dtypes,
                 self.dynamic,
                 self.mechanisms,
                 self.training,
+                self.modes,
             )
         ]
 
@@ -144,6 +164,7 @@ def _check(axis: str, values: list[Any], where: str) -> list[Any]:
         "dtypes": DTYPES,
         "dynamic": DYNAMIC,
         "mechanisms": registry.names(),  # read now: a new record is all it takes
+        "modes": MODES,
     }.get(axis, ())
     out: list[Any] = []
     for raw in values:
@@ -202,6 +223,7 @@ def load_file(path: str) -> dict[str, list[Any]]:
         "dtype": "dtypes",
         "mechanism": "mechanisms",
         "workload": "workloads",
+        "mode": "modes",
     }
     out: dict[str, list[Any]] = {}
     for key, value in body.items():

@@ -143,6 +143,29 @@ def skip_reason(combo: Combo, info: dict[str, Any], redis: str | None) -> Skip |
             return Skip("gpu-too-old", f"{need[1]}; visible GPUs have {seen}")
     if mechanisms.get(combo.mechanism).redis and redis:
         return Skip("unsupported", redis)
+    return mode_skip(combo)
+
+
+def mode_skip(combo: Combo) -> Skip | None:
+    """Why a compile mode cannot do what it names here, or None (docs/verify.md "Modes")."""
+    if combo.mode == "default":
+        return None
+    if mechanisms.get(combo.mechanism).hits == "artifact":
+        return Skip(
+            "unsupported",
+            f"{combo.mechanism} saves and loads its artifact from torch.compile's default mode "
+            f"only; {combo.mode} is verified with the cache mechanisms",
+        )
+    if combo.mode == "reduce-overhead" and combo.device != "cuda":
+        # On the CPU torch skips the CUDA graphs (counter cudagraph_skips) and compiles what
+        # the default mode compiles: a verdict would repeat the default mode's and name graphs
+        # that never ran.
+        return Skip(
+            "unsupported",
+            "reduce-overhead captures CUDA graphs, which need a CUDA device: on the "
+            f"{combo.device} torch skips them and compiles what the default mode compiles "
+            "(verify the default mode here, reduce-overhead on a GPU runner)",
+        )
     return None
 
 
@@ -183,7 +206,8 @@ def cold_groups(combos: list[Combo], share: bool) -> list[list[Combo]]:
         if not share or combo.mechanism not in sharing:
             groups.append([combo])
             continue
-        key = (combo.workload, combo.device, combo.dtype, combo.dynamic, combo.training)
+        key = (combo.workload, combo.device, combo.dtype, combo.dynamic, combo.training,
+               combo.mode)  # fmt: skip
         if key not in shared:
             shared[key] = []
             groups.append(shared[key])

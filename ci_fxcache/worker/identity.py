@@ -12,6 +12,8 @@ The identity holds, each as a sha256:
   use (a transformers upgrade), and of the workload's package where it is installed;
 - `state`, `inputs`: the factory's initial weights and buffers, and its inputs (with the second
   input shape where the combination is dynamic), names, dtypes, shapes and bits;
+- `compile`: the other arguments the factory passes to torch.compile (`compile`: fullgraph,
+  backend, Inductor options): a changed option is a different compile, verified again;
 - `eager`: the outputs (and gradients when training) of one eager step on them, from the
   seed every phase uses: what the workload computes, whatever the source says (a C extension,
   a data file the factory reads, an environment variable it honours).
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
 import os
 import site
 import sys
@@ -45,13 +48,14 @@ import torch
 from . import workloads
 from .accuracy import compare
 
-EXACT = ("source", "libraries", "state", "inputs")
+EXACT = ("source", "libraries", "state", "inputs", "compile")
 # What each exact part's change means, in the words of the report's line.
 CHANGED = {
     "source": "its source changed",
     "libraries": "a library it imports changed version",
     "state": "its initial weights changed",
     "inputs": "its inputs changed",
+    "compile": "its torch.compile options changed",
 }
 _WORKER = Path(__file__).resolve().parent
 
@@ -166,6 +170,7 @@ def of(
     inputs: tuple[Any, ...],
     second: tuple[Any, ...] | None,
     eager: list[torch.Tensor],
+    compile_options: dict[str, Any] | None = None,
 ) -> dict[str, str]:
     """The identity of a workload built and stepped since `modules` was started."""
     own = own_modules(workload, modules.imported())
@@ -178,14 +183,23 @@ def of(
             + [(f"second input {i}", t) for i, t in enumerate(second or ())]
         ),
         "eager": tensors_digest([(f"tensor {i}", t) for i, t in enumerate(eager)]),
+        "compile": compile_digest(compile_options or {}),
     }
+
+
+def compile_digest(options: dict[str, Any]) -> str:
+    """The factory's torch.compile arguments (plain values, checked by workloads.build)."""
+    return hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()
 
 
 def exact_change(recorded: Any, current: dict[str, str]) -> str | None:
     """What changed among the exact parts (`EXACT`), in a few words; None when nothing did."""
+    if isinstance(recorded, dict) and "compile" not in recorded:
+        # recorded before factories could name compile options: it compiled with none
+        recorded = {**recorded, "compile": compile_digest({})}
     if not isinstance(recorded, dict) or not all(isinstance(recorded.get(k), str) for k in EXACT):
         return "the reference records no workload identity (recorded by an older fxcache)"
-    changed = [CHANGED[k] for k in EXACT if recorded[k] != current[k]]
+    changed = [CHANGED[k] for k in EXACT if recorded[k] != current.get(k)]
     return ", ".join(changed) or None
 
 

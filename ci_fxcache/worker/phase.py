@@ -129,6 +129,51 @@ def _counters() -> dict[str, int]:
     return out
 
 
+# Inductor's counters of autotuning work (torch 2.13 and 2.15 alike): template choices
+# benchmarked (select_algorithm), the coordinate-descent tuner's and a combo kernel's benchmarks.
+AUTOTUNE_COUNTERS = ("select_algorithm_autotune", "coordesc_tuning_bench", "combo_autotune_bench")
+# The timers (dynamo_timed names) that hold their seconds: `<op>_template_autotuning`,
+# `<op>_template_precompiling` (select_algorithm) and the Triton autotuner's benchmarks.
+AUTOTUNE_TIMERS = ("_template_autotuning", "_template_precompiling", "benchmark_all_configs",
+                   "coordinate_descent")  # fmt: skip
+
+
+def autotune_evidence() -> dict[str, Any] | None:
+    """What this process autotuned (None: nothing): the counters and the seconds torch timed.
+    A hot process that autotunes redid work the cache should have carried."""
+    from torch._dynamo.utils import compilation_time_metrics, counters
+
+    ran = {k: int(counters["inductor"][k]) for k in AUTOTUNE_COUNTERS if counters["inductor"][k]}
+    if not ran:
+        return None
+    seconds = sum(
+        sum(times)
+        for name, times in compilation_time_metrics.items()
+        if any(t in name for t in AUTOTUNE_TIMERS)
+    )
+    return {"counters": ran, "s": round(seconds, 3)}
+
+
+# The timers of CUDA graph trees' capture (torch/_inductor/cudagraph_trees.py, 2.13 and 2.15):
+# recording a graph is run time on every start, not compile time a cache can save.
+CUDAGRAPH_TIMERS = ("CUDAGraphNode.record", "cudagraphify")
+
+
+def cudagraph_capture_s(device: str) -> float | None:
+    """Seconds this process spent capturing CUDA graphs (None: none captured, or no CUDA: on
+    the CPU torch skips the graphs and times nothing)."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    if not device.startswith("cuda") or not torch.cuda.is_available():
+        return None
+    spent = sum(
+        sum(times)
+        for name, times in compilation_time_metrics.items()
+        if name.startswith(CUDAGRAPH_TIMERS)
+    )
+    return round(spent, 4) if spent else None
+
+
 class KernelBuilds:
     """C++ compiler runs (CppBuilder.build) in this process, timed from `start()`: a hot load
     that still runs the compiler rebuilt kernels, whatever the cache counters say. Files
@@ -394,8 +439,22 @@ def _marked(inputs: tuple[Any, ...], second: tuple[Any, ...] | None) -> list[int
     ]
 
 
-def _compile(model: Any, dynamic: str) -> Any:
-    return torch.compile(model, dynamic={"true": True, "false": False}.get(dynamic))
+def _compile(work: workloads.Workload, combo: dict[str, Any]) -> Any:
+    """torch.compile as the combination names it: its dynamic mode and compile mode (the
+    default mode passes none, as a user who never names one does), and the factory's other
+    arguments (`compile`), the same in every phase."""
+    mode = combo.get("mode") or "default"
+    dynamic = {"true": True, "false": False}.get(combo["dynamic"])
+    kwargs = dict(work.compile)
+    if mode != "default" and "options" in kwargs:
+        # torch.compile takes a mode or options, not both: the mode's own options (what
+        # torch.compile would apply for it), then the factory's on top
+        from torch._inductor import list_mode_options
+
+        kwargs["options"] = {**list_mode_options(mode, dynamic), **kwargs["options"]}
+    elif mode != "default":
+        kwargs["mode"] = mode
+    return torch.compile(work.model, dynamic=dynamic, **kwargs)
 
 
 def _timed(fn: Any) -> tuple[Any, float]:
@@ -425,6 +484,12 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         result["status"] = "error"
         result["error"] = error_line(exc)
     result["counters"] = _counters()
+    autotuned = autotune_evidence()
+    if autotuned is not None:
+        result["autotune"] = autotuned
+    capture = cudagraph_capture_s(device)
+    if capture is not None:
+        result["cudagraph_capture_s"] = capture
     result["keyinfo"] = keyinfo.collect(spec["combo"]["device"])
     result.update(triton_builds.evidence())
     return result
@@ -512,6 +577,7 @@ def workload_identity(run: PhaseRun, modules: identity.Modules, eager: list[Any]
         run.work.inputs,
         run.second,
         eager,
+        run.work.compile,
     )
 
 
@@ -570,7 +636,7 @@ def timed_compile(run: PhaseRun, result: dict[str, Any]) -> tuple[Any, list[torc
         compiled = _artifact(run, result)
         load_s = float(result["artifact"].get("load_s") or 0.0)
     else:
-        compiled = _compile(run.work.model, combo["dynamic"])
+        compiled = _compile(run.work, combo)
     run.mark("torch.compile returned")
     outs = run.call(compiled, run.work.inputs, FIRST_SEED)
     run.mark("first call done")
