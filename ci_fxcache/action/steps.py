@@ -570,7 +570,7 @@ def save(post: bool = False) -> int:
         return 0
     refusal = write_refusal(s, values["run-event"])
     state = _job_state(s, key, saving=refusal is None)
-    compiles = job_compiles.at_save(s, state, refusal is None)
+    compiles = job_compiles.at_save(s, state, refusal is None, key)
     root = Path(s.root)
     before = job_stats.committed_files(root, state.scope_key) if state else {}
     started = time.monotonic()
