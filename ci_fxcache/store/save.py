@@ -54,10 +54,12 @@ def _inspect(
 
 class Outcome(NamedTuple):
     """A save's summary (JSON), and the manifest it checked, signed and wrote under the scope's
-    lock (None when it wrote none): what a publish sends, never a re-read of the disk."""
+    lock (None when it wrote none): what a publish sends, never a re-read of the disk; and the
+    files this save added to it (the job's new entries)."""
 
     summary: dict[str, Any]
     committed: mf.Committed | None
+    added: tuple[str, ...] = ()
 
 
 class _Committed(NamedTuple):
@@ -255,7 +257,7 @@ def save(layout: Layout, state: RestoreState, signing_key: str | None) -> Outcom
                "bytes": manifest["total_bytes"], "signed": bool(signing_key)}  # fmt: skip
     if old_versions:  # references no run compares any more (store/references.py)
         summary["pruned_references"] = len(old_versions)
-    return Outcome(summary, written)
+    return Outcome(summary, written, tuple(new))
 
 
 def _fault_hook() -> Callable[[], None] | None:
