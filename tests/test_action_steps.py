@@ -393,7 +393,9 @@ def test_conclude_fails_with_the_deferred_verify_status(tmp_path: Path) -> None:
     settings = s.outputs["settings"]
     ok = run_step(tmp_path, "conclude", FXCACHE_ACTION_SETTINGS=settings)
     assert ok.proc.returncode == 0
-    (Path(settings).parent / "verify-rc").write_text("1\n")
+    from ci_fxcache.action import job_record
+
+    job_record.update(Path(settings).parent, verify_rc=1)
     failed = run_step(tmp_path, "conclude", FXCACHE_ACTION_SETTINGS=settings)
     assert failed.proc.returncode == 1 and failed.errors == []
 
@@ -707,3 +709,26 @@ def test_the_action_passes_values_as_arguments_never_through_os_environ() -> Non
     assert [(f, n) for f, n, _ in _environ_writes(planted)] == [
         ("a", "X"), ("b", "Y"), ("c", "?"), ("d", "Z"), ("e", "W")
     ]  # fmt: skip
+
+
+def test_the_job_record_round_trips_and_refuses_what_it_is_not(tmp_path: Path) -> None:
+    """The steps hand the job along in one typed, versioned record (issue 47 item 7)."""
+    from ci_fxcache.action import job_record
+    from ci_fxcache.action.job_record import JobRecord
+    from ci_fxcache.errors import UsageError
+
+    assert JobRecord.read(tmp_path) == JobRecord()  # none yet
+    job_record.update(tmp_path, restore_s=1.25)
+    record = job_record.update(tmp_path, save_s=0.5, saved=True)
+    assert record == JobRecord(restore_s=1.25, save_s=0.5, saved=True)
+    assert JobRecord.read(tmp_path) == record == JobRecord.from_json(record.to_json())
+    assert record.timings == {"restore_s": 1.25, "save_s": 0.5}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [job_record.FILE]
+    for bad in ('{"schema": "other/1"}', f'{{"schema": "{job_record.SCHEMA}", "saved": "yes"}}',
+                f'{{"schema": "{job_record.SCHEMA}", "verify_rc": true}}',
+                f'{{"schema": "{job_record.SCHEMA}", "extra": 1}}', "[]"):  # fmt: skip
+        with pytest.raises(ValueError):
+            JobRecord.from_json(bad)
+    (tmp_path / job_record.FILE).write_text("{not json")
+    with pytest.raises(UsageError, match="not the job's record"):
+        JobRecord.read(tmp_path)

@@ -72,18 +72,6 @@ class Settings:
         return Path(self.work) / "report.md"
 
     @property
-    def verify_rc(self) -> Path:
-        return Path(self.work) / "verify-rc"
-
-    @property
-    def saved_marker(self) -> Path:
-        return Path(self.work) / "saved.json"
-
-    @property
-    def timings(self) -> Path:
-        return Path(self.work) / "timings.json"
-
-    @property
     def job_stats(self) -> Path:
         return Path(self.work) / "job-stats.json"
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from ci_fxcache import gha, names
 from ci_fxcache.action import inputs as inp
-from ci_fxcache.action import job_compiles, job_stats
+from ci_fxcache.action import job_compiles, job_record, job_stats
 from ci_fxcache.action.inputs import Input
 from ci_fxcache.action.settings import (
     DIGEST_STATE,
@@ -350,29 +350,9 @@ def restore() -> int:
         signing_key=values["signing-key"] or None, nonce=s.nonce,
         job_trace=bool(values["job-stats"]),
     )  # fmt: skip
-    _record_time(s, "restore_s", time.monotonic() - started)
+    # restore and save run in different processes: the time goes through the job record
+    job_record.update(Path(s.work), restore_s=round(time.monotonic() - started, 3))
     return 0
-
-
-def _record_time(s: Settings, name: str, seconds: float) -> None:
-    """Keep a step's time for the job's stats: restore and save run in different processes
-    (the main and the post step), so the figure goes through the job's work directory."""
-    try:
-        timings = json.loads(s.timings.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        timings = {}
-    timings[name] = round(seconds, 3)
-    s.timings.write_text(json.dumps(timings) + "\n", encoding="utf-8")
-
-
-def _timings(s: Settings) -> dict[str, float]:
-    try:
-        data = json.loads(s.timings.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {k: float(v) for k, v in data.items() if isinstance(v, int | float)}
 
 
 def verify() -> int:
@@ -401,7 +381,7 @@ def verify() -> int:
         cache_state=cache_state, redis_url=redis_url, report_id=s.report_id, salt=None,
     ))  # fmt: skip
     if rc == EXIT_CHECK_FAILED and s.results.is_file():
-        s.verify_rc.write_text(f"{rc}\n", encoding="utf-8")
+        job_record.update(Path(s.work), verify_rc=rc)
         rc = 0
     if rc == 0:
         gha.set_output("report-json", str(s.results))
@@ -482,10 +462,11 @@ def post_job_comment() -> int:
 def conclude() -> int:
     """Fail the step when verify's fail-on check failed (verify said why, once)."""
     s = load()
-    if not s.verify_rc.is_file():
+    rc = job_record.JobRecord.read(Path(s.work)).verify_rc
+    if not rc:
         return 0
     print("fxcache: failing: the verification did not pass fail-on (see the error above)")
-    return int(s.verify_rc.read_text().strip() or EXIT_CHECK_FAILED)
+    return rc
 
 
 def write_refusal(s: Settings, event: trust.RunEvent) -> str | None:
@@ -564,24 +545,24 @@ def save(post: bool = False) -> int:
     # A marker, not a message: the end-of-job save runs in the post step, another process,
     # after a save sub-action may have committed this job's scope (its lease released, its
     # overlay merged and removed); the job is saved once, so the post step must know that.
-    if s.saved_marker.is_file():
-        done = json.loads(s.saved_marker.read_text(encoding="utf-8"))
-        print(f"fxcache: already saved in this job (saved: {str(done['saved']).lower()})")
+    work = Path(s.work)
+    done = job_record.JobRecord.read(work).saved
+    if done is not None:
+        print(f"fxcache: already saved in this job (saved: {str(done).lower()})")
         return 0
     refusal = write_refusal(s, values["run-event"])
     state = _job_state(s, key, saving=refusal is None)
-    compiles = job_compiles.at_save(s, state, refusal is None)
-    root = Path(s.root)
-    before = job_stats.committed_files(root, state.scope_key) if state else {}
+    compiles = job_compiles.at_save(s, state, refusal is None, key)
     started = time.monotonic()
     outcome = _save(s, state, key, refusal)
-    _record_time(s, "save_s", time.monotonic() - started)
+    record = job_record.update(
+        work, save_s=round(time.monotonic() - started, 3), saved=outcome.saved
+    )
     _say_remote(s, outcome)
-    s.saved_marker.write_text(json.dumps({"saved": outcome.saved}) + "\n", encoding="utf-8")
     print(json.dumps(outcome.summary, indent=2))
     gha.set_output("saved", str(outcome.saved).lower())
-    after = job_stats.committed_files(root, state.scope_key) if state else {}
-    job_stats.publish(job_stats.compute(before, after, outcome.summary, _timings(s)), s.job_stats)
+    # the new entries' figures from the manifest this save committed, not a re-read of the disk
+    job_stats.publish(job_stats.compute(outcome, record.timings), s.job_stats)
     job_compiles.publish(compiles)
     return 0
 

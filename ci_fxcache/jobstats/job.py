@@ -95,9 +95,22 @@ def observe(
         "saved_s": saved_seconds(all_records, found, recorded),
     }
     doc["job_id"] = job_id
-    doc["history"] = history.rows(state.root, state.scope_key, inductor, history.row(doc))
+    doc["run"] = run_number()
+    # A job that compiled nothing (a verify-only job) adds no row: "0 % of 0 graphs" is noise.
+    current = history.row(doc) if doc.get("graphs") else None
+    doc["history"] = history.rows(state.root, state.scope_key, inductor, current)
     doc["_entries"] = _new_entries(found)
     return doc
+
+
+def run_number() -> str | None:
+    """The workflow run's number and attempt (`57.2`), which tells runs of one minute apart in
+    the history; None outside Actions."""
+    number = os.environ.get("GITHUB_RUN_NUMBER", "")
+    attempt = os.environ.get("GITHUB_RUN_ATTEMPT", "")
+    if not number.isdigit():
+        return None
+    return f"{number}.{attempt}" if attempt.isdigit() and attempt != "1" else number
 
 
 def _new_entries(found: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -118,10 +131,13 @@ def public(doc: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if not k.startswith("_")}
 
 
-def finish(state: RestoreState, state_file: Path, *, may_record: bool) -> dict[str, Any]:
+def finish(
+    state: RestoreState, state_file: Path, *, may_record: bool, signing_key: str | None = None
+) -> dict[str, Any]:
     """At the save: the figures kept beside the state file, this job's entries and figures
     recorded in the scope when it may write it, the job-private trace removed. Once per job: a
-    second call returns what the first kept."""
+    second call returns what the first kept. `signing_key`: the save's (history.py: the
+    history it records comes only from what was signed with it)."""
     kept = load(state_file)
     ours = trace.job_trace_dir(state_file)
     if kept is not None and not ours.exists():
@@ -129,8 +145,8 @@ def finish(state: RestoreState, state_file: Path, *, may_record: bool) -> dict[s
     job_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{secrets.token_hex(4)}"
     doc = observe(state, state_file, job_id=job_id)
     doc["recorded"] = may_record and not state.read_only
-    if doc["recorded"]:
-        doc["history"] = _append_local(state, doc)
+    if doc["recorded"] and doc.get("graphs"):
+        doc["history"] = _append_local(state, doc, signing_key)
         if doc["_entries"]:
             # Only with entries it adds: a job that compiled nothing new adds no file to the
             # scope (no new GitHub cache entry, no publish, for a history row).
@@ -142,15 +158,17 @@ def finish(state: RestoreState, state_file: Path, *, may_record: bool) -> dict[s
     return doc
 
 
-def _append_local(state: RestoreState, doc: dict[str, Any]) -> list[dict[str, Any]]:
+def _append_local(
+    state: RestoreState, doc: dict[str, Any], signing_key: str | None
+) -> list[dict[str, Any]]:
     """This job's row added to the local history under the scope's lock (jobs sharing a runner
     save side by side); the rows as written."""
     from ci_fxcache.store import tiered
 
     root, key = state.root, state.scope_key
     with tiered.scope_lock(root, key):
-        rows = history.rows(root, key, state.inductor_dir, history.row(doc))
-        history.save_local(root, key, rows)
+        rows = history.rows(root, key, state.inductor_dir, history.row(doc), signing_key)
+        history.save_local(root, key, rows, signing_key)
     return rows
 
 

@@ -127,33 +127,49 @@ def detail(doc: dict[str, Any], misses_shown: int = 50) -> str:
 
 
 def _mermaid_label(value: Any) -> str:
-    return "".join(ch if ch.isalnum() or ch in " -:." else "'" for ch in plain(value))
+    return "".join(ch if ch.isalnum() or ch in " -:.()" else "'" for ch in plain(value))
+
+
+def run_labels(rows: list[dict[str, Any]]) -> list[str]:
+    """One label per run, none twice (mermaid's x axis is categorical: runs sharing a label
+    share one bar, as runs of the same minute did): its run number (`57`, `57.2` for a second
+    attempt), or the end of its job id where it has none (`ab05`); a label already taken gets
+    its place (`57 (3)`). The chart is horizontal: a vertical one's labels overprinted each
+    other from twenty five-digit run numbers on (tests/test_report_browser.py); the table has
+    the times."""
+    out: list[str] = []
+    for index, row in enumerate(rows, 1):
+        run = row.get("run")
+        label = _mermaid_label(str(run) if run else str(row.get("id"))[-4:])
+        out.append(f"{label} ({index})" if label in out else label)
+    return out
 
 
 def history(rows: list[dict[str, Any]]) -> str:
-    """The scope's last runs: a mermaid chart (hit rate) and a compact table."""
+    """The scope's last runs: a mermaid chart (hit rate, one bar per run, labelled by
+    `run_labels`) and a compact table."""
     if not rows:
         return ""
     rates = [_rate(r) for r in rows]
-    labels = ", ".join(f'"{_mermaid_label(str(r["at"])[5:16])}"' for r in rows)
+    labels = ", ".join(f'"{label}"' for label in run_labels(rows))
     chart = [
         "```mermaid",
-        "xychart-beta",
+        "xychart-beta horizontal",
         f'    title "FX graphs from the cache, last {len(rows)} runs (%)"',
-        f"    x-axis [{labels}]",
+        f'    x-axis "run" [{labels}]',
         '    y-axis "hit rate (%)" 0 --> 100',
         f"    bar [{', '.join(map(str, rates))}]",
         "```",
         "",
     ]
     table = [
-        "| run (UTC) | hit rate | new graph | key changed | entry gone | compile | saved |",
-        "|---|--:|--:|--:|--:|--:|--:|",
+        "| run | at (UTC) | hit rate | new graph | key changed | entry gone | compile | saved |",
+        "|---|---|--:|--:|--:|--:|--:|--:|",
     ]
-    for r, rate in zip(rows, rates, strict=True):
+    for r, rate, label in zip(rows, rates, run_labels(rows), strict=True):
         m = r.get("misses") or {}
         table.append(
-            f"| {md_text(r['at'])} | {rate} % | {m.get('new graph', 0)} | "
+            f"| {md_text(label)} | {md_text(r['at'])} | {rate} % | {m.get('new graph', 0)} | "
             f"{m.get('key changed', 0)} | {m.get('entry gone', 0)} | "
             f"{duration(float(r['compile_s']))} | {duration(float(r['saved_s']))} |"
         )

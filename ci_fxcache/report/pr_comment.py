@@ -160,15 +160,20 @@ def _render(
 
 def _with_job(body: str, path: str, limit: int) -> str:
     """The comment with the job's own figures under its status (job_line.under_status), when
-    they fit; unchanged, with a warning, when the file is unreadable."""
+    they fit; unchanged, with a warning, when the file is unreadable or holds no figures. The
+    figures are checked first (jobstats/figures.py), as results are read before a report."""
+    from ci_fxcache.jobstats import figures
     from ci_fxcache.report import job_line
 
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        doc = figures.checked(json.loads(Path(path).read_text(encoding="utf-8")))
     except (OSError, ValueError, RecursionError) as exc:
         gha.warn(f"--job-stats {path}: not read ({exc}); the comment has no job line")
         return body
-    with_job = job_line.under_status(body, doc) if isinstance(doc, dict) else body
+    if doc is None:
+        gha.warn(f"--job-stats {path}: not {figures.SCHEMA} figures; the comment has no job line")
+        return body
+    with_job = job_line.under_status(body, doc)
     return with_job if len(with_job) <= limit else body
 
 

@@ -23,6 +23,7 @@ NOTE_KINDS = (
     "uncacheable",
     "nondeterministic",
     "eager-unreproducible",
+    "factory-nondeterministic",
     "random-ops",
     "fp64-accuracy",
     "carried",

@@ -617,6 +617,10 @@ class Runner:
             text = versions.changed_note_text(why, unchecked)
             note = causes.note("workload-changed", text, why=why, unchecked=unchecked)
             judged["notes"] = [*judged["notes"], note]
+        if cold_ran and cold_result.get("factory_deterministic") is False:
+            # named by the run that recorded the reference, not by every run it judges
+            note = causes.note("factory-nondeterministic", versions.FACTORY_TEXT)
+            judged["notes"] = [*judged["notes"], note]
         # judge() calls a hot phase that never ran an error; here it was not asked for
         if self.settings.phase == "cold" and judged["cause"] == "not-run":
             judged.update(

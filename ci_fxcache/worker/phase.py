@@ -13,6 +13,7 @@ import contextlib
 import copy
 import hashlib
 import os
+import random
 import re
 import shutil
 import time
@@ -287,8 +288,23 @@ class BuildMemo:
 
 
 # Every call of the model is seeded: the first input shape with FIRST_SEED, the second with
-# SECOND_SEED; OTHER_SEED only tells whether the model draws random numbers at all.
-FIRST_SEED, SECOND_SEED, OTHER_SEED = 1234, 1235, 4321
+# SECOND_SEED; OTHER_SEED only tells whether the model draws random numbers at all. The
+# factory is called after seed_all(FACTORY_SEED).
+FIRST_SEED, SECOND_SEED, OTHER_SEED, FACTORY_SEED = 1234, 1235, 4321, 0
+
+
+def seed_all(seed: int) -> None:
+    """Seed every RNG a factory or a model may draw from: torch's (all devices), Python's
+    `random`, and numpy's global one where numpy is installed (a data pipeline draws its batch
+    from it). Without the last two, a factory drawing from them built other bits in every
+    process, and each job called its model changed (issue 47)."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+    except ImportError:
+        return
+    numpy.random.seed(seed)
 
 
 @dataclass
@@ -332,7 +348,7 @@ class PhaseRun:
         """`model` on `inputs` from the recorded state and `seed` (outputs, then gradients)."""
         if isinstance(self.work.model, torch.nn.Module) and self.reference.get("state"):
             self.work.model.load_state_dict(self.reference["state"])
-        torch.manual_seed(seed)
+        seed_all(seed)
         combo = self.combo
         autocast = combo["dtype"] == "bfloat16-autocast"
         self.names = []
@@ -544,7 +560,7 @@ def build(
     since `modules` started."""
     combo = spec["combo"]
     modules = modules or identity.Modules()
-    torch.manual_seed(0)
+    seed_all(FACTORY_SEED)
     work = workloads.build(combo["workload"], DTYPES[combo["dtype"]], combo["device"])
     dynamic = combo["dynamic"]
     second = work.dynamic_inputs if dynamic != "false" else None
@@ -581,6 +597,15 @@ def workload_identity(run: PhaseRun, modules: identity.Modules, eager: list[Any]
     )
 
 
+def factory_repeats(spec: dict[str, Any], found: dict[str, str]) -> bool:
+    """Whether the factory, called again from the same seeds, builds the same weights and
+    inputs as the call whose identity is `found` (the cold phase asks, once per reference: a
+    factory that does not is compared by `identity.LOOSE` from then on)."""
+    again, _ = build(spec)
+    parts = identity.built(again.reference.get("state"), again.work.inputs, again.second)
+    return parts["state"] == found["state"] and parts["inputs"] == found["inputs"]
+
+
 def prepare(spec: dict[str, Any], result: dict[str, Any]) -> PhaseRun:
     """Configure Inductor, build the workload (hot: with the cold phase's inputs and state),
     and warm up with one eager call, the same in both phases, before the timer starts. The
@@ -599,7 +624,11 @@ def prepare(spec: dict[str, Any], result: dict[str, Any]) -> PhaseRun:
     # timer.
     warm = eager_step(run)
     if run.cold:
-        result["identity"] = run.reference["identity"] = workload_identity(run, modules, warm)
+        found = workload_identity(run, modules, warm)
+        if not factory_repeats(spec, found):
+            found["factory"] = identity.NOT_DETERMINISTIC
+            result["factory_deterministic"] = False
+        result["identity"] = run.reference["identity"] = found
         run.reference["identity_eager"] = warm
         if spec.get("eager", True):
             run.reference["eager"] = warm
