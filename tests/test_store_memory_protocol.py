@@ -1,13 +1,18 @@
-"""The S3 tier's protocol (packs, index, references, the collection) on obstore's in-memory
-store (`obstore.store.MemoryStore`, through the same client.Bucket every request of the tier
-goes through): fast, in-process, no server. The transport against the real SeaweedFS is
+"""The object-store tier's protocol (packs, index, references, the collection) on obstore's
+in-memory store (`obstore.store.MemoryStore`, through the same client.Bucket every request of
+the tier goes through): fast, in-process, no server; and the same tests on a real Azure Blob
+Storage emulator (Azurite, tests/object_servers.py), an `az://` container made from the
+AZURE_* variables as a runner's would be. The transport against the real SeaweedFS is
 tests/test_store_s3_transport.py's; the whole restore and save through the CLI on it,
 tests/test_store_s3*.py's."""
 
 from __future__ import annotations
 
 import json
+import os
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +34,38 @@ OLD = "fxcache-v1-linux-x86_64-cp311-torch2.12.0+cpu-cpu-0123456789ab"
 FILES = {f"inductor/fxgraph/a{i}/entry": f"graph {i} ".encode() * (50 + i) for i in range(6)}
 
 
-@pytest.fixture
-def memory() -> Any:
-    """One in-memory bucket, shared by every runner of a test."""
-    return obstore_store.MemoryStore()
+@pytest.fixture(scope="module")
+def azurite() -> Iterator[Any]:
+    """One Azurite for the module's azure tests; skipped where tests/emulators is not
+    installed, except under CI (the README's test command installs it)."""
+    from tests import object_servers
+
+    binary = object_servers.azurite_binary()
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("Azurite is not installed: npm ci --prefix tests/emulators")
+        pytest.skip("Azurite is not installed (npm ci --prefix tests/emulators)")
+    server = object_servers.start_azurite(binary)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["memory", "azure"])
+def memory(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """One bucket shared by every runner of a test: an in-memory store, or a fresh Azurite
+    container (None: each tier makes its store from the AZURE_* variables)."""
+    if request.param == "memory":
+        return obstore_store.MemoryStore()
+    server = request.getfixturevalue("azurite")
+    for name, value in server.env().items():
+        monkeypatch.setenv(name, value)
+    url = server.make_container(f"t{uuid.uuid4().hex[:16]}") + "/fleet/ci"
+    return client.parse_url(url, schemes=client.SCHEMES)
 
 
 def _tier(memory: Any) -> S3Tier:
+    if isinstance(memory, client.Location):
+        return S3Tier(memory)
     where = client.parse_url(URL)
     return S3Tier(where, client.Bucket(where, store=memory))
 
@@ -80,9 +110,7 @@ def _digests(files: dict[str, bytes]) -> dict[str, str]:
 
 
 def _keys(memory: Any, kind: str) -> list[str]:
-    import obstore
-
-    return [m["path"] for m in obstore.list(memory, f"fleet/ci/{kind}/").collect()]
+    return [item["Key"] for item in _tier(memory).bucket.listing(f"fleet/ci/{kind}/")]
 
 
 def test_a_published_scope_is_fetched_whole_by_an_empty_runner(tmp_path: Path, memory: Any) -> None:
@@ -143,3 +171,15 @@ def test_the_collection_removes_an_old_scope_and_only_its_unshared_objects(
     assert _keys(memory, f"scopes/{OLD}") == []
     assert _fetch(memory, tmp_path / "b", NEW) == _digests(FILES)  # the `+` scope is whole
     json.dumps(done)  # the inventory stays a JSON document
+
+
+def test_the_urls_scheme_names_the_service_and_s3_url_stays_s3_only() -> None:
+    from ci_fxcache.errors import UsageError
+
+    for url in ("s3://b-1/p/q", "gs://b-1/p/q", "az://b-1/p/q"):
+        where = client.parse_url(url, "--object-url", schemes=client.SCHEMES)
+        assert (where.url(), where.key("x")) == (url, "p/q/x")
+    with pytest.raises(UsageError, match="s3://BUCKET/PREFIX URL"):
+        client.parse_url("gs://b-1/p")  # --s3-url keeps its meaning
+    with pytest.raises(UsageError, match="no credentials"):
+        client.parse_url("az://key@b-1/p", "--object-url", schemes=client.SCHEMES)

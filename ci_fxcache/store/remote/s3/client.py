@@ -38,6 +38,9 @@ from ci_fxcache.store.remote.s3.deadline import (
 )
 
 URL_ENV = "FXCACHE_S3_URL"
+# The services an object-store URL may name (`--store object --object-url`): S3, GCS, Azure
+# Blob Storage, each through obstore's store of that service.
+SCHEMES = ("s3", "gs", "az")
 # Seconds for connecting and for each read of one request (never beyond what is left of the
 # operation's Deadline, deadline.py, which bounds the whole restore, save or invalidate).
 TIMEOUT_ENV = "FXCACHE_S3_TIMEOUT"
@@ -85,36 +88,40 @@ class S3TooLarge(Exception):
 
 @dataclass(frozen=True)
 class Location:
-    """A bucket and a key prefix (no leading or trailing slash; may be empty)."""
+    """A bucket (a GCS bucket, an Azure container) and a key prefix (no leading or trailing
+    slash; may be empty); `scheme` names the service (SCHEMES)."""
 
     bucket: str
     prefix: str
+    scheme: str = "s3"
 
     def url(self) -> str:
-        """`s3://BUCKET/PREFIX` (never holds a credential: s3 URLs have none)."""
-        return f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+        """`SCHEME://BUCKET/PREFIX` (never holds a credential: these URLs have none)."""
+        return f"{self.scheme}://{self.bucket}/{self.prefix}".rstrip("/")
 
     def key(self, *parts: str) -> str:
         """An object key under the prefix."""
         return "/".join(p for p in (self.prefix, *parts) if p)
 
 
-def parse_url(url: str, what: str = "--s3-url") -> Location:
-    """`s3://BUCKET/PREFIX` -> Location; UsageError (the value is not repeated) otherwise."""
+def parse_url(url: str, what: str = "--s3-url", schemes: tuple[str, ...] = ("s3",)) -> Location:
+    """`SCHEME://BUCKET/PREFIX` (SCHEME one of `schemes`) -> Location; UsageError (the value
+    is not repeated) otherwise."""
     split = urlsplit(url)
-    if split.scheme != "s3" or not split.netloc or split.query or split.fragment:
-        raise UsageError(f"{what} is not an s3://BUCKET/PREFIX URL")
+    if split.scheme not in schemes or not split.netloc or split.query or split.fragment:
+        shown = " or ".join(f"{s}://BUCKET/PREFIX" for s in schemes)
+        raise UsageError(f"{what} is not an {shown} URL")
     if "@" in split.netloc or ":" in split.netloc:
         raise UsageError(
-            f"{what}: put no credentials or port in the URL; they come from the AWS "
-            "variables (AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, ...)"
+            f"{what}: put no credentials or port in the URL; they come from the service's "
+            "variables (AWS_*, GOOGLE_*, AZURE_*: docs/store.md)"
         )
     if not _BUCKET.match(split.netloc):
         raise UsageError(f"{what}: {split.netloc!r} is not a valid bucket name")
     prefix = split.path.strip("/")
     if any(part in ("", ".", "..") for part in prefix.split("/")) and prefix:
         raise UsageError(f"{what}: the prefix has an empty, '.' or '..' part")
-    return Location(split.netloc, prefix)
+    return Location(split.netloc, prefix, split.scheme)
 
 
 def resolve_url(url: str | None) -> Location:
@@ -211,23 +218,18 @@ def _profile_credentials() -> Any:
         raise S3Unavailable(f"S3 client not configured: {type(exc).__name__}") from None
 
 
-def make_store(bucket: str, connect: float, read: float, total: float) -> Any:
-    """obstore's S3Store of `bucket` from the AWS variables; S3Unavailable (one line, no
-    value of a variable) when they cannot make one."""
+def make_store(where: Location, connect: float, read: float, total: float) -> Any:
+    """obstore's store of `where` (its scheme's service) from that service's variables;
+    S3Unavailable (one line, no value of a variable) when they cannot make one."""
+    if where.scheme != "s3":
+        return _other_store(where, _client_options(connect, read, total, None), _retry(total))
     from obstore.store import S3Store
 
     for name in _HEADER_VARIABLES:
         _header_safe(name)
     env = os.environ
     endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
-    client: Any = {
-        "connect_timeout": timedelta(seconds=connect),
-        "read_timeout": timedelta(seconds=read),
-        "timeout": timedelta(seconds=max(total, connect)),
-        "pool_max_idle_per_host": str(POOL),
-        "user_agent": "fxcache",
-        "allow_http": bool(endpoint and endpoint.startswith("http://")),
-    }
+    client = _client_options(connect, read, total, endpoint)
     bundle = env.get("AWS_CA_BUNDLE")
     if bundle:
         try:
@@ -241,16 +243,52 @@ def make_store(bucket: str, connect: float, read: float, total: float) -> Any:
     if endpoint:
         config["endpoint"] = endpoint
     provider = _profile_credentials() if _uses_profile() else None
-    retry: Any = {
+    try:
+        return S3Store(where.bucket, config=config, client_options=client,
+                       retry_config=_retry(total), credential_provider=provider)  # fmt: skip
+    except Exception as exc:  # obstore's configuration errors (a malformed endpoint, ...)
+        raise S3Unavailable(f"S3 client not configured: {_describe(exc)}") from None
+
+
+def _client_options(connect: float, read: float, total: float, endpoint: str | None) -> Any:
+    """The HTTP client's timeouts and pool (every service alike)."""
+    return {
+        "connect_timeout": timedelta(seconds=connect),
+        "read_timeout": timedelta(seconds=read),
+        "timeout": timedelta(seconds=max(total, connect)),
+        "pool_max_idle_per_host": str(POOL),
+        "user_agent": "fxcache",
+        "allow_http": bool(endpoint and endpoint.startswith("http://")),
+    }
+
+
+def _retry(total: float) -> Any:
+    """MAX_ATTEMPTS tries with backoff, never past the operation's bound."""
+    return {
         "max_retries": MAX_ATTEMPTS - 1,
         "retry_timeout": timedelta(seconds=total),
         "backoff": {"init_backoff": timedelta(seconds=0.1), "max_backoff": timedelta(seconds=5)},
     }
+
+
+def _other_store(where: Location, client: Any, retry: Any) -> Any:
+    """A GCS bucket (`gs://`: GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_SERVICE_ACCOUNT*,
+    GOOGLE_BEARER_TOKEN, GOOGLE_BASE_URL) or an Azure container (`az://`: AZURE_STORAGE_*,
+    AZURE_CLIENT_ID with AZURE_FEDERATED_TOKEN_FILE, AZURE_USE_AZURE_CLI, the emulator's
+    AZURE_STORAGE_USE_EMULATOR), each read by obstore itself."""
+    from obstore.store import AzureStore, GCSStore
+
+    env = os.environ
     try:
-        return S3Store(bucket, config=config, client_options=client, retry_config=retry,
-                       credential_provider=provider)  # fmt: skip
-    except Exception as exc:  # obstore's configuration errors (a malformed endpoint, ...)
-        raise S3Unavailable(f"S3 client not configured: {_describe(exc)}") from None
+        if where.scheme == "gs":
+            base = env.get("GOOGLE_BASE_URL")
+            client["allow_http"] = bool(base and base.startswith("http://"))
+            return GCSStore(where.bucket, client_options=client, retry_config=retry)
+        emulated = (env.get("AZURE_STORAGE_USE_EMULATOR") or "").lower() == "true"
+        client["allow_http"] = emulated
+        return AzureStore(where.bucket, client_options=client, retry_config=retry)
+    except Exception as exc:  # obstore's configuration errors (no account, ...)
+        raise S3Unavailable(f"{where.scheme}:// client not configured: {_describe(exc)}") from None
 
 
 _OURS = (S3Unavailable, S3NotModified, S3Missing, S3Conflict, S3TooLarge)
@@ -277,10 +315,13 @@ class Bucket:
         self.sent_bytes = 0
         self.received_bytes = 0
         # Only an S3 bucket has versions to clean up (versions(), through botocore).
-        self._s3_api = store is None
+        self._s3_api = store is None and where.scheme == "s3"
         self._store = store if store is not None else make_store(
-            where.bucket, self.deadline.capped(connect), self.deadline.capped(read),
+            where, self.deadline.capped(connect), self.deadline.capped(read),
             self.deadline.seconds)  # fmt: skip
+        # The version (a GCS generation) of each (key, ETag) this client read or wrote: a
+        # conditional PUT on GCS names the generation, on S3 and Azure the ETag.
+        self._versions: dict[tuple[str, str], str] = {}
         self._botocore: Any = None  # a versioned bucket's clean-up only (versions())
         self._making = threading.Lock()
 
@@ -358,6 +399,7 @@ class Bucket:
                     return None
                 raise
             etag = str(answer.meta.get("e_tag") or "")
+            self._seen(key, etag, answer.meta.get("version"))
             if int(answer.meta["size"]) > limit:
                 raise S3TooLarge(key, etag)
             return bytes(answer.bytes()), etag
@@ -424,11 +466,23 @@ class Bucket:
     ) -> str:
         """PUT `key`; with `if_match` (an ETag) or `if_absent`, only under that condition
         (S3Conflict when it does not hold). Its new ETag."""
-        mode: Any = {"e_tag": if_match} if if_match else ("create" if if_absent else None)
+        mode: Any = "create" if if_absent else None
+        if if_match:
+            mode = {"e_tag": if_match}
+            version = self._versions.get((key, if_match))
+            if version:
+                mode["version"] = version
         answer = self._call("put_object", key, lambda: self._obs.put(
             self._store, key, body, mode=mode, use_multipart=False,
             attributes={"Content-Type": content_type}), sent=len(body))  # fmt: skip
-        return str(answer.get("e_tag") or "")
+        etag = str(answer.get("e_tag") or "")
+        self._seen(key, etag, answer.get("version"))
+        return etag
+
+    def _seen(self, key: str, etag: str, version: str | None) -> None:
+        if etag and version:
+            with self._lock:
+                self._versions[(key, etag)] = version
 
     def put_file(self, key: str, f: BinaryIO, size: int) -> None:
         """PUT `key` from the `size` bytes of seekable file `f` (from its start), streamed:
