@@ -23,7 +23,8 @@ from ci_fxcache.store.layout import Layout
 from ci_fxcache.store.policies import Policy
 from ci_fxcache.store.remote.s3 import client, invalidate
 from ci_fxcache.store.remote.s3.tier import S3Tier
-from tests.store_helpers import tree_digest, write_files
+from tests.conftest import RunFxcache
+from tests.store_helpers import Store, tree_digest, write_files
 
 obstore_store = pytest.importorskip("obstore.store")
 
@@ -183,3 +184,23 @@ def test_the_urls_scheme_names_the_service_and_s3_url_stays_s3_only() -> None:
         client.parse_url("gs://b-1/p")  # --s3-url keeps its meaning
     with pytest.raises(UsageError, match="no credentials"):
         client.parse_url("az://key@b-1/p", "--object-url", schemes=client.SCHEMES)
+
+
+def test_store_object_with_an_az_url_saves_and_an_empty_runner_restores_it(
+    tmp_path: Path, run_fxcache: RunFxcache, azurite: Any
+) -> None:
+    """The CLI: `fxcache restore --store object --object-url az://...` and `fxcache save`
+    against Azurite, from the AZURE_* variables; the save rebuilds the tier from the state."""
+    url = azurite.make_container(f"t{uuid.uuid4().hex[:16]}") + "/fleet/ci"
+    stores = [Store(tmp_path / n / "root", run_fxcache, azurite.env()) for n in "ab"]
+    a, b = stores
+    first = a.restore("--store", "object", "--object-url", url)
+    assert first["remote"]["store"] == "object" and first["remote"]["url"] == url, first["remote"]
+    write_files(Path(first["inductor_dir"]).parent, FILES)
+    proc = a.save()
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["remote"]["published"], proc.stdout
+    got = b.restore("--store", "object", "--object-url", url)
+    assert got["hit"] and got["remote"]["fetched"] and got["files"] == len(FILES), got["remote"]
+    for rel, body in FILES.items():
+        assert (Path(got["scope_dir"]) / rel).read_bytes() == body

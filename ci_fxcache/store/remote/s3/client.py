@@ -38,6 +38,7 @@ from ci_fxcache.store.remote.s3.deadline import (
 )
 
 URL_ENV = "FXCACHE_S3_URL"
+OBJECT_URL_ENV = "FXCACHE_OBJECT_URL"
 # The services an object-store URL may name (`--store object --object-url`): S3, GCS, Azure
 # Blob Storage, each through obstore's store of that service.
 SCHEMES = ("s3", "gs", "az")
@@ -131,6 +132,19 @@ def resolve_url(url: str | None) -> Location:
     if not url:
         raise UsageError("the s3 store needs --s3-url s3://BUCKET/PREFIX (or FXCACHE_S3_URL)")
     return parse_url(url, what)
+
+
+def resolve_object_url(url: str | None) -> Location:
+    """`--object-url`, else `$FXCACHE_OBJECT_URL`: any service of SCHEMES; UsageError when
+    unset or malformed."""
+    what = "--object-url" if url else OBJECT_URL_ENV
+    url = url or os.environ.get(OBJECT_URL_ENV) or None
+    if not url:
+        raise UsageError(
+            "the object store needs --object-url s3://, gs:// or az://BUCKET/PREFIX "
+            f"(or {OBJECT_URL_ENV})"
+        )
+    return parse_url(url, what, SCHEMES)
 
 
 def check_config() -> None:
