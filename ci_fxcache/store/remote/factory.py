@@ -85,6 +85,14 @@ def check_s3_url(url: str, what: str) -> None:
     client.parse_url(url, what)
 
 
+def check_object_url(url: str, what: str) -> None:
+    """UsageError (naming `what`, never repeating the value) unless `url` is an object-store
+    URL of a service the tier serves (s3://, gs://, az://)."""
+    from ci_fxcache.store.remote.s3 import client
+
+    client.parse_url(url, what, client.SCHEMES)
+
+
 def check_settings(choice: StoreChoice) -> None:
     """UsageError when the environment's settings of the choice's tier are malformed (for s3:
     FXCACHE_S3_TIMEOUT, FXCACHE_S3_DEADLINE): checked before anything is committed."""
