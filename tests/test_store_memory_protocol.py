@@ -204,3 +204,10 @@ def test_store_object_with_an_az_url_saves_and_an_empty_runner_restores_it(
     assert got["hit"] and got["remote"]["fetched"] and got["files"] == len(FILES), got["remote"]
     for rel, body in FILES.items():
         assert (Path(got["scope_dir"]) / rel).read_bytes() == body
+    proc = run_fxcache("invalidate", "--s3", "--object-url", url, "--dry-run", "--json",
+                       env=azurite.env())  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    inventory = json.loads(proc.stdout)["s3"]
+    assert inventory["url"] == url and [s["scope"] for s in inventory["scopes"]] == [
+        first["scope_key"]
+    ], inventory

@@ -157,6 +157,11 @@ def invalidator_for(
 
             grace = s3_invalidate.DEFAULT_GRACE_S if gc_grace_s is None else gc_grace_s
             return s3_invalidate.Bucket(s3_tier(choice.url), grace, signing_key)
+        case "object":
+            from ci_fxcache.store.remote.s3 import invalidate as s3_invalidate
+
+            grace = s3_invalidate.DEFAULT_GRACE_S if gc_grace_s is None else gc_grace_s
+            return s3_invalidate.Bucket(object_tier(choice.url), grace, signing_key)
         case "github":
             from ci_fxcache.store.remote.github import invalidate as github_invalidate
 
