@@ -310,7 +310,8 @@ def test_unwritable_tool_cache_falls_back_to_runner_temp(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("inputs", "message"),
     [
-        ({"store": "gcs"}, "input store must be one of: local github redis s3 (got 'gcs')"),
+        ({"store": "gcs"}, "input store must be one of: local github redis s3 object (got 'gcs')"),
+        ({"object-url": "gcs://b/p"}, "input object-url is not an s3://BUCKET/PREFIX or"),
         ({"read-only": "yes"}, "input read-only must be one of: auto true false"),
         ({"comment": "always"}, "input comment must be one of: auto true false"),
         ({"fail-on": "sometimes"}, "input fail-on must be one of: never unsafe error no-gain"),
@@ -470,7 +471,7 @@ def test_outputs_are_declared_once() -> None:
 def _upload(settings: dict[str, Any]) -> bool:
     """May this run write the remote tier (setup's store choice)?"""
     choice = settings["choice"]
-    return bool(choice["kind"] in ("s3", "github") and choice["may_write_remote"])
+    return bool(choice["kind"] in ("s3", "github", "object") and choice["may_write_remote"])
 
 
 POST_STATE: dict[str, dict[str, str]] = {}  # settings file -> what its post step gets
@@ -732,3 +733,26 @@ def test_the_job_record_round_trips_and_refuses_what_it_is_not(tmp_path: Path) -
     (tmp_path / job_record.FILE).write_text("{not json")
     with pytest.raises(UsageError, match="not the job's record"):
         JobRecord.read(tmp_path)
+
+
+@pytest.mark.parametrize("url", ["az://acme-ci-caches/fxcache", "gs://acme-ci-caches/fxcache"])
+def test_store_object_takes_its_service_from_the_urls_scheme_and_the_same_save_policy(
+    tmp_path: Path, url: str
+) -> None:
+    """Issue 48: `store: object` with `object-url:` is the tier of `fxcache restore --store
+    object --object-url`, written only from the default branch like store s3."""
+    event = {"repository": {"id": REPO_ID, "default_branch": "main"}}
+    for ref, writes in (("refs/heads/main", True), ("refs/heads/topic", False)):
+        inputs = {"store": "object", "object-url": url}
+        runner = tmp_path / ref[-4:]
+        runner.mkdir()
+        s = run_step(runner, "setup", inputs, event, "push", GITHUB_REF=ref)
+        assert s.proc.returncode == 0, s.lines
+        settings = s.settings()
+        assert settings["remote"] is True and _upload(settings) is writes, settings
+        assert (settings["choice"]["kind"], settings["choice"]["url"]) == ("object", url)
+    (tmp_path / "none").mkdir()
+    s = run_step(tmp_path / "none", "setup", {"store": "object"}, event, "push",
+                 GITHUB_REF="refs/heads/main")  # fmt: skip
+    assert s.settings()["remote"] is False
+    assert any("store object without an object-url" in line for line in s.lines), s.lines

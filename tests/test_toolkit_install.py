@@ -142,7 +142,7 @@ def test_store_redis_installs_the_redis_extra(action: Path, tmp_path: Path) -> N
 def test_store_s3_installs_the_s3_extra(action: Path, tmp_path: Path) -> None:
     proc, exe = install(action, tmp_path, FXCACHE_STORE="s3")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert _imports(exe, "boto3")
+    assert _imports(exe, "obstore") and _imports(exe, "boto3")
     assert _missing_dependencies(exe) == []
 
 

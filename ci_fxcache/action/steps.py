@@ -214,7 +214,9 @@ def _remote_cache(values: dict[str, Any], read_only: bool) -> tuple[bool, list[s
         )
     elif store == "s3" and not values["s3-url"]:
         notes.append("store s3 without an s3-url: local only")
-    return store in ("redis", "s3") and not notes, notes
+    elif store == "object" and not values["object-url"]:
+        notes.append("store object without an object-url: local only")
+    return store in ("redis", "s3", "object") and not notes, notes
 
 
 def _root(store: str, cache_root: str, read_only: bool, upload: bool) -> Path:
@@ -228,7 +230,7 @@ def _root(store: str, cache_root: str, read_only: bool, upload: bool) -> Path:
     root, problem = store_root(cache_root)
     if problem:
         gha.warn(problem)
-    if store in ("github", "s3") and not read_only:
+    if store in ("github", "s3", "object") and not read_only:
         # What a run that may not write the remote commits stays in its own namespace.
         root = trust_root(root, may_write_remote=upload)
     return root
@@ -256,9 +258,10 @@ def _store_choice(
     if kind == "github":
         key, path = _github_scope(python, root, values["key-suffix"])
         entry_key, scope_dir = key, str(path)
-    tier = kind in ("github", "s3")
+    tier = kind in ("github", "s3", "object")
+    urls = {"s3": values["s3-url"], "object": values["object-url"]}
     choice = choose(
-        kind, url=values["s3-url"] if kind == "s3" else None,
+        kind, url=urls.get(kind),
         key_suffix=values["key-suffix"] if kind == "github" else "", read_only=read_only,
         remote_read_only=tier and not upload, entry_key=entry_key,
     )  # fmt: skip
@@ -520,7 +523,7 @@ def _say_remote(s: Settings, outcome: tiered.Saved) -> None:
     sent = outcome.remote
     if not outcome.saved or not s.choice.has_tier:
         return
-    if s.choice.kind == "s3" and not s.upload:
+    if s.choice.kind in ("s3", "object") and not s.upload:
         print("fxcache: not writing the bucket: the save policy does not publish this run")
     elif s.choice.kind == "github" and not s.upload:
         print("fxcache: no new GitHub cache entry: the save policy does not upload this run")

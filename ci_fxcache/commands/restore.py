@@ -74,10 +74,11 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
     """Which store stands behind the local one, and what this run may do with it."""
     parser.add_argument(
         "--store",
-        choices=("local", "redis", "s3", "github"),
+        choices=("local", "redis", "s3", "github", "object"),
         default="local",
         help="local (default): the store on this runner's disk; redis: also torch's Redis "
-        "remote cache; s3: a bucket behind the local store (--s3-url); github: the "
+        "remote cache; s3: a bucket behind the local store (--s3-url); object: an S3, GCS "
+        "or Azure bucket chosen by its URL's scheme (--object-url); github: the "
         "repository's Actions cache behind it (inside a JavaScript action's step)",
     )
     parser.add_argument(
@@ -88,6 +89,14 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
     )
     options.redis_url_option(parser, "Redis URL")
     options.s3_url_option(parser)
+    parser.add_argument(
+        "--object-url",
+        default=None,
+        metavar="URL",
+        help="--store object: s3://, gs:// or az://BUCKET/PREFIX (env FXCACHE_OBJECT_URL; "
+        "default: none); "
+        "credentials come from that service's variables (docs/store.md)",
+    )
     parser.add_argument(
         "--remote-read-only",
         action="store_true",
@@ -133,6 +142,7 @@ def run(
     store: str,
     redis_url: str | None,
     s3_url: str | None,
+    object_url: str | None,
     redis_writers_run_code: bool,
     remote_read_only: bool,
     key_suffix: str,
@@ -145,7 +155,8 @@ def run(
 
     taking = Pending(python, salt)  # first: the job's interpreter reports while we import
     reason = "--read-only" if read_only else trust.untrusted_reason()
-    choice = choose(store, url=s3_url, key_suffix=key_suffix, read_only=reason is not None,
+    url = object_url if store == "object" else s3_url
+    choice = choose(store, url=url, key_suffix=key_suffix, read_only=reason is not None,
                     remote_read_only=remote_read_only)  # fmt: skip
     restore(
         taking=taking, root=root, read_only_reason=reason,

@@ -130,7 +130,7 @@ def _choice_of(state: RestoreState, choice: StoreChoice | None) -> StoreChoice |
         return None
     if choice is not None:
         return choice if choice.may_write_remote else None
-    if use.store not in ("s3", "github"):
+    if use.store not in ("s3", "github", "object"):
         gha.warn(f"the restore state names store {use.store!r}; kept locally")
         return None
     return StoreChoice(kind=use.store, url=use.url, key_suffix=use.key_suffix)

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from ci_fxcache.store.invalidate import Invalidator
     from ci_fxcache.store.remote.s3.tier import S3Tier
 
-KINDS = ("local", "redis", "s3", "github")
-TIER_KINDS = ("s3", "github")  # the kinds with a tier 2
+KINDS = ("local", "redis", "s3", "github", "object")
+TIER_KINDS = ("s3", "github", "object")  # the kinds with a tier 2 (object: s3, gs, az by URL)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,10 +85,18 @@ def check_s3_url(url: str, what: str) -> None:
     client.parse_url(url, what)
 
 
+def check_object_url(url: str, what: str) -> None:
+    """UsageError (naming `what`, never repeating the value) unless `url` is an object-store
+    URL of a service the tier serves (s3://, gs://, az://)."""
+    from ci_fxcache.store.remote.s3 import client
+
+    client.parse_url(url, what, client.SCHEMES)
+
+
 def check_settings(choice: StoreChoice) -> None:
     """UsageError when the environment's settings of the choice's tier are malformed (for s3:
     FXCACHE_S3_TIMEOUT, FXCACHE_S3_DEADLINE): checked before anything is committed."""
-    if choice.kind == "s3":
+    if choice.kind in ("s3", "object"):
         from ci_fxcache.store.remote.s3 import client
 
         client.check_config()
@@ -104,6 +112,8 @@ def tier_for(choice: StoreChoice, scope_key: str | None = None) -> RemoteTier | 
             return None
         case "s3":
             tier = s3_tier(choice.url)
+        case "object":
+            tier = object_tier(choice.url)
         case "github":
             from ci_fxcache.store.remote.github import cache_service
             from ci_fxcache.store.remote.github import tier as github
@@ -147,6 +157,11 @@ def invalidator_for(
 
             grace = s3_invalidate.DEFAULT_GRACE_S if gc_grace_s is None else gc_grace_s
             return s3_invalidate.Bucket(s3_tier(choice.url), grace, signing_key)
+        case "object":
+            from ci_fxcache.store.remote.s3 import invalidate as s3_invalidate
+
+            grace = s3_invalidate.DEFAULT_GRACE_S if gc_grace_s is None else gc_grace_s
+            return s3_invalidate.Bucket(object_tier(choice.url), grace, signing_key)
         case "github":
             from ci_fxcache.store.remote.github import invalidate as github_invalidate
 
@@ -168,3 +183,17 @@ def s3_tier(url: str | None) -> S3Tier:
     from ci_fxcache.store.remote.s3 import tier as s3
 
     return s3.S3Tier(client.resolve_url(url))
+
+
+def object_tier(url: str | None) -> S3Tier:
+    """The tier of `--store object`: the service the URL's scheme names (s3://, gs://, az://),
+    `url`, else $FXCACHE_OBJECT_URL; the same tier as s3's on every service. Named `object`
+    in the restore's state (a save rebuilds it from there) unless the URL is s3://."""
+    from ci_fxcache.store.remote.s3 import client
+    from ci_fxcache.store.remote.s3 import tier as s3
+
+    where = client.resolve_object_url(url)
+    tier = s3.S3Tier(where)
+    if where.scheme != "s3":
+        tier.name = "object"
+    return tier
