@@ -82,3 +82,52 @@ def test_the_examples_take_the_major_tag(page: str) -> None:
     for block in re.findall(r"```yaml\n(.*?)```", (ROOT / page).read_text(), re.S):
         yaml.safe_load(block)  # each example still parses
 
+
+REPOSITORY = "https://github.com/fxcache/fxcache-action"  # the name README's `uses:` lines give
+
+
+def _slugs(path: str) -> set[str]:
+    text = (ROOT / path).read_text(encoding="utf-8")
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#+ (.*)$", text, re.M)}  # fmt: skip
+
+
+@pytest.mark.parametrize("page", ["SECURITY.md", "CONTRIBUTING.md", "CHANGELOG.md"])
+def test_the_project_files_link_only_to_what_exists(page: str) -> None:
+    text = (ROOT / page).read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)#\s:]+)(?:#([\w-]+))?\)", text)
+    assert links, page
+    for target, anchor in links:
+        assert (ROOT / target).exists(), (page, target)
+        if anchor:
+            assert anchor in _slugs(target), (page, target, anchor)
+
+
+def test_security_policy_says_how_to_report_what_is_in_scope_and_the_model() -> None:
+    text = (ROOT / "SECURITY.md").read_text(encoding="utf-8")
+    for heading in ("## Reporting a vulnerability", "## In scope", "## Out of scope",
+                    "## The threat model in short"):  # fmt: skip
+        assert f"\n{heading}\n" in text, heading
+    assert "Report a\nvulnerability" in text and "not in a public issue" in text
+    assert "(docs/security.md)" in text
+
+
+def test_contributing_holds_the_development_guide_and_the_readme_points_there() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    contributing = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    assert "(CONTRIBUTING.md)" in readme and "(SECURITY.md)" in readme
+    assert "Where a change goes" in contributing and "Where a change goes" not in readme
+    assert "tests/test_layers.py" in contributing and "## [Unreleased]" in contributing
+
+
+def test_the_package_metadata_names_the_repository_and_what_it_runs_on() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    urls = project["urls"]
+    assert {"Homepage", "Changelog", "Issues", "Security"} <= set(urls)
+    assert all(url.startswith(REPOSITORY) for url in urls.values()), urls
+    assert f"{REPOSITORY}@v1" in (ROOT / "README.md").read_text()  # `pipx run --spec git+...`
+    classifiers = project["classifiers"]
+    oldest = project["requires-python"].removeprefix(">=")
+    assert f"Programming Language :: Python :: {oldest}" in classifiers
+    assert ("Typing :: Typed" in classifiers) == (ROOT / "ci_fxcache" / "py.typed").is_file()
+    assert not [c for c in classifiers if c.startswith("License ::")]  # `license` says it (SPDX)
