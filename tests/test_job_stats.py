@@ -385,3 +385,20 @@ def test_one_endless_line_is_read_to_the_byte_limit_only(tmp_path: Path) -> None
     assert got == [] and notes.skipped_lines == 1
     assert notes.bytes <= (3 << 20), notes.bytes
     assert notes.stopped == [f"read {2 << 20} bytes, the limit"]
+
+
+def test_a_key_another_process_was_still_compiling_is_compiled_at_once() -> None:
+    comps = {"gm": ["g1", "graph"]}
+
+    def lookup(process: str, state: str, at_s: int, rank: int) -> dict[str, Any]:
+        return {"cache": "fxgraph", "state": state, "key": "fk", "components": comps,
+                "process": process, "rank": rank, "cold_ns": 10 * 10**9 if state == "miss" else 0,
+                "at_ns": at_s * 10**9}  # fmt: skip
+
+    # rank 0 and rank 1 start within a second; rank 0's entry is written at 11 s
+    misses = causes.explain([lookup("a", "miss", 1, 0), lookup("b", "miss", 2, 1)], {})
+    assert [m["cause"] for m in misses] == [causes.NEW_GRAPH, causes.AT_ONCE]
+    assert misses[1]["processes"] == 2 and misses[1]["rank"] == 1
+    # a lookup that started after the entry was written and still missed: the entry is gone
+    later = causes.explain([lookup("a", "miss", 1, 0), lookup("c", "miss", 12, 2)], {})
+    assert [m["cause"] for m in later] == [causes.NEW_GRAPH, causes.ENTRY_GONE]

@@ -5,7 +5,15 @@ the job itself made before it:
   it (evicted, invalidated, set aside);
 - key changed: the scope holds an entry for the same traced graph whose key differs; the
   components whose hashes differ from the nearest such entry are named;
-- new graph: the scope never saw this graph.
+- new graph: the scope never saw this graph;
+- compiled at once: another process of the job was compiling this very key when this lookup
+  started (ranks of one torchrun job look the same keys up within milliseconds): not an entry
+  that vanished, and not a setting that changed.
+
+An entry a process of the job made counts as known only to lookups that started after it was
+written (a miss's entry is written when its compile ends: torch's lookup time plus its compile
+time; a hit proves the entry from its lookup on). Lookups without torch's lookup time keep the
+order of their own process only.
 
 Components that differ between any two processes of one job (a function's repr with its
 address, such as `fx_kwargs[get_decomp_fn]`) are never named.
@@ -14,13 +22,15 @@ address, such as `fx_kwargs[get_decomp_fn]`) are never named.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from ci_fxcache.jobstats.records import graph_of
 from ci_fxcache.verify.explain import component_name
 
 NEW_GRAPH, KEY_CHANGED, ENTRY_GONE = "new graph", "key changed", "entry gone"
-CAUSES = (NEW_GRAPH, KEY_CHANGED, ENTRY_GONE)
+AT_ONCE = "compiled at once"
+CAUSES = (NEW_GRAPH, KEY_CHANGED, ENTRY_GONE, AT_ONCE)
 # Measured on torch 2.13: differs between two processes of one job (docs/job-stats.md).
 PROCESS_SPECIFIC = frozenset({"fx_kwargs[get_decomp_fn]"})
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
@@ -56,21 +66,55 @@ def _change(name: str, was: list[Any] | None, now: list[Any] | None) -> dict[str
     }
 
 
+@dataclass
+class _Known:
+    """The entries a lookup may have found: the scope's, and the job's own from when each was
+    written; `pending` holds the job's compiles not yet finished at the lookup being explained."""
+
+    entries: dict[str, dict[str, Any]]
+    pending: list[tuple[int, str, str, dict[str, Any]]] = field(default_factory=list)
+
+    def at(self, now: int) -> None:
+        """Every entry written by `now` becomes known."""
+        done = [p for p in self.pending if p[0] <= now]
+        self.pending = [p for p in self.pending if p[0] > now]
+        for _, key, _, entry in sorted(done, key=lambda p: p[0]):
+            self.entries.setdefault(key, entry)
+
+    def compiling(self, key: str | None, process: str) -> set[str]:
+        """Other processes whose compile of `key` had not finished."""
+        return {p[2] for p in self.pending if p[1] == key and p[2] != process}
+
+
 def explain(
     lookups: list[dict[str, Any]], recorded: dict[str, dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """One cause per FX graph miss, in the order the job made them."""
-    known = dict(recorded)
+    """One cause per FX graph miss, in the order the job made them (`lookups` sorted by
+    torch's lookup time, as count.lookups gives them)."""
+    known = _Known(dict(recorded))
     out = []
     for lookup in lookups:
         if lookup["cache"] != "fxgraph":
             continue
         comps, key = lookup.get("components") or {}, lookup.get("key")
+        now = int(lookup.get("at_ns") or 0)
         graph = graph_of(comps, key)
+        known.at(now)
         if lookup["state"] == "miss":
-            out.append(_cause(lookup, graph, comps, known))
-        if key and lookup["state"] in ("miss", "hit") and key not in known:
-            known[key] = {"graph": graph, "cold_ns": lookup["cold_ns"], "components": comps}
+            others = known.compiling(key, lookup["process"]) if key not in known.entries else set()
+            cause = _cause(lookup, graph, comps, known.entries)
+            if others:
+                cause = {**cause, "cause": AT_ONCE, "processes": len(others) + 1,
+                         "changed": [], "changed_count": 0}  # fmt: skip
+            out.append(cause)
+        if key and lookup["state"] in ("miss", "hit"):
+            entry = {"graph": graph, "cold_ns": lookup.get("cold_ns", 0), "components": comps}
+            written = (
+                now + int(lookup.get("cold_ns") or 0) if now and lookup["state"] == "miss" else now
+            )
+            known.pending.append((written, key, lookup["process"], entry))
+            if not now:  # no lookup time: known to what follows in the job's order
+                known.at(0)
     return out
 
 
@@ -81,6 +125,7 @@ def _cause(
         "key": (lookup.get("key") or "")[:16],
         "graph": graph[:40],
         "process": lookup["process"],
+        "rank": lookup.get("rank"),
     }
     if lookup.get("key") in known:
         return {**base, "cause": ENTRY_GONE, "changed": []}

@@ -50,6 +50,11 @@ def _lookup(record: Record, kind: tuple[str, str]) -> dict[str, Any]:
         lookup["components"] = keylines.parse_components(
             lines if isinstance(lines, list) else [], VALUE_CHARS
         )
+    detailed = info.get("cache_status_detailed")
+    if kind == ("aotautograd", "miss") and detailed == "hit":
+        # torch 2.15 with `_sync_cache_decision_cross_ranks`: this rank found its entry and
+        # dropped it because another rank missed (`autograd_cache_cross_rank_miss`).
+        lookup["cross_rank"] = True
     reason = keylines.bypass_reason(info)
     if kind[1] == "bypass":
         lookup["bypass_reason"] = reason or "torch gave no reason"
@@ -131,6 +136,34 @@ def frame_seconds(records: list[Record]) -> dict[tuple[str, str], float]:
     return out
 
 
+PROCESSES_SHOWN = 64
+
+
+def by_process(records: list[Record], found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per process (its trace file): its rank, FX graph hits and misses, compile seconds; the
+    first PROCESSES_SHOWN in the order of their files."""
+    seconds: dict[str, float] = {}
+    for (process, _), spent in frame_seconds(records).items():
+        seconds[process] = seconds.get(process, 0.0) + spent
+    rows: dict[str, dict[str, Any]] = {}
+    for record in records:
+        if record.process not in rows and len(rows) < PROCESSES_SHOWN:
+            spent = round(seconds.get(record.process, 0.0), 3)
+            rows[record.process] = {
+                "process": record.process[:120], "rank": None, "hit": 0, "miss": 0,
+                "compile_s": spent,
+            }  # fmt: skip
+    for x in found:
+        row = rows.get(x["process"])
+        if row is None:
+            continue
+        if x["rank"] is not None:
+            row["rank"] = x["rank"]
+        if x["cache"] == "fxgraph" and x["state"] in ("hit", "miss"):
+            row[x["state"]] += 1
+    return list(rows.values())
+
+
 def figures(records: list[Record], found: list[dict[str, Any]]) -> dict[str, Any]:
     """Counts over the job's records and lookups (`found`: lookups(records))."""
     caches = {c: {s: 0 for s in keylines.STATES} for c in keylines.ARTIFACTS.values()}
@@ -151,7 +184,9 @@ def figures(records: list[Record], found: list[dict[str, Any]]) -> dict[str, Any
     ranks = sorted({x["rank"] for x in found if x["rank"] is not None})
     return {
         "processes": len({r.process for r in records}),
-        "ranks": ranks[:64],
+        "ranks": ranks[:PROCESSES_SHOWN],
+        "by_process": by_process(records, found),
+        "cross_rank_misses": sum(1 for x in found if x.get("cross_rank")),
         "graphs": sum(caches["fxgraph"].values()),
         "fxgraph": caches["fxgraph"],
         "aotautograd": caches["aotautograd"],

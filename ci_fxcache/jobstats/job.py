@@ -43,18 +43,19 @@ def recorded_entries(inductor_dir: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def saved_seconds(
+def saved_by_process(
     records_: list[trace.Record], found: list[dict[str, Any]], recorded: dict[str, Any]
-) -> float:
-    """Compile time the cache saved: per FX graph hit, the cold compile time recorded with its
-    entry (torch's `time_saved_ns`, else the scope's record) minus this load's time (the time
-    torch spent on the hit's frame that its misses did not take, shared by its hits)."""
+) -> dict[str, float]:
+    """Compile time the cache saved each process: per FX graph hit, the cold compile time
+    recorded with its entry (torch's `time_saved_ns`, else the scope's record) minus this load's
+    time (the time torch spent on the hit's frame that its misses did not take, shared by its
+    hits)."""
     spent = count.frame_seconds(records_)
     frames: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for lookup in found:
         if lookup["cache"] == "fxgraph":
             frames[(lookup["process"], str(lookup["compile_id"]))].append(lookup)
-    total = 0.0
+    out: dict[str, float] = {}
     for frame, lookups in frames.items():
         hits = [x for x in lookups if x["state"] == "hit"]
         if not hits:
@@ -63,8 +64,34 @@ def saved_seconds(
         load_each = max(0.0, spent.get(frame, 0.0) - missed) / len(hits)
         for hit in hits:
             cold = hit["cold_ns"] or (recorded.get(hit["key"]) or {}).get("cold_ns", 0)
-            total += max(0.0, cold / 1e9 - load_each)
-    return round(total, 3)
+            out[frame[0]] = out.get(frame[0], 0.0) + max(0.0, cold / 1e9 - load_each)
+    return out
+
+
+def job_saving(saved: dict[str, float], processes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The job's saving: the ranks of one job run side by side, so the step waits for its
+    slowest rank (the one that spent the most compile time) and gains that rank's saving, not
+    the sum; processes without a rank (steps one after another) add theirs. The sum over all
+    processes is kept, named as such."""
+    rank_of = {p["process"]: p["rank"] for p in processes}
+    spent: dict[int, float] = defaultdict(float)
+    by_rank: dict[int, float] = defaultdict(float)
+    alone = 0.0
+    for p in processes:
+        if p["rank"] is not None:
+            spent[p["rank"]] += p["compile_s"]
+    for process, seconds in saved.items():
+        rank = rank_of.get(process)
+        if rank is None:
+            alone += seconds
+        else:
+            by_rank[rank] += seconds
+    slowest = max(spent, key=lambda r: (spent[r], -r)) if spent else None
+    return {
+        "saved_s": round(alone + (by_rank.get(slowest, 0.0) if slowest is not None else 0.0), 3),
+        "saved_sum_s": round(sum(saved.values()), 3),
+        "slowest_rank": slowest,
+    }
 
 
 def observe(
@@ -92,8 +119,8 @@ def observe(
         **count.figures(all_records, found),
         "miss_causes": causes.by_cause(misses),
         "misses": misses[: causes.MISSES_SHOWN],
-        "saved_s": saved_seconds(all_records, found, recorded),
     }
+    doc.update(job_saving(saved_by_process(all_records, found, recorded), doc["by_process"]))
     doc["job_id"] = job_id
     doc["history"] = history.rows(state.root, state.scope_key, inductor, history.row(doc))
     doc["_entries"] = _new_entries(found)
