@@ -323,14 +323,35 @@ def test_the_history_survives_a_restore_on_an_empty_runner_from_s3(
 
 
 @pytest.mark.slow
-def test_the_matrix_compiles_are_not_the_jobs_own(tmp_path: Path) -> None:
-    job = Job(tmp_path, "verify")
+def test_a_job_level_trace_counts_the_jobs_step_and_never_the_matrix(tmp_path: Path) -> None:
+    own = tmp_path / "tlparse-trace"  # teams set TORCH_TRACE for the whole job, for tlparse
+    job = Job(tmp_path, "verify", {"TORCH_TRACE": str(own)})
     job.restore()
     job.fxcache(
         "verify", "--python", sys.executable, "--dtypes", "float32", "--dynamic", "false",
         "--mechanisms", "fxgraph", "--training", "false",
     )  # fmt: skip
-    assert job.stats()["graphs"] == 0
+    assert not own.exists() or not list(own.iterdir()), "verify wrote into the user's trace"
+    job.step()
+    seen = job.stats()
+    assert seen["processes"] == 1 and len(list(own.iterdir())) == 1
+    assert seen["fxgraph"] == {"hit": 0, "miss": 2, "bypass": 0}
+    assert seen["untraced_entries"] == 0
+
+
+@pytest.mark.slow
+def test_a_trace_set_for_one_step_is_named(tmp_path: Path) -> None:
+    job = Job(tmp_path, "one-step")
+    job.restore()
+    job.env["TORCH_TRACE"] = str(tmp_path / "step-only")  # the step's own, over the job's
+    job.step()
+    del job.env["TORCH_TRACE"]  # the save step sees the job's, as a runner would
+    job.env["TORCH_TRACE"] = str(Path(str(job.state) + ".torch-trace"))
+    seen = job.stats()
+    assert seen["untraced_entries"] == 2
+    line = job.fxcache("stats", "--state-file", str(job.state)).stdout
+    assert "yet it wrote 2 new FX graph entries" in line
+    assert "set TORCH_TRACE for the job, not one step" in line
 
 
 def test_without_a_state_file_stats_shows_the_scopes_history(tmp_path: Path) -> None:

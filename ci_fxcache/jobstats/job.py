@@ -94,6 +94,39 @@ def job_saving(saved: dict[str, float], processes: list[dict[str, Any]]) -> dict
     }
 
 
+FXGRAPH_DIR = "fxgraph"  # torch's FX graph entries: <inductor>/fxgraph/<2 chars>/<key>/
+ENTRIES_SCANNED = 100_000
+
+
+def untraced_entries(inductor_dir: Path, since: float, traced: set[str]) -> int:
+    """FX graph entries written into the scope after `since` (the restore) that no lookup of
+    the trace names: compiles of processes that wrote their trace elsewhere (a TORCH_TRACE set
+    for one step) or none. The first ENTRIES_SCANNED entries are looked at."""
+    seen = found = 0
+    try:
+        shards = [
+            e for e in os.scandir(inductor_dir / FXGRAPH_DIR) if e.is_dir(follow_symlinks=False)
+        ]
+        for shard in shards:
+            for entry in os.scandir(shard.path):
+                seen += 1
+                if seen > ENTRIES_SCANNED:
+                    return found
+                if entry.name in traced or not entry.is_dir(follow_symlinks=False):
+                    continue
+                found += entry.stat(follow_symlinks=False).st_mtime > since
+    except OSError:
+        pass
+    return found
+
+
+def _restored_at(state_file: Path) -> float:
+    try:
+        return state_file.stat().st_mtime
+    except OSError:
+        return time.time()
+
+
 def observe(
     state: RestoreState,
     state_file: Path,
@@ -121,6 +154,8 @@ def observe(
         "misses": misses[: causes.MISSES_SHOWN],
     }
     doc.update(job_saving(saved_by_process(all_records, found, recorded), doc["by_process"]))
+    traced = {x["key"] for x in found if x["cache"] == "fxgraph" and x["key"]}
+    doc["untraced_entries"] = untraced_entries(inductor, _restored_at(state_file), traced)
     doc["job_id"] = job_id
     doc["history"] = history.rows(state.root, state.scope_key, inductor, history.row(doc))
     doc["_entries"] = _new_entries(found)

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-TRACE_ENV = "TORCH_TRACE"
+from ci_fxcache import names
+
+TRACE_ENV = names.TORCH_TRACE_ENV
 # The job-private trace directory beside the restore's state file: one home for its path.
 TRACE_SUFFIX = ".torch-trace"
 # Header keys (or artifact names) whose records the figures use; anything else is skipped
@@ -95,10 +97,10 @@ def job_env(state_file: Path, enabled: bool) -> dict[str, str]:
 
 
 def keep_out_of_job_trace() -> None:
-    """The matrix's compiles are not the job's own: verify's workers never write into the
-    job-private trace restore set up (a TORCH_TRACE the job named itself is left as it is)."""
-    if os.environ.get(TRACE_ENV, "").endswith(TRACE_SUFFIX):
-        del os.environ[TRACE_ENV]
+    """The matrix's compiles are not the job's own: nothing verify starts writes a trace,
+    neither into the job-private directory restore set up nor into a TORCH_TRACE the job named
+    (the user's tlparse output stays the job's own)."""
+    os.environ.pop(TRACE_ENV, None)
 
 
 def trace_files(directory: Path, limits: Limits, notes: ReadNotes) -> list[Path]:

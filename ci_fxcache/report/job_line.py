@@ -9,11 +9,15 @@ from typing import Any
 from ci_fxcache.report.render import html_text, md_text, plain
 
 NAMES_SHOWN = 3
+ONE_STEP = "set TORCH_TRACE for the job, not one step"
 
 
 def _n(count: int, word: str) -> str:
-    plural = "es" if word.endswith("s") else "s"
-    return f"{count} {word}{'' if count == 1 else plural}"
+    if count == 1:
+        return f"{count} {word}"
+    if word.endswith("entry"):
+        return f"{count} {word[:-1]}ies"
+    return f"{count} {word}{'es' if word.endswith('s') else 's'}"
 
 
 def duration(seconds: float) -> str:
@@ -42,8 +46,16 @@ def _read_nothing(doc: dict[str, Any]) -> bool:
 
 def headline(doc: dict[str, Any]) -> str:
     """The job's line, plain text (escape it where it goes)."""
+    untraced = int(doc.get("untraced_entries") or 0)
     if _read_nothing(doc):
-        return "your job: no trace of its compiles (TORCH_TRACE was off, or nothing compiled)"
+        if untraced:
+            wrote = _n(untraced, "new FX graph entry")
+            return (
+                f"your job: no trace of its compiles, yet it wrote {wrote}: a TORCH_TRACE set "
+                f"for one step sends its trace elsewhere ({ONE_STEP})"
+            )
+        return ("your job: no trace of its compiles (nothing compiled, TORCH_TRACE was off, or "
+                f"a step set its own: {ONE_STEP})")  # fmt: skip
     graphs, hits = int(doc.get("graphs") or 0), int((doc.get("fxgraph") or {}).get("hit") or 0)
     if graphs == 0:
         return "your job: torch.compile built no Inductor graph"
@@ -67,6 +79,8 @@ def headline(doc: dict[str, Any]) -> str:
     if cross:
         parts.append(f"{cross} AOTAutograd {'hit' if cross == 1 else 'hits'} dropped because "
                      "another rank missed")  # fmt: skip
+    if untraced:
+        parts.append(f"{_n(untraced, 'new entry')} from processes without this trace ({ONE_STEP})")
     bypass = int((doc.get("fxgraph") or {}).get("bypass") or 0)
     if bypass:
         parts.append(f"{bypass} bypassed")
