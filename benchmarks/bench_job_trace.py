@@ -29,6 +29,73 @@ from pathlib import Path
 
 from ci_fxcache.jobstats import count, trace
 
+# A generated trace shaped like torch 2.13's (measured on a real one): per graph and process an
+# FX graph lookup whose payload carries the key's components (`[hash] name: value`, one line
+# each: the graph's code, its inputs, Inductor's settings...), Dynamo's compilation metrics,
+# timed events (`chromium_event`) and the generated code (an artifact the figures skip).
+_PREFIX = "V1206 01:09:07.059000 {pid} torch/_inductor/compile_fx.py:1449] "
+
+
+def _record(pid: int, head: dict[str, object], payload: str | None = None) -> str:
+    line = _PREFIX.format(pid=pid) + json.dumps(head) + "\n"
+    return line if payload is None else line + "".join(f"\t{x}\n" for x in payload.split("\n"))
+
+
+def _event(pid: int, name: str, ph: str, ts: float, frame: int) -> str:
+    head = {"chromium_event": {}, "rank": 0, "frame_id": frame, "frame_compile_id": 0}
+    return _record(pid, head, json.dumps({"name": name, "ph": ph, "ts": ts, "args": {}}))
+
+
+def write_trace(directory: Path, processes: int, graphs: int, components: int = 120) -> int:
+    """An 8-process-job-shaped trace: `processes` files, each with `graphs` FX graph lookups
+    (the same keys in every process, as ranks have; the first process misses, the others hit)
+    and their metrics, events and code. Returns its size in bytes."""
+    directory.mkdir(parents=True, exist_ok=True)
+    settings = [f"[h{i:010d}] inductor_config[setting_{i}]: {i % 7}" for i in range(components)]
+    size = 0
+    for rank in range(processes):
+        pid = 1000 + rank
+        path = directory / f"dedicated_log_torch_trace_rank_{rank}_x.log"
+        with path.open("w", encoding="utf-8") as out:
+            for g in range(graphs):
+                base = {"rank": rank, "frame_id": g, "frame_compile_id": 0}
+                ts = 1.0e15 + g * 1e6
+                code = f"def forward(self, x):\n    return torch.sin(x) * {g}\n" * 8
+                state = "miss" if rank == 0 else "hit"
+                lookup = {
+                    "key": f"f{g:051d}", "cache_state": state, "cache_event_time": int(ts * 1000),
+                    "components": [f"[g{g:010d}] gm: {code}",
+                                   f"[e{g % 13:010d}] example_inputs[0]: f32[{g % 13 + 1}, 8]",
+                                   *settings],
+                    "time_taken_ns" if state == "miss" else "time_saved_ns": 2 * 10**9,
+                }  # fmt: skip
+                parts = [
+                    _event(pid, "dynamo", "B", ts, g),
+                    _event(pid, "bytecode_tracing", "B", ts + 10, g),
+                    _event(pid, "bytecode_tracing", "E", ts + 3000, g),
+                    _event(pid, "build_guards", "B", ts + 3100, g),
+                    _event(pid, "build_guards", "E", ts + 4000, g),
+                    _event(pid, "backend_compile", "B", ts + 4100, g),
+                    _record(pid, {"artifact": {"name": f"fx_graph_cache_{state}",
+                                               "encoding": "json"}, **base},
+                            json.dumps(lookup)),
+                    _record(pid, {"artifact": {"name": "inductor_output_code",
+                                               "encoding": "string"}, **base}, code * 4),
+                    _event(pid, "compile_file", "B", ts + 5000, g),
+                    _event(pid, "compile_file", "E", ts + 90_000, g),
+                    _event(pid, "backend_compile", "E", ts + 95_000, g),
+                    _event(pid, "dynamo", "E", ts + 100_000, g),
+                    _record(pid, {"compilation_metrics": {
+                        "compile_id": f"{g}/0", "entire_frame_compile_time_s": 0.1,
+                        "dynamo_config": json.dumps({f"option_{i}": i for i in range(150)}),
+                    }, **base}),
+                ]  # fmt: skip
+                text = "".join(parts)
+                size += len(text)
+                out.write(text)
+    return size
+
+
 MODEL = r"""
 import sys, time, torch, torch.nn as nn
 which, blocks = sys.argv[1], int(sys.argv[2])

@@ -202,7 +202,9 @@ def test_a_hostile_trace_is_bounded_and_escaped(tmp_path: Path) -> None:
     found = count.lookups(got)
     assert len(found) < 500
     misses = causes.explain(found, {})
-    assert [m["cause"] for m in misses[:2]] == ["new graph", "key changed"]
+    # the lookup whose payload was over the limit still counts, without its key
+    assert [m["cause"] for m in misses[:3]] == ["new graph", "new graph", "key changed"]
+    assert misses[1]["key"] == "" and notes.skipped_payloads >= 1
     doc = {
         "trace": [{"files": 1, **notes.to_dict()}],
         **count.figures(got, found),
@@ -423,3 +425,33 @@ def test_a_key_another_process_was_still_compiling_is_compiled_at_once() -> None
     # a lookup that started after the entry was written and still missed: the entry is gone
     later = causes.explain([lookup("a", "miss", 1, 0), lookup("c", "miss", 12, 2)], {})
     assert [m["cause"] for m in later] == [causes.NEW_GRAPH, causes.ENTRY_GONE]
+
+
+READ_IN_CHILD = """
+import resource, sys
+from pathlib import Path
+from ci_fxcache.jobstats import causes, count, trace
+tally, notes = count.Tally(), trace.ReadNotes()
+for record in trace.stream(Path(sys.argv[1]), trace.Limits(), notes):
+    tally.add(record)
+found = tally.lookups()
+figures = tally.figures(found)
+misses = causes.explain(found, {})
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(peak, notes.bytes, figures["graphs"], len(misses))
+"""
+
+
+def test_reading_a_large_trace_stays_within_256_mib(tmp_path: Path) -> None:
+    from benchmarks.bench_job_trace import write_trace
+
+    # 4 processes, 400 components a lookup (torch 2.15 wrote 678 for a tiny model): ~70 MiB
+    size = write_trace(tmp_path / "trace", 4, 640, components=400)
+    assert size > 64 << 20
+    done = subprocess.run(
+        [sys.executable, "-c", READ_IN_CHILD, str(tmp_path / "trace")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    peak, read, graphs, misses = (int(x) for x in done.stdout.split())
+    assert read == size and graphs == 2560 and misses == 640
+    assert peak < 256 << 20, f"peak {peak >> 20} MiB"

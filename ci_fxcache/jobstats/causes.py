@@ -21,7 +21,9 @@ address, such as `fx_kwargs[get_decomp_fn]`) are never named.
 
 from __future__ import annotations
 
+import heapq
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +45,7 @@ def process_specific(name: str, value: Any) -> bool:
     return name in PROCESS_SPECIFIC or (isinstance(value, str) and bool(_ADDRESS.search(value)))
 
 
-def differing(a: dict[str, list[Any]], b: dict[str, list[Any]]) -> list[str]:
+def differing(a: Mapping[str, list[Any]], b: Mapping[str, list[Any]]) -> list[str]:
     """Component names whose hashes differ (present on one side only included), the
     process-specific ones left out."""
     names = [n for n in a.keys() | b.keys() if (a.get(n) or [None])[0] != (b.get(n) or [None])[0]]
@@ -72,18 +74,30 @@ class _Known:
     written; `pending` holds the job's compiles not yet finished at the lookup being explained."""
 
     entries: dict[str, dict[str, Any]]
-    pending: list[tuple[int, str, str, dict[str, Any]]] = field(default_factory=list)
+    pending: list[tuple[int, int, str, str, dict[str, Any]]] = field(default_factory=list)
+    by_graph: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    _order: int = 0
+
+    def __post_init__(self) -> None:
+        for entry in self.entries.values():
+            self.by_graph.setdefault(entry["graph"], []).append(entry)
+
+    def add(self, written: int, key: str, process: str, entry: dict[str, Any]) -> None:
+        """An entry the job wrote at `written` (ns)."""
+        self._order += 1
+        heapq.heappush(self.pending, (written, self._order, key, process, entry))
 
     def at(self, now: int) -> None:
         """Every entry written by `now` becomes known."""
-        done = [p for p in self.pending if p[0] <= now]
-        self.pending = [p for p in self.pending if p[0] > now]
-        for _, key, _, entry in sorted(done, key=lambda p: p[0]):
-            self.entries.setdefault(key, entry)
+        while self.pending and self.pending[0][0] <= now:
+            _, _, key, _, entry = heapq.heappop(self.pending)
+            if key not in self.entries:
+                self.entries[key] = entry
+                self.by_graph.setdefault(entry["graph"], []).append(entry)
 
     def compiling(self, key: str | None, process: str) -> set[str]:
         """Other processes whose compile of `key` had not finished."""
-        return {p[2] for p in self.pending if p[1] == key and p[2] != process}
+        return {p[3] for p in self.pending if p[2] == key and p[3] != process}
 
 
 def explain(
@@ -102,7 +116,7 @@ def explain(
         known.at(now)
         if lookup["state"] == "miss":
             others = known.compiling(key, lookup["process"]) if key not in known.entries else set()
-            cause = _cause(lookup, graph, comps, known.entries)
+            cause = _cause(lookup, graph, comps, known)
             if others:
                 cause = {**cause, "cause": AT_ONCE, "processes": len(others) + 1,
                          "changed": [], "changed_count": 0}  # fmt: skip
@@ -112,14 +126,14 @@ def explain(
             written = (
                 now + int(lookup.get("cold_ns") or 0) if now and lookup["state"] == "miss" else now
             )
-            known.pending.append((written, key, lookup["process"], entry))
+            known.add(written, key, lookup["process"], entry)
             if not now:  # no lookup time: known to what follows in the job's order
                 known.at(0)
     return out
 
 
 def _cause(
-    lookup: dict[str, Any], graph: str, comps: dict[str, list[Any]], known: dict[str, Any]
+    lookup: dict[str, Any], graph: str, comps: Mapping[str, list[Any]], known: _Known
 ) -> dict[str, Any]:
     base = {
         "key": (lookup.get("key") or "")[:16],
@@ -127,9 +141,9 @@ def _cause(
         "process": lookup["process"],
         "rank": lookup.get("rank"),
     }
-    if lookup.get("key") in known:
+    if lookup.get("key") in known.entries:
         return {**base, "cause": ENTRY_GONE, "changed": []}
-    same = [e for e in known.values() if e["graph"] == graph and e["components"]]
+    same = [e for e in known.by_graph.get(graph, []) if e["components"]]
     if not same:
         return {**base, "cause": NEW_GRAPH, "changed": []}
     nearest = min(same, key=lambda e: len(differing(e["components"], comps)))

@@ -44,13 +44,12 @@ def recorded_entries(inductor_dir: Path) -> dict[str, dict[str, Any]]:
 
 
 def saved_by_process(
-    records_: list[trace.Record], found: list[dict[str, Any]], recorded: dict[str, Any]
+    spent: dict[tuple[str, str], float], found: list[dict[str, Any]], recorded: dict[str, Any]
 ) -> dict[str, float]:
     """Compile time the cache saved each process: per FX graph hit, the cold compile time
     recorded with its entry (torch's `time_saved_ns`, else the scope's record) minus this load's
     time (the time torch spent on the hit's frame that its misses did not take, shared by its
-    hits)."""
-    spent = count.frame_seconds(records_)
+    hits); `spent`: count.Tally.frame_seconds."""
     frames: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for lookup in found:
         if lookup["cache"] == "fxgraph":
@@ -134,13 +133,14 @@ def observe(
     job_id: str = "current",
 ) -> dict[str, Any]:
     """The job's figures from its trace so far, each miss explained against the scope."""
-    all_records: list[trace.Record] = []
+    tally = count.Tally()
     read: list[dict[str, Any]] = []
     for directory, ours in trace_dirs(state_file):
-        got, notes = trace.read(directory, limits)
-        all_records.extend(got)
+        notes = trace.ReadNotes()
+        for record in trace.stream(directory, limits or trace.Limits(), notes):
+            tally.add(record)
         read.append({"dir": str(directory), "job_private": ours, **notes.to_dict()})
-    found = count.lookups(all_records)
+    found = tally.lookups()
     inductor = state.inductor_dir
     recorded = recorded_entries(inductor)
     misses = causes.explain(found, recorded)
@@ -149,11 +149,13 @@ def observe(
         "scope_key": state.scope_key,
         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "trace": read,
-        **count.figures(all_records, found),
+        **tally.figures(found),
         "miss_causes": causes.by_cause(misses),
         "misses": misses[: causes.MISSES_SHOWN],
     }
-    doc.update(job_saving(saved_by_process(all_records, found, recorded), doc["by_process"]))
+    doc.update(
+        job_saving(saved_by_process(tally.frame_seconds, found, recorded), doc["by_process"])
+    )
     traced = {x["key"] for x in found if x["cache"] == "fxgraph" and x["key"]}
     doc["untraced_entries"] = untraced_entries(inductor, _restored_at(state_file), traced)
     doc["job_id"] = job_id

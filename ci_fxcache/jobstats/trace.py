@@ -34,6 +34,7 @@ WANTED = (
     b'"dynamo_graph_break_reason"',
     b'"chromium_event"',  # timed phases; their payload names them (`compile_file`: a C++ build)
 )
+_WANTED = re.compile(b"|".join(re.escape(w) for w in WANTED))
 _HEADER = re.compile(rb"^[VIWEC]\d{4} [\d:.]+ +(?P<pid>\d+) [^\]\n]*\] (?P<json>\{.*)$", re.S)
 
 
@@ -44,8 +45,10 @@ class Limits:
     total_bytes: int = 1 << 30  # all files together
     files: int = 4096
     records: int = 2_000_000  # header lines seen
-    line_bytes: int = 32 << 20  # one line (a large graph's key components are one JSON line)
-    payload_bytes: int = 64 << 20  # one record's payload
+    # One line (a large graph's key components are one JSON line) and one record's payload:
+    # what one decode may hold at once, so that a read stays within 256 MiB whatever the trace.
+    line_bytes: int = 16 << 20
+    payload_bytes: int = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -116,12 +119,9 @@ def trace_files(directory: Path, limits: Limits, notes: ReadNotes) -> list[Path]
     return files[: limits.files]
 
 
-def _line(stream: BinaryIO, limit: int, budget: int) -> tuple[bytes, bool, int]:
-    """The next line (b'' at the end), whether it was cut, and the bytes consumed: the rest of
-    an overlong line is read through and dropped, never held, and never past `budget`."""
-    line = stream.readline(limit + 1)
-    if len(line) <= limit or line.endswith(b"\n"):
-        return line, False, len(line)
+def _rest(stream: BinaryIO, line: bytes, limit: int, budget: int) -> tuple[bytes, bool, int]:
+    """The rest of an overlong line (`line`, `limit` + 1 bytes without its end) read through
+    and dropped, never held, and never past `budget`: the line cut, and the bytes consumed."""
     consumed = len(line)
     while consumed <= budget:
         more = stream.readline(1 << 20)
@@ -132,7 +132,7 @@ def _line(stream: BinaryIO, limit: int, budget: int) -> tuple[bytes, bool, int]:
 
 
 def _header(line: bytes) -> tuple[int, dict[str, Any]] | None:
-    if not any(w in line for w in WANTED):
+    if _WANTED.search(line) is None:
         return None
     match = _HEADER.match(line.rstrip(b"\n"))
     if match is None:
@@ -153,7 +153,12 @@ def _records_of(path: Path, stream: BinaryIO, limits: Limits, notes: ReadNotes) 
         if notes.bytes > limits.total_bytes:
             notes.stopped.append(f"read {limits.total_bytes} bytes, the limit")
             break
-        line, cut, consumed = _line(stream, limits.line_bytes, limits.total_bytes - notes.bytes)
+        line = stream.readline(limits.line_bytes + 1)
+        cut, consumed = False, len(line)
+        if consumed > limits.line_bytes and not line.endswith(b"\n"):
+            line, cut, consumed = _rest(
+                stream, line, limits.line_bytes, limits.total_bytes - notes.bytes
+            )
         notes.bytes += consumed
         if cut:
             notes.skipped_lines += 1
@@ -163,13 +168,17 @@ def _records_of(path: Path, stream: BinaryIO, limits: Limits, notes: ReadNotes) 
             if current is not None and not over:
                 size += len(line)
                 over = size > limits.payload_bytes
-                payload.append(line[1:])
+                payload = [] if over else payload
+                if not over:
+                    payload.append(line[1:])
             continue
         if current is not None:
-            if over:
+            if over:  # still counted (a lookup without its key), its payload left unread
                 notes.skipped_payloads += 1
+                yield Record(path.name, current[0], current[1], "")
             else:
                 text = b"".join(payload).decode("utf-8", "replace")
+                payload = []
                 yield Record(path.name, current[0], current[1], text)
         if not line:
             return
@@ -181,22 +190,25 @@ def _records_of(path: Path, stream: BinaryIO, limits: Limits, notes: ReadNotes) 
         current = _header(line)
 
 
-def read(directory: Path, limits: Limits | None = None) -> tuple[list[Record], ReadNotes]:
-    """The records the figures use from every process's file in `directory`, and what was
-    skipped; nothing at all when the directory is missing."""
-    limits = limits or Limits()
-    notes = ReadNotes()
-    out: list[Record] = []
+def stream(directory: Path, limits: Limits, notes: ReadNotes) -> Iterator[Record]:
+    """The records the figures use from every process's file in `directory`, one at a time
+    (nothing is held between them), what was skipped noted in `notes`; none when the
+    directory is missing."""
     for path in trace_files(directory, limits, notes):
         if notes.stopped:
             break
         try:
-            with path.open("rb") as stream:
+            with path.open("rb") as handle:
                 notes.files += 1
-                out.extend(_records_of(path, stream, limits, notes))
+                yield from _records_of(path, handle, limits, notes)
         except OSError:
             continue
-    return out, notes
+
+
+def read(directory: Path, limits: Limits | None = None) -> tuple[list[Record], ReadNotes]:
+    """Every record `stream` gives, as a list (small traces, tests)."""
+    notes = ReadNotes()
+    return list(stream(directory, limits or Limits(), notes)), notes
 
 
 def remove(directory: Path) -> None:
