@@ -1,6 +1,11 @@
 """The job trace's cost: cold compile time with and without TORCH_TRACE, side by side in one run.
 
 Usage: python benchmarks/bench_job_trace.py [--python PY] [--repeat N] [--blocks B]
+       python benchmarks/bench_job_trace.py --stats [--processes 8] [--graphs 2000]
+
+--stats: `fxcache stats` on a generated trace of an 8-process job with 2,000 graphs (the same
+keys in every process), after a real `fxcache restore`: wall and CPU seconds and the peak
+memory of the command (goal: at most 2 s and 256 MiB).
 Models: the default matrix's workload (sin_matmul, forward + backward) and a larger one, a stack
 of B transformer blocks (forward + backward). Each sample is a fresh process with an empty
 Inductor cache (a cold compile); with and without the trace alternate, so the machine's load
@@ -224,15 +229,65 @@ def measure(python: str, model: str, blocks: int, pairs: int) -> dict[str, objec
     }
 
 
+def stats_cost(python: str, processes: int, graphs: int, repeat: int) -> dict[str, object]:
+    """`fxcache stats --json` on a generated trace in the job-private directory of a real
+    restore: the command's wall and CPU seconds and its peak resident memory (the median of
+    `repeat` runs, and the largest peak)."""
+    work = Path(tempfile.mkdtemp(prefix="bench-stats-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FXCACHE_", "TORCH"))}
+    env["FXCACHE_ROOT"] = str(work / "root")
+    state = work / "state.json"
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "ci_fxcache", "restore", "--python", python,
+             "--state-file", str(state)], env=env, check=True, capture_output=True,
+        )  # fmt: skip
+        size = write_trace(trace.job_trace_dir(state), processes, graphs)
+        walls, cpus, peaks = [], [], []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            with (work / "stats.json").open("wb") as out:
+                child = subprocess.Popen(
+                    [sys.executable, "-m", "ci_fxcache", "stats", "--state-file", str(state),
+                     "--json"], env=env, stdout=out, stderr=subprocess.DEVNULL,
+                )  # fmt: skip
+                _, status, usage = os.wait4(child.pid, 0)  # this command's own rusage
+            child.returncode = os.waitstatus_to_exitcode(status)
+            assert child.returncode == 0, child.returncode
+            walls.append(time.perf_counter() - started)
+            cpus.append(usage.ru_utime + usage.ru_stime)
+            peaks.append(usage.ru_maxrss * 1024)
+            doc = json.loads((work / "stats.json").read_text(encoding="utf-8"))
+        return {
+            "trace_bytes": size,
+            "graphs": doc["graphs"],
+            "processes": doc["processes"],
+            "wall_s": round(statistics.median(walls), 2),
+            "cpu_s": round(statistics.median(cpus), 2),
+            "peak_mib": round(max(peaks) / (1 << 20), 1),
+            "load_average_1min": round(os.getloadavg()[0], 1),
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--python", default=sys.executable, help="interpreter with torch")
     parser.add_argument("--repeat", type=int, default=6, help="pairs per model")
     parser.add_argument("--blocks", type=int, default=4)
+    parser.add_argument("--models", default="sin_matmul,transformer_stack")
+    parser.add_argument("--stats", action="store_true", help="time `fxcache stats` instead")
+    parser.add_argument("--processes", type=int, default=8)
+    parser.add_argument("--graphs", type=int, default=2000)
     args = parser.parse_args()
     print(f"cpus: {os.cpu_count()}", flush=True)
+    if args.stats:
+        got = stats_cost(args.python, args.processes, args.graphs, min(args.repeat, 3))
+        print(json.dumps(got, indent=2))
+        return
     results = {}
-    for model in ("sin_matmul", "transformer_stack"):
+    for model in args.models.split(","):
         results[model] = measure(args.python, model, args.blocks, args.repeat)
         print(model, json.dumps(results[model]), flush=True)
     print(json.dumps(results, indent=2))

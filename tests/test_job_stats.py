@@ -80,6 +80,8 @@ def test_a_job_run_again_hits_then_names_the_changed_inductor_setting(tmp_path: 
     first.step()
     seen = first.stats()
     assert seen["fxgraph"]["miss"] == 2 and seen["miss_causes"]["new graph"] == 2
+    _sums_to_the_compile_time(seen)
+    assert seen["phases"]["largest"] == "Inductor compiling"  # a cold compile
     assert "2 new graphs" in first.save()
     trace_dir = Path(first.env["TORCH_TRACE"])
     assert not trace_dir.exists(), "the job-private trace is removed once read"
@@ -93,6 +95,8 @@ def test_a_job_run_again_hits_then_names_the_changed_inductor_setting(tmp_path: 
     assert hit["aotautograd"]["hit"] == 1
     assert hit["saved_s"] > 0
     assert hit["cpp_builds"] < seen["cpp_builds"], "the hot load builds (almost) no C++"
+    _sums_to_the_compile_time(hit)
+    assert hit["phases"]["job"]["cache lookup and load"] > 0
     assert "2 of 2 graphs from the cache" in second.save()
 
     third = Job(tmp_path, "third")
@@ -102,7 +106,12 @@ def test_a_job_run_again_hits_then_names_the_changed_inductor_setting(tmp_path: 
     changed = third.stats()
     assert changed["processes"] == 2
     by_cause = {m["cause"]: m for m in changed["misses"]}
-    assert changed["miss_causes"] == {"new graph": 2, "key changed": 2, "entry gone": 0}
+    assert changed["miss_causes"] == {
+        "new graph": 2,
+        "key changed": 2,
+        "entry gone": 0,
+        "compiled at once": 0,
+    }
     names = [c["component"] for c in by_cause["key changed"]["changed"]]
     assert names == ["inductor_config[epilogue_fusion]"]
     assert by_cause["key changed"]["changed"][0]["was"] == "True"
@@ -110,6 +119,29 @@ def test_a_job_run_again_hits_then_names_the_changed_inductor_setting(tmp_path: 
     assert "key changed: inductor_config[epilogue_fusion]" in third.save()
     history = third.stats()["history"]
     assert [row["hits"] for row in history] == [0, 2, 0]
+
+
+def _sums_to_the_compile_time(doc: dict[str, Any]) -> None:
+    """Where the time went (torch's timed events) adds up to torch's compile time."""
+    parts = doc["phases"]["job"]
+    assert abs(sum(parts.values()) - doc["compile_s"]) <= 0.03 * doc["compile_s"], parts
+
+
+def test_the_largest_part_gets_advice_only_where_the_matrix_verified_it() -> None:
+    from ci_fxcache.report import job_line
+
+    doc = {"processes": 2, "compile_s": 20.0, "phases": {
+        "job": {"Dynamo tracing": 14.0, "cache lookup and load": 4.0, "guard building": 2.0},
+        "largest": "Dynamo tracing", "per_process_s": 12.0}}  # fmt: skip
+    plain = job_line.detail(doc)
+    assert "where the compile time went: Dynamo tracing 14 s, cache lookup and load 4 s" in plain
+    assert "12 s in the process that spent most" in plain and "verified" not in plain
+    advised = job_line.detail(doc, verified=frozenset({"aot", "fxgraph"}))
+    assert (
+        "Dynamo tracing took 12 s per process: `aot` is verified safe for this model here "
+        "and skips tracing" in advised.replace("\\", "")
+    )
+    assert "verified" not in job_line.detail(doc, verified=frozenset({"fxgraph"}))
 
 
 @pytest.mark.slow
@@ -300,6 +332,37 @@ def test_the_pr_comment_gets_the_job_line_under_its_status(
     assert "<img" not in body and "… 21 more" in body  # ten misses shown, the rest counted
 
 
+def test_the_comment_advises_only_a_mechanism_the_matrix_verified(
+    fake_github: Any, run_fxcache: Any, tmp_path: Path
+) -> None:
+    from tests.test_comment import PR, RESULTS, _env
+
+    figures = _figures(tmp_path)
+    doc = json.loads(figures.read_text())
+    doc["processes"] = 2
+    doc["phases"] = {"job": {"Dynamo tracing": 24.0, "Inductor compiling": 3.0},
+                     "largest": "Dynamo tracing", "per_process_s": 12.0}  # fmt: skip
+    figures.write_text(json.dumps(doc), encoding="utf-8")
+    results = json.loads(Path(RESULTS).read_text())
+    results["combos"] = [  # only the safe precompile combinations ran
+        c for c in results["combos"] if c["mechanism"] != "precompile" or c["verdict"] == "safe"
+    ]
+    verified = tmp_path / "verified.json"
+    verified.write_text(json.dumps(results), encoding="utf-8")
+    fake_github.add_pull(PR)
+    env = _env(fake_github, tmp_path)
+    bodies = []
+    for path in (RESULTS, str(verified)):  # as it ran (precompile unsafe once), then all safe
+        done = run_fxcache("comment", path, "--job-stats", str(figures), env=env)
+        assert done.returncode == 0, done.stderr
+        bodies.append(str(fake_github.comments[PR][-1]["body"]))
+    assert "where the compile time went: Dynamo tracing 24 s" in bodies[0]
+    assert "is verified safe for this model here" not in bodies[0]
+    assert "`precompile` is verified safe for this model here and skips tracing" in bodies[
+        1
+    ].replace("\\", "")
+
+
 @pytest.mark.slow
 def test_the_history_survives_a_restore_on_an_empty_runner_from_s3(
     tmp_path: Path, seaweed: Any
@@ -455,3 +518,20 @@ def test_reading_a_large_trace_stays_within_256_mib(tmp_path: Path) -> None:
     peak, read, graphs, misses = (int(x) for x in done.stdout.split())
     assert read == size and graphs == 2560 and misses == 640
     assert peak < 256 << 20, f"peak {peak >> 20} MiB"
+
+
+def test_events_side_by_side_add_up_to_their_parents_time() -> None:
+    from ci_fxcache.jobstats import phases
+
+    # two C++ builds of Inductor's compile threads overlap inside one 4 s compile
+    timed = phases.Phases()
+    for name, ph, at_s in [("dynamo", "B", 0), ("compile_file", "B", 1), ("compile_file", "B", 1),
+                           ("compile_file", "E", 3.5), ("compile_file", "E", 3.5),
+                           ("bytecode_tracing", "B", 3.5), ("bytecode_tracing", "E", 3.7),
+                           ("dynamo", "E", 4)]:  # fmt: skip
+        timed.add("p", {"name": name, "ph": ph, "ts": at_s * 1e6})
+    spent = timed.seconds["p"]
+    assert abs(sum(spent.values()) - 4.0) < 1e-9
+    assert abs(spent[phases.INDUCTOR] - 2.5) < 1e-9 and abs(spent[phases.DYNAMO] - 1.5) < 1e-9
+    got = timed.figures({}, ["p"])
+    assert got["largest"] == phases.INDUCTOR and got["total_s"] == 4.0

@@ -14,7 +14,7 @@ import pytest
 from tests.test_job_stats import Job
 
 DDP_JOB = """
-import json, torch, torch.distributed as dist, torch.nn as nn
+import json, sys, torch, torch.distributed as dist, torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch._dynamo.utils import counters
 dist.init_process_group("gloo")
@@ -22,26 +22,30 @@ torch.manual_seed(0)
 net = DDP(torch.compile(nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))))
 net(torch.randn(8, 16)).sum().backward()
 mine = {k: dict(counters[k]) for k in ("inductor", "aot_autograd")}
-print("COUNTERS " + json.dumps({"rank": dist.get_rank(), **mine}), flush=True)
+with open(f"{sys.argv[1]}/rank{dist.get_rank()}.json", "w") as out:  # one file a rank
+    json.dump({"rank": dist.get_rank(), **mine}, out)
 dist.destroy_process_group()
 """
 
 
 def _torchrun(job: Job) -> list[dict[str, Any]]:
-    """Run the two-rank job; each rank's counters as it printed them."""
+    """Run the two-rank job; each rank's counters as it wrote them."""
     import subprocess
+    import tempfile
 
+    counters = Path(tempfile.mkdtemp(dir=job.script.parent))
     script = job.script.with_name("ddp_job.py")
     script.write_text(DDP_JOB, encoding="utf-8")
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-         "--standalone", str(script)],
+         "--standalone", str(script), str(counters)],
         env={**job.env, "TORCHINDUCTOR_COMPILE_THREADS": "1", "OMP_NUM_THREADS": "1"},
         capture_output=True, text=True, check=False, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    got = [json.loads(x[9:]) for x in done.stdout.splitlines() if x.startswith("COUNTERS ")]
-    return sorted(got, key=lambda c: c["rank"])
+    got = [json.loads(p.read_text()) for p in sorted(counters.glob("rank*.json"))]
+    assert [c["rank"] for c in got] == [0, 1]
+    return got
 
 
 def _summed(counters: list[dict[str, Any]], group: str, name: str) -> int:

@@ -23,6 +23,7 @@ REASONS_SHOWN = 5
 REASONS_KEPT = 1000  # distinct reasons counted per kind; more are counted as "other"
 KEYS_KEPT = 20_000  # keys whose components are kept; a lookup past it has none
 PROCESSES_SHOWN = 64
+LINE_CACHED, LINES_CACHED = 400, 50_000  # component lines parsed once: their length, number
 CPP_BUILD = "compile_file"  # Inductor's timed C++ build (a kernel or its wrapper), torch 2.13
 _KEY = re.compile(r'"key": "([^"\\]{1,128})"')
 
@@ -109,6 +110,7 @@ class Tally:
         self._last: dict[str, int] = {}
         self._base: dict[str, list[Any]] | None = None
         self._components: dict[str, Components] = {}
+        self._lines: dict[str, tuple[str, list[Any]]] = {}
         self.processes: dict[str, None] = {}  # in the order first seen
         self.frame_seconds: dict[tuple[str, str], float] = {}
         self.frames = 0
@@ -152,10 +154,12 @@ class Tally:
             self.failures.add(_short(f"{metrics['fail_type']}: {metrics.get('fail_reason')}"))
 
     def _event(self, record: Record) -> None:
-        try:
-            event = json.loads(record.payload)
-        except (ValueError, RecursionError):
-            return
+        event = _event_fields(record.payload)
+        if event is None:
+            try:
+                event = json.loads(record.payload)
+            except (ValueError, RecursionError):
+                return
         if not isinstance(event, dict) or not isinstance(event.get("name"), str):
             return
         if event["name"] == CPP_BUILD and event.get("ph") == "B":
@@ -166,13 +170,30 @@ class Tally:
         if key is not None and key in self._components:
             return self._components[key]
         lines = info.get("components")
-        full = keylines.parse_components(lines if isinstance(lines, list) else [], VALUE_CHARS)
+        full = self._parse(lines if isinstance(lines, list) else [])
         if key is None or len(self._components) >= KEYS_KEPT:
             return full if key is None else {}
         if self._base is None:
             self._base = full
         self._components[key] = Components(self._base, full)
         return self._components[key]
+
+    def _parse(self, lines: list[Any]) -> dict[str, list[Any]]:
+        """keylines.parse_components, each distinct short line parsed once (a job's keys share
+        most of their lines: Inductor's settings, the system)."""
+        out: dict[str, list[Any]] = {}
+        for line in lines:
+            if not isinstance(line, str):
+                continue
+            known = self._lines.get(line)
+            if known is None:
+                parsed = keylines.parse_components([line], VALUE_CHARS)
+                known = next(iter(parsed.items()), None) or ("", [])
+                if len(line) <= LINE_CACHED and len(self._lines) < LINES_CACHED:
+                    self._lines[line] = known
+            if known[0]:
+                out[known[0]] = known[1]
+        return out
 
     def _lookup(self, record: Record, kind: tuple[str, str]) -> None:
         payload = record.payload or "{}"
@@ -227,8 +248,9 @@ class Tally:
         for lookup in found:
             caches[lookup["cache"]][lookup["state"]] += 1
         ranks = sorted({x["rank"] for x in found if x["rank"] is not None})
+        compiling = self.compiling(found)
         return {
-            "processes": len(self.processes),
+            "processes": len(compiling),
             "ranks": ranks[:PROCESSES_SHOWN],
             "by_process": self.by_process(found),
             "cross_rank_misses": sum(1 for x in found if x.get("cross_rank")),
@@ -242,8 +264,15 @@ class Tally:
             "failures": {"count": self.failures.count, "reasons": self.failures.top()},
             "compile_s": round(sum(self.frame_seconds.values()), 3),
             "cpp_builds": self.cpp_builds,
-            "phases": self.phases.figures(ranks_of(found)),
+            "phases": self.phases.figures(ranks_of(found), compiling),
         }
+
+    def compiling(self, found: list[dict[str, Any]]) -> list[str]:
+        """The processes that compiled: a cache lookup or a Dynamo frame. Inductor's compile
+        workers (a pool when compile threads > 1) write traces of their own builds: their
+        time is inside their parent's, and they are not processes of the job."""
+        did = {x["process"] for x in found} | {p for p, _ in self.frame_seconds}
+        return [p for p in self.processes if p in did]
 
     def by_process(self, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Per process (its trace file): its rank, FX graph hits and misses, compile seconds;
@@ -254,7 +283,7 @@ class Tally:
         rows: dict[str, dict[str, Any]] = {
             p: {"process": p[:120], "rank": None, "hit": 0, "miss": 0,
                 "compile_s": round(seconds.get(p, 0.0), 3)}
-            for p in list(self.processes)[:PROCESSES_SHOWN]
+            for p in self.compiling(found)[:PROCESSES_SHOWN]
         }  # fmt: skip
         for x in found:
             row = rows.get(x["process"])
@@ -265,6 +294,24 @@ class Tally:
             if x["cache"] == "fxgraph" and x["state"] in ("hit", "miss"):
                 row[x["state"]] += 1
         return list(rows.values())
+
+
+_EVENT_NAME = re.compile(r'^\{\s*"name": "([^"\\]{1,200})",')
+_EVENT_PH = re.compile(r'"ph": "([A-Za-z])"')
+_EVENT_TS = re.compile(r'"ts": ([0-9][0-9.e+]{0,30})[,\s}]')
+
+
+def _event_fields(payload: str) -> dict[str, Any] | None:
+    """A timed event's name (torch writes it first), phase and time without decoding the
+    rest; None when it is not so written (then it is decoded)."""
+    name = _EVENT_NAME.match(payload)
+    ph, ts = _EVENT_PH.search(payload), _EVENT_TS.search(payload)
+    if name is None or ph is None or ts is None:
+        return None
+    try:
+        return {"name": name[1], "ph": ph[1], "ts": float(ts[1])}
+    except ValueError:
+        return None
 
 
 _NUMBERS = re.compile(r'"(cache_event_time|time_taken_ns|time_saved_ns)": (\d{1,20})')

@@ -51,10 +51,13 @@ def phase_of(name: str) -> str | None:
 
 
 class Phases:
-    """Seconds per phase and process, from the events as they come."""
+    """Seconds per phase and process, from the events as they come. Events that overlap
+    inside one parent (Inductor's compile threads time their C++ builds side by side) are
+    scaled to the parent's span, so that the parts add up to the time torch spent."""
 
     def __init__(self) -> None:
-        self._open: dict[str, list[list[Any]]] = {}  # process -> [name, ts, phase, children]
+        # process -> open events: [name, begin (us), phase, {phase: s} of what ran inside]
+        self._open: dict[str, list[list[Any]]] = {}
         self.seconds: dict[str, dict[str, float]] = {}
 
     def add(self, process: str, event: dict[str, Any]) -> None:
@@ -66,36 +69,42 @@ class Phases:
         if event.get("ph") == "B":
             if len(stack) < DEPTH:
                 parent = stack[-1][2] if stack else OTHER
-                stack.append([name, float(ts), phase_of(name) or parent, 0.0])
+                stack.append([name, float(ts), phase_of(name) or parent, {}])
         elif event.get("ph") == "E":
             at = next((i for i in range(len(stack) - 1, -1, -1) if stack[i][0] == name), None)
             if at is None:
                 return
             opened = stack[at]
             del stack[at:]  # events left open inside it are not timed
-            span = max(0.0, float(ts) - opened[1])
-            mine = self.seconds.setdefault(process, {})
-            mine[opened[2]] = mine.get(opened[2], 0.0) + max(0.0, span - opened[3]) / 1e6
-            if stack:
-                stack[-1][3] += span
+            span = max(0.0, float(ts) - opened[1]) / 1e6
+            inside: dict[str, float] = opened[3]
+            total = sum(inside.values())
+            if total > span:  # children that ran side by side: their shares of the span
+                inside = {k: v * span / total for k, v in inside.items()}
+            inside[opened[2]] = inside.get(opened[2], 0.0) + max(0.0, span - total)
+            into = stack[-1][3] if stack else self.seconds.setdefault(process, {})
+            for phase, seconds in inside.items():
+                into[phase] = into.get(phase, 0.0) + seconds
 
-    def figures(self, ranks: dict[str, int]) -> dict[str, Any]:
+    def figures(self, ranks: dict[str, int], processes: list[str]) -> dict[str, Any]:
         """`{job: {phase: s}, processes: [{process, rank, phases}], largest, per_process_s}`:
-        the job's seconds summed over processes; `per_process_s` the largest part's seconds in
+        the job's seconds summed over `processes` (those that compiled: a compile worker's
+        builds are inside its parent's time); `per_process_s` the largest part's seconds in
         the process that spent the most on it."""
+        seconds = {p: self.seconds[p] for p in processes if p in self.seconds}
         job = {p: 0.0 for p in PHASES}
-        for spent in self.seconds.values():
+        for spent in seconds.values():
             for phase, s in spent.items():
                 job[phase] += s
         shown = [
             {"process": p[:120], "rank": ranks.get(p),
              "phases": {k: round(v, 3) for k, v in spent.items() if v >= 0.0005}}
-            for p, spent in list(self.seconds.items())[:PROCESSES_SHOWN]
+            for p, spent in list(seconds.items())[:PROCESSES_SHOWN]
         ]  # fmt: skip
         largest = max((p for p in PHASES if p != OTHER), key=lambda p: job[p], default=None)
         if largest is not None and job[largest] <= 0:
             largest = None
-        most = max((s.get(largest or OTHER, 0.0) for s in self.seconds.values()), default=0.0)
+        most = max((s.get(largest or OTHER, 0.0) for s in seconds.values()), default=0.0)
         return {
             "job": {p: round(s, 3) for p, s in job.items() if s >= 0.0005},
             "total_s": round(sum(job.values()), 3),

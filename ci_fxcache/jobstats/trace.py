@@ -131,12 +131,17 @@ def _rest(stream: BinaryIO, line: bytes, limit: int, budget: int) -> tuple[bytes
     return line[:limit], True, consumed
 
 
+_EVENT_HEAD = b'] {"chromium_event": {}, '  # a timed event's header: nothing else in it is used
+
+
 def _header(line: bytes) -> tuple[int, dict[str, Any]] | None:
     if _WANTED.search(line) is None:
         return None
     match = _HEADER.match(line.rstrip(b"\n"))
     if match is None:
         return None
+    if _EVENT_HEAD in line:
+        return int(match["pid"]), {"chromium_event": {}}
     try:
         head = json.loads(match["json"])
     except (ValueError, RecursionError):
@@ -149,27 +154,27 @@ def _records_of(path: Path, stream: BinaryIO, limits: Limits, notes: ReadNotes) 
     payload: list[bytes] = []
     size = 0
     over = False
+    readline, most, tab = stream.readline, limits.line_bytes, b"\t"
     while True:
         if notes.bytes > limits.total_bytes:
             notes.stopped.append(f"read {limits.total_bytes} bytes, the limit")
             break
-        line = stream.readline(limits.line_bytes + 1)
-        cut, consumed = False, len(line)
-        if consumed > limits.line_bytes and not line.endswith(b"\n"):
-            line, cut, consumed = _rest(
-                stream, line, limits.line_bytes, limits.total_bytes - notes.bytes
-            )
-        notes.bytes += consumed
-        if cut:
+        line = readline(most + 1)
+        consumed = len(line)
+        if consumed > most and not line.endswith(b"\n"):
+            line, _, consumed = _rest(stream, line, most, limits.total_bytes - notes.bytes)
+            notes.bytes += consumed
             notes.skipped_lines += 1
             over = over or current is not None
             continue
-        if line.startswith(b"\t"):
+        notes.bytes += consumed
+        if line[:1] == tab:  # a payload line: kept only for a wanted record
             if current is not None and not over:
-                size += len(line)
+                size += consumed
                 over = size > limits.payload_bytes
-                payload = [] if over else payload
-                if not over:
+                if over:
+                    payload = []
+                else:
                     payload.append(line[1:])
             continue
         if current is not None:

@@ -153,8 +153,46 @@ def _miss_row(miss: dict[str, Any]) -> str:
             f"{md_text(changes or '-')} |")  # fmt: skip
 
 
-def detail(doc: dict[str, Any], misses_shown: int = 50) -> str:
-    """The job's figures as markdown (the first `misses_shown` misses)."""
+# The phase of a warm start -> (mechanism, what it skips): advice given only where this run's
+# matrix verified the mechanism safe for the model (report.safe_mechanisms).
+ADVICE = {
+    "Dynamo tracing": (("aot", "skips tracing"), ("precompile", "skips tracing")),
+    "AOTAutograd tracing": (("aot", "skips tracing"), ("precompile", "skips tracing")),
+    "guard building": (("aot", "loads the compiled function with its guards"),),
+}
+PHASES_SHOWN = 4
+
+
+def where_time_went(doc: dict[str, Any], verified: frozenset[str] = frozenset()) -> str:
+    """`where the compile time went: Inductor compiling 58 s, ...; re-tracing ...`: the parts
+    from the trace's timed events (summed over processes), the largest named with the
+    process that spent most on it, and advice only for a mechanism this run verified safe."""
+    raw = doc.get("phases")
+    phases: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    job = {str(k): float(v) for k, v in (phases.get("job") or {}).items()
+           if isinstance(v, int | float) and v >= 0.5}  # fmt: skip
+    if not job:
+        return ""
+    parts = sorted(job, key=lambda k: -job[k])[:PHASES_SHOWN]
+    text = "where the compile time went: " + ", ".join(f"{k} {duration(job[k])}" for k in parts)
+    largest = phases.get("largest")
+    if largest in job and int(doc.get("processes") or 0) > 1:
+        most = float(phases.get("per_process_s") or 0)
+        text += f" ({largest}: {duration(most)} in the process that spent most)"
+    for mechanism, skips in ADVICE.get(str(largest), ()):
+        if mechanism in verified:
+            text += (f"; {largest} took {duration(float(phases.get('per_process_s') or 0))} "
+                     f"per process: `{mechanism}` is verified safe for this model here and "
+                     f"{skips}")  # fmt: skip
+            break
+    return text
+
+
+def detail(
+    doc: dict[str, Any], misses_shown: int = 50, verified: frozenset[str] = frozenset()
+) -> str:
+    """The job's figures as markdown (the first `misses_shown` misses); `verified`: the
+    mechanisms this run's matrix found safe (advice on the largest part of the compile)."""
     fx, aot = doc.get("fxgraph") or {}, doc.get("aotautograd") or {}
     lines = [
         "| | hits | misses | bypasses |",
@@ -167,6 +205,9 @@ def detail(doc: dict[str, Any], misses_shown: int = 50) -> str:
         f"{int(doc.get('cpp_builds') or 0)} C++ builds; {md_text(_times(doc))}",
         "",
     ]
+    went = where_time_went(doc, verified)
+    if went:
+        lines += [md_text(went), ""]
     misses = doc.get("misses") or []
     if misses:
         lines += ["| miss | key | process | what changed (was -> now) |", "|---|---|---|---|"]
@@ -251,6 +292,9 @@ def text(doc: dict[str, Any]) -> str:
         f"{processes(doc) or _n(int(doc.get('processes') or 0), 'process')}, "
         f"{int(doc.get('cpp_builds') or 0)} C++ builds, {_times(doc)}",
     ]
+    went = where_time_went(doc)
+    if went:
+        lines.append(plain(f"  {went}"))
     for miss in doc.get("misses") or []:
         changes = "; ".join(
             f"{c['component']} {c['was']} -> {c['now']}" for c in miss.get("changed") or []
@@ -366,7 +410,7 @@ def fleet_line(docs: Any) -> str:
 COMMENT_MISSES = 10
 
 
-def under_status(body: str, doc: dict[str, Any]) -> str:
+def under_status(body: str, doc: dict[str, Any], verified: frozenset[str] = frozenset()) -> str:
     """A rendered PR comment with the job's line under its status line (the first) and the
     job's detail collapsed; the body unchanged when the figures cannot be rendered."""
     try:
@@ -375,7 +419,7 @@ def under_status(body: str, doc: dict[str, Any]) -> str:
             "",
             f"<details><summary>{html_text('your job: detail')}</summary>",
             "",
-            detail(doc, COMMENT_MISSES),
+            detail(doc, COMMENT_MISSES, verified),
             "</details>",
             "",
         ]

@@ -157,7 +157,7 @@ def _render(
     return render.markdown(report, template, max_chars), report.report_id
 
 
-def _with_job(body: str, path: str, limit: int) -> str:
+def _with_job(body: str, path: str, limit: int, results: str) -> str:
     """The comment with the job's own figures under its status (job_line.under_status), when
     they fit; unchanged, with a warning, when the file is unreadable."""
     from ci_fxcache.report import job_line
@@ -167,7 +167,10 @@ def _with_job(body: str, path: str, limit: int) -> str:
     except (OSError, ValueError, RecursionError) as exc:
         gha.warn(f"--job-stats {path}: not read ({exc}); the comment has no job line")
         return body
-    with_job = job_line.under_status(body, doc) if isinstance(doc, dict) else body
+    from ci_fxcache import report as report_pkg
+
+    verified = report_pkg.safe_mechanisms(report_pkg.build(results)[1])
+    with_job = job_line.under_status(body, doc, verified) if isinstance(doc, dict) else body
     return with_job if len(with_job) <= limit else body
 
 
@@ -269,7 +272,7 @@ def post(
     own = (os.environ.get("GITHUB_SERVER_URL") or "https://github.com", repository)
     body, doc_report_id = _render(results, template, limit, own)
     if job_stats is not None:
-        body = _with_job(body, job_stats, limit)
+        body = _with_job(body, job_stats, limit, results)
     if expected is not None and doc_report_id != expected:
         raise UsageError(
             f"{results} carries report id {doc_report_id!r}, but its artifact "
