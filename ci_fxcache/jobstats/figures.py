@@ -21,11 +21,13 @@ MAX_DEPTH = 8
 MAX_ITEMS = 1000  # per list
 MAX_KEYS = 200  # per object
 MAX_TEXT = 2000  # characters per string
-# Fields that hold a number wherever they appear, and objects all of whose values are numbers.
+# Fields that hold a number wherever they appear, and objects all of whose values are numbers
+# (not `rank` or `slowest_rank`: null there means "no rank", which 0 would turn into rank 0).
 NUMBERS = frozenset(
     {"graphs", "frames", "processes", "cpp_builds", "compile_s", "saved_s", "hit", "miss",
      "bypass", "count", "changed_count", "files", "bytes", "records", "skipped_lines",
-     "cold_ns", "hits", "bypasses", "seconds", "s", "rank", "pid"}
+     "cold_ns", "hits", "bypasses", "seconds", "s", "pid", "saved_sum_s",
+     "untraced_entries", "cross_rank_misses", "total_s", "per_process_s"}
 )  # fmt: skip
 NUMBER_MAPS = frozenset({"fxgraph", "aotautograd", "miss_causes", "misses_by_cause"})
 

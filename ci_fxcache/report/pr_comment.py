@@ -158,7 +158,7 @@ def _render(
     return render.markdown(report, template, budget), report.report_id
 
 
-def _with_job(body: str, path: str, limit: int) -> str:
+def _with_job(body: str, path: str, limit: int, results: str) -> str:
     """The comment with the job's own figures under its status (job_line.under_status), when
     they fit; unchanged, with a warning, when the file is unreadable or holds no figures. The
     figures are checked first (jobstats/figures.py), as results are read before a report."""
@@ -173,7 +173,10 @@ def _with_job(body: str, path: str, limit: int) -> str:
     if doc is None:
         gha.warn(f"--job-stats {path}: not {figures.SCHEMA} figures; the comment has no job line")
         return body
-    with_job = job_line.under_status(body, doc)
+    from ci_fxcache import report as report_pkg
+
+    verified = report_pkg.safe_mechanisms(report_pkg.build(results)[1])
+    with_job = job_line.under_status(body, doc, verified)
     return with_job if len(with_job) <= limit else body
 
 
@@ -189,7 +192,7 @@ def render_body(
     repository). The GitHub comment and the GitLab note (mr_note) both render here."""
     body, report_id = _render(results_path, template, limit, own)
     if job_stats is not None:
-        body = _with_job(body, job_stats, limit)
+        body = _with_job(body, job_stats, limit, results_path)
     return body, report_id
 
 
