@@ -648,3 +648,24 @@ class Bucket:
             if first is not None or not answer.get("IsTruncated"):
                 return found
             token = answer.get("NextContinuationToken")
+
+    def listing_upto(self, prefix: str, most: int) -> tuple[list[dict[str, Any]], bool]:
+        """The first `most` objects under `prefix` in key order (as `listing` gives them),
+        page after page (S3's pages hold up to 1,000 keys), and whether there are more: what
+        a planted flood of keys costs a reader is bounded, and never hides the keys after
+        it within `most`."""
+        found: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            extra: dict[str, Any] = {"MaxKeys": min(1000, most - len(found) + 1)}
+            if token:
+                extra["ContinuationToken"] = token
+            answer = self._listing_page(prefix, extra)
+            for item in answer.get("Contents") or []:
+                found.append({"Key": item["Key"], "Size": int(item.get("Size") or 0),
+                              "LastModified": item["LastModified"].timestamp()})  # fmt: skip
+            if len(found) > most:
+                return found[:most], True
+            token = answer.get("NextContinuationToken")
+            if not answer.get("IsTruncated") or not token:
+                return found, False
