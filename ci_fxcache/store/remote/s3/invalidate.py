@@ -288,21 +288,7 @@ def _run(
     objects = {item["Key"]: item for kind in ("segments", "packs") for item in _listing(tier, kind)}
     _read_heads(tier, scopes, signing_key)
     _read_refs(tier, scopes, objects, signing_key, now - grace_s)
-    if signing_key:  # the policies count what the key signed, never what anyone planted
-        for s in scopes:
-            s.last_used = max([*s.signed_times, s.times.get("last-used", 0.0)])
-            if not s.signed and s.problem is None:
-                s.problem = NOT_COUNTED
-    counted = [s for s in scopes if s.signed or not signing_key]
-    stored = {
-        s.key: sum(objects[n]["Size"] for n in (s.signed_names if signing_key else s.names)
-                   if n in objects)
-        for s in scopes
-    }  # fmt: skip
-    entries = [
-        Entry(name=s.key, key=s.parsed, last_used=s.last_used, size=stored[s.key], ident=s.key)
-        for s in counted
-    ]
+    stored, entries = _counted(scopes, objects, signing_key)
     selected = {e.name: e for e in select(entries, policy, now)}
     action = "would remove" if dry_run else "removed"
     rows = []
@@ -343,6 +329,30 @@ def _run(
             **versions,
         },
     }
+
+
+def _counted(
+    scopes: list[_Scope], objects: dict[str, dict[str, Any]], signing_key: str | None
+) -> tuple[dict[str, int], list[Entry]]:
+    """Each scope's bytes in the bucket, and the entries the policies count. With a key,
+    only what the key signed counts (its objects' bytes, their times and the marker's), and
+    a scope nothing of which it signed is not counted: never what anyone planted."""
+    if signing_key:
+        for s in scopes:
+            s.last_used = max([*s.signed_times, s.times.get("last-used", 0.0)])
+            if not s.signed and s.problem is None:
+                s.problem = NOT_COUNTED
+    stored = {
+        s.key: sum(objects[n]["Size"] for n in (s.signed_names if signing_key else s.names)
+                   if n in objects)
+        for s in scopes
+    }  # fmt: skip
+    entries = [
+        Entry(name=s.key, key=s.parsed, last_used=s.last_used, size=stored[s.key], ident=s.key)
+        for s in scopes
+        if s.signed or not signing_key
+    ]
+    return stored, entries
 
 
 def _remove(tier: S3Objects, scope: _Scope) -> None:

@@ -148,17 +148,15 @@ def publish(
     own = _put_segments(objects, entries) if entries else []
     composed = (
         _compose(objects, key, current, index, found, own, entries, local, signing_key)
-        if folds
-        else None
-    )
+        if folds else None
+    )  # fmt: skip
     _fault_pause()
     via = _put_once(objects, key, current, composed, own, entries, local, signing_key)
     removed = _remove_junk(objects, key, listed, signing_key)
     if via == "none":
         return {"published": False, "attempts": 1, "refs_listed": len(listed.names),
-                "refs_removed": removed,
                 "reason": "the bucket has every file; its references wait for a later fold",
-                **objects.stats()}  # fmt: skip
+                "refs_removed": removed, **objects.stats()}  # fmt: skip
     head = composed or {}
     folded = refs.delete(objects, key, [r.name for r in found.refs]) if via == "head" else 0
     named = _settle(objects, layout, bad, sent, orphans, head if via == "head" else own, key)
