@@ -54,3 +54,30 @@ def test_the_lease_holder_keeps_no_secret_of_the_restore(
         assert not lease.exists()  # released: its holder sees that and exits
     finally:
         end_lease_holders(store.root)
+
+
+def test_the_action_restore_steps_lease_holder_keeps_no_secret(tmp_path: Path) -> None:
+    """The action's own restore step (setup, then restore, as js/fxcache.js runs them, on a
+    push: a trusted job that takes a lease) with the signing key and the store credentials:
+    the holder it leaves for the rest of the job carries none of them."""
+    from tests.test_action_steps import REPO_ID, run_step
+
+    event = {"repository": {"id": REPO_ID, "default_branch": "main"}}
+    env = {k: v for k, v in SECRETS.items() if not k.startswith("FXCACHE_")}
+    inputs = {"signing-key": SECRETS["FXCACHE_SIGNING_KEY"]}
+    setup = run_step(tmp_path, "setup", inputs, event, "push", **env)
+    assert setup.proc.returncode == 0, setup.lines
+    root = Path(setup.settings()["root"])
+    try:
+        restored = run_step(tmp_path, "restore", inputs, event, "push",
+                            FXCACHE_ACTION_SETTINGS=setup.outputs["settings"], **env)  # fmt: skip
+        assert restored.proc.returncode == 0, restored.lines
+        (lease,) = root.glob(".leases/*/*.json")
+        pid = json.loads(lease.read_text())["holder_pid"]
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        assert b"PATH=" in environ
+        for name, value in {**env, "FXCACHE_SIGNING_KEY": inputs["signing-key"]}.items():
+            assert f"{name}=".encode() not in environ and value.encode() not in environ, name
+        assert b"FXCACHE_INPUTS=" not in environ
+    finally:
+        end_lease_holders(root)
