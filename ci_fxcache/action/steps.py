@@ -8,7 +8,7 @@ import os
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from ci_fxcache.action.settings import (
 from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
 from ci_fxcache.store import state_file, tiered, trust
 from ci_fxcache.store.layout import trust_root
-from ci_fxcache.store.remote.factory import StoreChoice, choose
+from ci_fxcache.store.remote.factory import StorePolicy, store_policy
 
 # The main action's outputs: name -> id of the step that writes it (action.yml's `outputs:`
 # maps each to `steps.<id>.outputs.<name>`; tests/test_action_inputs.py checks it).
@@ -200,23 +200,13 @@ def admit() -> int:
     return 0
 
 
-def _remote_cache(values: dict[str, Any], read_only: bool) -> tuple[bool, list[str]]:
-    """Whether torch's Redis remote cache is on (store redis: a URL, a run that may write)
-    or the S3 tier stands behind the local store (store s3 with a URL; runs that may not
-    write read the bucket only), and the notices saying why not."""
-    store, notes = values["store"], []
-    if store == "redis" and not values["redis-url"]:
-        notes.append("store redis without a redis-url (a fork's run has no secrets): local only")
-    elif store == "redis" and read_only:
-        notes.append(
-            "read-only run: torch's Redis remote cache stays off, so nothing reaches the "
-            "shared cache (local only)"
-        )
-    elif store == "s3" and not values["s3-url"]:
-        notes.append("store s3 without an s3-url: local only")
-    elif store == "object" and not values["object-url"]:
-        notes.append("store object without an object-url: local only")
-    return store in ("redis", "s3", "object") and not notes, notes
+def store_policy_of(values: dict[str, Any], *, read_only: bool, upload: bool) -> StorePolicy:
+    """The store policy (factory.store_policy, as `fxcache restore` decides it from its flags)
+    from the inputs: `upload` is whether this run may write the remote tier."""
+    return store_policy(values["store"], s3_url=values["s3-url"] or None,
+                        redis_url=values["redis-url"] or None, key_suffix=values["key-suffix"],
+                        read_only=read_only, may_write_remote=upload,
+                        object_url=values["object-url"] or None)  # fmt: skip
 
 
 def _root(store: str, cache_root: str, read_only: bool, upload: bool) -> Path:
@@ -247,25 +237,15 @@ def _github_scope(python: str, root: Path, key_suffix: str) -> tuple[str, Path]:
 
 
 def _store_choice(
-    values: dict[str, Any], python: str, root: Path, read_only: bool, upload: bool, on: bool
-) -> tuple[StoreChoice, str]:
-    """The store this run uses, decided once (factory.choose, as `fxcache restore` decides
-    it from its flags): torch's Redis cache or the S3 tier only when `on` (_remote_cache);
-    the GitHub tier with this run's entry key. With the GitHub scope's directory."""
-    store = values["store"]
-    kind = store if on or store == "github" else "local"
-    entry_key, scope_dir = None, ""
-    if kind == "github":
-        key, path = _github_scope(python, root, values["key-suffix"])
-        entry_key, scope_dir = key, str(path)
-    tier = kind in ("github", "s3", "object")
-    urls = {"s3": values["s3-url"], "object": values["object-url"]}
-    choice = choose(
-        kind, url=urls.get(kind),
-        key_suffix=values["key-suffix"] if kind == "github" else "", read_only=read_only,
-        remote_read_only=tier and not upload, entry_key=entry_key,
-    )  # fmt: skip
-    return choice, scope_dir
+    values: dict[str, Any], python: str, root: Path, read_only: bool, upload: bool
+) -> tuple[StorePolicy, str]:
+    """The store this run uses, decided once (store_policy_of); the GitHub tier with this
+    run's entry key. With the GitHub scope's directory."""
+    policy = store_policy_of(values, read_only=read_only, upload=upload)
+    if policy.choice.kind != "github":
+        return policy, ""
+    key, path = _github_scope(python, root, values["key-suffix"])
+    return replace(policy, choice=replace(policy.choice, entry_key=key)), str(path)
 
 
 def _work_dir(report_id: str, number: int | None) -> Path:
@@ -284,16 +264,17 @@ def _decide(values: dict[str, Any]) -> Settings:
     fork = trust.fork_reason(event) if event.name.startswith("pull_request") else None
     read_only = values["read-only"] == "true" or untrusted is not None
     store = values["store"]
-    remote_tier, notes = _remote_cache(values, read_only)
-    for note in notes:
-        gha.say("notice", note)
     upload = remote_write_decision(values["save"], store, read_only, event)
     root = _root(store, values["cache-root"], read_only, upload)
     python = values["python"] or "python3"
-    choice, scope_dir = _store_choice(values, python, root, read_only, upload, remote_tier)
+    policy, scope_dir = _store_choice(values, python, root, read_only, upload)
+    notes = list(policy.notes)
+    for note in notes:
+        gha.say("notice", note)
     return Settings(
         report_id=values["report-id"], python=python, fxcache=fxcache_executable(),
-        store=store, choice=choice, remote=remote_tier, root=str(root),
+        store=store, choice=policy.choice, remote=policy.choice.kind in ("redis", "s3"),
+        root=str(root),
         work=str(_work_dir(values["report-id"], event.number)), read_only=read_only,
         untrusted=untrusted, comment=comment_decision(values["comment"], event.name, fork,
                                                       event.number),

@@ -67,6 +67,89 @@ def choose(
     )  # fmt: skip
 
 
+@dataclass(frozen=True, kw_only=True)
+class StorePolicy:
+    """What store_policy decided: the store (`choice`), torch's Redis URL when Redis is on,
+    and the notices saying why a store asked for is not used."""
+
+    choice: StoreChoice
+    redis_url: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+def store_policy(
+    kind: str,
+    *,
+    s3_url: str | None,
+    redis_url: str | None,
+    key_suffix: str,
+    read_only: bool,
+    may_write_remote: bool,
+    object_url: str | None = None,
+) -> StorePolicy:
+    """The store policy, for `fxcache restore` (its flags) and the action's setup (its
+    inputs) alike: which store, whether the run may write its remote tier (never a read-only
+    run, nor one its caller lets only read: choose), and the one fallback rule:
+
+    - a store whose address is missing (no URL given, none in $FXCACHE_S3_URL /
+      $FXCACHE_OBJECT_URL / $FXCACHE_REDIS_URL; a fork's run gets no secrets) runs local
+      only, with a notice: a
+      cache never fails a job for want of its address;
+    - Redis is off for a read-only run (torch's remote cache would write what trusted runs
+      load): local only, with a notice;
+    - a malformed address is a usage error (UsageError), never a fallback."""
+    notes: list[str] = []
+    chosen = kind
+    if kind == "s3":
+        from ci_fxcache.store.remote.s3 import client
+
+        what = "--s3-url" if s3_url else client.URL_ENV
+        s3_url = s3_url or os.environ.get(client.URL_ENV) or None
+        if s3_url is None:
+            notes.append("store s3 without an s3-url (--s3-url, FXCACHE_S3_URL): local only")
+            chosen = "local"
+        else:
+            check_s3_url(s3_url, what)
+    elif kind == "object":
+        from ci_fxcache.store.remote.s3 import client
+
+        what = "--object-url" if object_url else client.OBJECT_URL_ENV
+        object_url = object_url or os.environ.get(client.OBJECT_URL_ENV) or None
+        if object_url is None:
+            notes.append(
+                "store object without an object-url (--object-url, FXCACHE_OBJECT_URL): local only"
+            )
+            chosen = "local"
+        else:
+            check_object_url(object_url, what)
+    elif kind == "redis":
+        from ci_fxcache.store.remote import redis_cache
+
+        redis_url = redis_cache.configured_url(redis_url)
+        if redis_url is None:
+            notes.append(
+                "store redis without a redis-url (--redis-url, FXCACHE_REDIS_URL; a fork's run "
+                "has no secrets): local only"
+            )
+            chosen = "local"
+        elif read_only:
+            redis_cache.check_url(redis_url)
+            notes.append(
+                "read-only run: torch's Redis remote cache stays off, so nothing reaches the "
+                "shared cache (local only)"
+            )
+            chosen = "local"
+        else:
+            redis_cache.check_url(redis_url)
+    choice = choose(
+        chosen, url={"s3": s3_url, "object": object_url}.get(chosen),
+        key_suffix=key_suffix if chosen == "github" else "", read_only=read_only,
+        remote_read_only=chosen in TIER_KINDS and not may_write_remote,
+    )  # fmt: skip
+    return StorePolicy(choice=choice, redis_url=redis_url if chosen == "redis" else None,
+                       notes=tuple(notes))  # fmt: skip
+
+
 def github_entry_key(scope_key: str, key_suffix: str) -> str:
     """This run's GitHub cache entry key for the scope: Actions cache entries are immutable, so
     a save writes a unique key (scope, suffix, run, attempt) and a restore takes the newest

@@ -539,6 +539,13 @@ class Bucket:
 
         return self._call("list_objects_v2", prefix, request)
 
+    def listing_upto(self, prefix: str, most: int) -> tuple[list[dict[str, Any]], bool]:
+        """The first `most` objects under `prefix` in key order (as `listing` gives them),
+        page after page, and whether there are more: what a planted flood of keys costs a
+        reader is bounded, and never hides the keys after it within `most`."""
+        found = self.listing(prefix, first=most)
+        return (found[:most], True) if len(found) > most else (found, False)
+
     # -- a versioned bucket's clean-up: botocore, which alone has these calls --------------------
     @property
     def _s3(self) -> Any:
