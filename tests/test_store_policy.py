@@ -13,8 +13,9 @@ from ci_fxcache.errors import UsageError
 
 S3 = "s3://bucket/fleet"
 REDIS = "redis://:pw@cache.internal:6379/0"
+AZ = "az://acme-ci-caches/fleet"
 
-# store, s3 URL, redis URL, read-only, may write the remote -> kind, may write, a notice?
+# store, s3 or object URL, redis URL, read-only, may write the remote -> kind, may write, a notice?
 TABLE = [
     ("local", None, None, False, True, "local", True, False),
     ("s3", S3, None, False, True, "s3", True, False),
@@ -27,14 +28,18 @@ TABLE = [
     ("github", None, None, False, True, "github", True, False),
     ("github", None, None, False, False, "github", False, False),
     ("github", None, None, True, False, "github", False, False),
+    ("object", AZ, None, False, True, "object", True, False),
+    ("object", AZ, None, False, False, "object", False, False),
+    ("object", None, None, False, True, "local", True, True),  # no address: local only
 ]
 
 
 def _cli(store: str, s3: str | None, redis: str | None, read_only: bool, write: bool) -> Any:
     from ci_fxcache.commands import restore
 
+    url = {"object_url": s3} if store == "object" else {"s3_url": s3}
     return restore.store_policy_of(
-        store=store, s3_url=s3, redis_url=redis, key_suffix="gpu-a",
+        store=store, **{"s3_url": None, **url}, redis_url=redis, key_suffix="gpu-a",
         read_only_reason="--read-only" if read_only else None, remote_read_only=not write,
     )  # fmt: skip
 
@@ -42,8 +47,9 @@ def _cli(store: str, s3: str | None, redis: str | None, read_only: bool, write: 
 def _action(store: str, s3: str | None, redis: str | None, read_only: bool, write: bool) -> Any:
     from ci_fxcache.action import steps
 
-    values = {"store": store, "s3-url": s3 or "", "redis-url": redis or "",
-              "key-suffix": "gpu-a"}  # fmt: skip
+    url = "object-url" if store == "object" else "s3-url"
+    values = {"store": store, "s3-url": "", "object-url": "", url: s3 or "",
+              "redis-url": redis or "", "key-suffix": "gpu-a"}  # fmt: skip
     return steps.store_policy_of(values, read_only=read_only, upload=write)
 
 
@@ -52,7 +58,7 @@ def test_the_cli_and_the_action_decide_the_same_store(
     monkeypatch: pytest.MonkeyPatch, row: tuple[Any, ...]
 ) -> None:
     store, s3, redis, read_only, write, kind, may_write, noted = row
-    for name in ("FXCACHE_S3_URL", "FXCACHE_REDIS_URL"):
+    for name in ("FXCACHE_S3_URL", "FXCACHE_OBJECT_URL", "FXCACHE_REDIS_URL"):
         monkeypatch.delenv(name, raising=False)
     cli, action = _cli(store, s3, redis, read_only, write), _action(store, s3, redis, read_only,
                                                                     write)  # fmt: skip
@@ -61,7 +67,7 @@ def test_the_cli_and_the_action_decide_the_same_store(
     assert cli.choice.may_write_remote is (may_write and not read_only)
     assert bool(cli.notes) is noted, cli.notes
     assert cli.redis_url == (redis if kind == "redis" else None)
-    assert cli.choice.url == (s3 if kind == "s3" else None)
+    assert cli.choice.url == (s3 if kind in ("s3", "object") else None)
     assert cli.choice.key_suffix == ("gpu-a" if kind == "github" else "")
 
 
@@ -76,3 +82,8 @@ def test_an_address_from_the_environment_counts_and_a_malformed_one_is_a_usage_e
             decide("s3", "http://not-s3", None, False, True)
         with pytest.raises(UsageError):
             decide("redis", None, "not-a-redis-url", False, True)
+        with pytest.raises(UsageError):
+            decide("object", "ftp://not-an-object-store/x", None, False, True)
+    monkeypatch.setenv("FXCACHE_OBJECT_URL", AZ)
+    for decide in (_cli, _action):
+        assert decide("object", None, None, False, True).choice.url == AZ

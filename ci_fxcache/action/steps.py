@@ -273,7 +273,7 @@ def _decide(values: dict[str, Any]) -> Settings:
         gha.say("notice", note)
     return Settings(
         report_id=values["report-id"], python=python, fxcache=fxcache_executable(),
-        store=store, choice=policy.choice, remote=policy.choice.kind in ("redis", "s3"),
+        store=store, choice=policy.choice, remote=policy.choice.kind in ("redis", "s3", "object"),
         root=str(root),
         work=str(_work_dir(values["report-id"], event.number)), read_only=read_only,
         untrusted=untrusted, comment=comment_decision(values["comment"], event.name, fork,

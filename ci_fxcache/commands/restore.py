@@ -174,11 +174,11 @@ def store_policy_of(
     *,
     store: str,
     s3_url: str | None,
-    object_url: str | None,
     redis_url: str | None,
     key_suffix: str,
     read_only_reason: str | None,
     remote_read_only: bool,
+    object_url: str | None = None,
 ) -> StorePolicy:
     """The store policy (factory.store_policy, as the action's setup decides it) from the
     flags."""
