@@ -226,10 +226,7 @@ def save(layout: Layout, state: RestoreState, signing_key: str | None) -> Outcom
         new = _job_files(layout, key, unlisted, listed, overlay_dir, signing_key)
         entries, stats = _new_entries(scope, new)
         listed.update(entries)
-        old_versions = references.beyond_compared(scope, set(listed))
-        dropped = [rel for rel in listed if references.pruned(rel, old_versions)]
-        for rel in dropped:
-            del listed[rel]
+        old_versions, dropped = _prune(scope, listed)
         manifest = _manifest(scope, key, state, previous, listed, signing_key)
         mf.make_read_only(scope, stats)
         modes.close_directories(scope, [*new, *found.locks])
@@ -258,6 +255,16 @@ def save(layout: Layout, state: RestoreState, signing_key: str | None) -> Outcom
     if old_versions:  # references no run compares any more (store/references.py)
         summary["pruned_references"] = len(old_versions)
     return Outcome(summary, written, tuple(new))
+
+
+def _prune(scope: Path, listed: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The references no run compares any more (store/references.py), and their files, taken
+    out of `listed` (removed from disk once the manifest without them is written)."""
+    old_versions = references.beyond_compared(scope, set(listed))
+    dropped = [rel for rel in listed if references.pruned(rel, old_versions)]
+    for rel in dropped:
+        del listed[rel]
+    return old_versions, dropped
 
 
 def _fault_hook() -> Callable[[], None] | None:

@@ -16,6 +16,7 @@ import os
 import random
 import re
 import shutil
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -300,11 +301,11 @@ def seed_all(seed: int) -> None:
     process, and each job called its model changed (issue 47)."""
     random.seed(seed)
     torch.manual_seed(seed)
-    try:
-        import numpy
-    except ImportError:
-        return
-    numpy.random.seed(seed)
+    # `import torch` imports numpy itself wherever numpy is installed: the worker imports
+    # nothing beyond the standard library and torch (tests/test_verify_plan.py).
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(seed)
 
 
 @dataclass

@@ -93,61 +93,62 @@ def store_policy(
 
     - a store whose address is missing (no URL given, none in $FXCACHE_S3_URL /
       $FXCACHE_OBJECT_URL / $FXCACHE_REDIS_URL; a fork's run gets no secrets) runs local
-      only, with a notice: a
-      cache never fails a job for want of its address;
+      only, with a notice: a cache never fails a job for want of its address;
     - Redis is off for a read-only run (torch's remote cache would write what trusted runs
       load): local only, with a notice;
     - a malformed address is a usage error (UsageError), never a fallback."""
     notes: list[str] = []
-    chosen = kind
-    if kind == "s3":
-        from ci_fxcache.store.remote.s3 import client
-
-        what = "--s3-url" if s3_url else client.URL_ENV
-        s3_url = s3_url or os.environ.get(client.URL_ENV) or None
-        if s3_url is None:
-            notes.append("store s3 without an s3-url (--s3-url, FXCACHE_S3_URL): local only")
-            chosen = "local"
-        else:
-            check_s3_url(s3_url, what)
-    elif kind == "object":
-        from ci_fxcache.store.remote.s3 import client
-
-        what = "--object-url" if object_url else client.OBJECT_URL_ENV
-        object_url = object_url or os.environ.get(client.OBJECT_URL_ENV) or None
-        if object_url is None:
-            notes.append(
-                "store object without an object-url (--object-url, FXCACHE_OBJECT_URL): local only"
-            )
-            chosen = "local"
-        else:
-            check_object_url(object_url, what)
+    url = None
+    if kind in ("s3", "object"):
+        url = _tier_url(kind, s3_url if kind == "s3" else object_url, notes)
     elif kind == "redis":
-        from ci_fxcache.store.remote import redis_cache
-
-        redis_url = redis_cache.configured_url(redis_url)
-        if redis_url is None:
-            notes.append(
-                "store redis without a redis-url (--redis-url, FXCACHE_REDIS_URL; a fork's run "
-                "has no secrets): local only"
-            )
-            chosen = "local"
-        elif read_only:
-            redis_cache.check_url(redis_url)
-            notes.append(
-                "read-only run: torch's Redis remote cache stays off, so nothing reaches the "
-                "shared cache (local only)"
-            )
-            chosen = "local"
-        else:
-            redis_cache.check_url(redis_url)
+        redis_url = _redis_url(redis_url, read_only, notes)
+    chosen = "local" if notes else kind
     choice = choose(
-        chosen, url={"s3": s3_url, "object": object_url}.get(chosen),
+        chosen, url=url,
         key_suffix=key_suffix if chosen == "github" else "", read_only=read_only,
         remote_read_only=chosen in TIER_KINDS and not may_write_remote,
     )  # fmt: skip
     return StorePolicy(choice=choice, redis_url=redis_url if chosen == "redis" else None,
                        notes=tuple(notes))  # fmt: skip
+
+
+def _tier_url(kind: str, given: str | None, notes: list[str]) -> str | None:
+    """The bucket URL of store s3 / object (given, else from the environment), checked; None
+    with a notice in `notes` when there is none."""
+    from ci_fxcache.store.remote.s3 import client
+
+    flag, env = ("--s3-url", client.URL_ENV) if kind == "s3" else ("--object-url",
+                                                                   client.OBJECT_URL_ENV)
+    url = given or os.environ.get(env) or None
+    if url is None:
+        notes.append(f"store {kind} without an {flag[2:]} ({flag}, {env}): local only")
+    elif kind == "s3":
+        check_s3_url(url, flag if given else env)
+    else:
+        check_object_url(url, flag if given else env)
+    return url
+
+
+def _redis_url(given: str | None, read_only: bool, notes: list[str]) -> str | None:
+    """Torch's Redis URL (given, else from the environment), checked; a notice in `notes`
+    when there is none or the run is read-only (Redis then stays off)."""
+    from ci_fxcache.store.remote import redis_cache
+
+    url = redis_cache.configured_url(given)
+    if url is None:
+        notes.append(
+            "store redis without a redis-url (--redis-url, FXCACHE_REDIS_URL; a fork's run "
+            "has no secrets): local only"
+        )
+        return None
+    redis_cache.check_url(url)
+    if read_only:
+        notes.append(
+            "read-only run: torch's Redis remote cache stays off, so nothing reaches the "
+            "shared cache (local only)"
+        )
+    return url
 
 
 def github_entry_key(scope_key: str, key_suffix: str) -> str:
