@@ -1,6 +1,11 @@
 """The job trace's cost: cold compile time with and without TORCH_TRACE, side by side in one run.
 
 Usage: python benchmarks/bench_job_trace.py [--python PY] [--repeat N] [--blocks B]
+       python benchmarks/bench_job_trace.py --stats [--processes 8] [--graphs 2000]
+
+--stats: `fxcache stats` on a generated trace of an 8-process job with 2,000 graphs (the same
+keys in every process), after a real `fxcache restore`: wall and CPU seconds and the peak
+memory of the command (goal: at most 2 s and 256 MiB).
 Models: the default matrix's workload (sin_matmul, forward + backward) and a larger one, a stack
 of B transformer blocks (forward + backward). Each sample is a fresh process with an empty
 Inductor cache (a cold compile); with and without the trace alternate, so the machine's load
@@ -28,6 +33,73 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ci_fxcache.jobstats import count, trace
+
+# A generated trace shaped like torch 2.13's (measured on a real one): per graph and process an
+# FX graph lookup whose payload carries the key's components (`[hash] name: value`, one line
+# each: the graph's code, its inputs, Inductor's settings...), Dynamo's compilation metrics,
+# timed events (`chromium_event`) and the generated code (an artifact the figures skip).
+_PREFIX = "V1206 01:09:07.059000 {pid} torch/_inductor/compile_fx.py:1449] "
+
+
+def _record(pid: int, head: dict[str, object], payload: str | None = None) -> str:
+    line = _PREFIX.format(pid=pid) + json.dumps(head) + "\n"
+    return line if payload is None else line + "".join(f"\t{x}\n" for x in payload.split("\n"))
+
+
+def _event(pid: int, name: str, ph: str, ts: float, frame: int) -> str:
+    head = {"chromium_event": {}, "rank": 0, "frame_id": frame, "frame_compile_id": 0}
+    return _record(pid, head, json.dumps({"name": name, "ph": ph, "ts": ts, "args": {}}))
+
+
+def write_trace(directory: Path, processes: int, graphs: int, components: int = 120) -> int:
+    """An 8-process-job-shaped trace: `processes` files, each with `graphs` FX graph lookups
+    (the same keys in every process, as ranks have; the first process misses, the others hit)
+    and their metrics, events and code. Returns its size in bytes."""
+    directory.mkdir(parents=True, exist_ok=True)
+    settings = [f"[h{i:010d}] inductor_config[setting_{i}]: {i % 7}" for i in range(components)]
+    size = 0
+    for rank in range(processes):
+        pid = 1000 + rank
+        path = directory / f"dedicated_log_torch_trace_rank_{rank}_x.log"
+        with path.open("w", encoding="utf-8") as out:
+            for g in range(graphs):
+                base = {"rank": rank, "frame_id": g, "frame_compile_id": 0}
+                ts = 1.0e15 + g * 1e6
+                code = f"def forward(self, x):\n    return torch.sin(x) * {g}\n" * 8
+                state = "miss" if rank == 0 else "hit"
+                lookup = {
+                    "key": f"f{g:051d}", "cache_state": state, "cache_event_time": int(ts * 1000),
+                    "components": [f"[g{g:010d}] gm: {code}",
+                                   f"[e{g % 13:010d}] example_inputs[0]: f32[{g % 13 + 1}, 8]",
+                                   *settings],
+                    "time_taken_ns" if state == "miss" else "time_saved_ns": 2 * 10**9,
+                }  # fmt: skip
+                parts = [
+                    _event(pid, "dynamo", "B", ts, g),
+                    _event(pid, "bytecode_tracing", "B", ts + 10, g),
+                    _event(pid, "bytecode_tracing", "E", ts + 3000, g),
+                    _event(pid, "build_guards", "B", ts + 3100, g),
+                    _event(pid, "build_guards", "E", ts + 4000, g),
+                    _event(pid, "backend_compile", "B", ts + 4100, g),
+                    _record(pid, {"artifact": {"name": f"fx_graph_cache_{state}",
+                                               "encoding": "json"}, **base},
+                            json.dumps(lookup)),
+                    _record(pid, {"artifact": {"name": "inductor_output_code",
+                                               "encoding": "string"}, **base}, code * 4),
+                    _event(pid, "compile_file", "B", ts + 5000, g),
+                    _event(pid, "compile_file", "E", ts + 90_000, g),
+                    _event(pid, "backend_compile", "E", ts + 95_000, g),
+                    _event(pid, "dynamo", "E", ts + 100_000, g),
+                    _record(pid, {"compilation_metrics": {
+                        "compile_id": f"{g}/0", "entire_frame_compile_time_s": 0.1,
+                        "dynamo_config": json.dumps({f"option_{i}": i for i in range(150)}),
+                    }, **base}),
+                ]  # fmt: skip
+                text = "".join(parts)
+                size += len(text)
+                out.write(text)
+    return size
+
 
 MODEL = r"""
 import sys, time, torch, torch.nn as nn
@@ -157,15 +229,65 @@ def measure(python: str, model: str, blocks: int, pairs: int) -> dict[str, objec
     }
 
 
+def stats_cost(python: str, processes: int, graphs: int, repeat: int) -> dict[str, object]:
+    """`fxcache stats --json` on a generated trace in the job-private directory of a real
+    restore: the command's wall and CPU seconds and its peak resident memory (the median of
+    `repeat` runs, and the largest peak)."""
+    work = Path(tempfile.mkdtemp(prefix="bench-stats-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FXCACHE_", "TORCH"))}
+    env["FXCACHE_ROOT"] = str(work / "root")
+    state = work / "state.json"
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "ci_fxcache", "restore", "--python", python,
+             "--state-file", str(state)], env=env, check=True, capture_output=True,
+        )  # fmt: skip
+        size = write_trace(trace.job_trace_dir(state), processes, graphs)
+        walls, cpus, peaks = [], [], []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            with (work / "stats.json").open("wb") as out:
+                child = subprocess.Popen(
+                    [sys.executable, "-m", "ci_fxcache", "stats", "--state-file", str(state),
+                     "--json"], env=env, stdout=out, stderr=subprocess.DEVNULL,
+                )  # fmt: skip
+                _, status, usage = os.wait4(child.pid, 0)  # this command's own rusage
+            child.returncode = os.waitstatus_to_exitcode(status)
+            assert child.returncode == 0, child.returncode
+            walls.append(time.perf_counter() - started)
+            cpus.append(usage.ru_utime + usage.ru_stime)
+            peaks.append(usage.ru_maxrss * 1024)
+            doc = json.loads((work / "stats.json").read_text(encoding="utf-8"))
+        return {
+            "trace_bytes": size,
+            "graphs": doc["graphs"],
+            "processes": doc["processes"],
+            "wall_s": round(statistics.median(walls), 2),
+            "cpu_s": round(statistics.median(cpus), 2),
+            "peak_mib": round(max(peaks) / (1 << 20), 1),
+            "load_average_1min": round(os.getloadavg()[0], 1),
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--python", default=sys.executable, help="interpreter with torch")
     parser.add_argument("--repeat", type=int, default=6, help="pairs per model")
     parser.add_argument("--blocks", type=int, default=4)
+    parser.add_argument("--models", default="sin_matmul,transformer_stack")
+    parser.add_argument("--stats", action="store_true", help="time `fxcache stats` instead")
+    parser.add_argument("--processes", type=int, default=8)
+    parser.add_argument("--graphs", type=int, default=2000)
     args = parser.parse_args()
     print(f"cpus: {os.cpu_count()}", flush=True)
+    if args.stats:
+        got = stats_cost(args.python, args.processes, args.graphs, min(args.repeat, 3))
+        print(json.dumps(got, indent=2))
+        return
     results = {}
-    for model in ("sin_matmul", "transformer_stack"):
+    for model in args.models.split(","):
         results[model] = measure(args.python, model, args.blocks, args.repeat)
         print(model, json.dumps(results[model]), flush=True)
     print(json.dumps(results, indent=2))

@@ -17,12 +17,17 @@ And what the hot-only job spends on the workload identity check (issue 38: a wor
 since its reference is verified again, never judged by it): the same `Runner.match_versions`
 call the job makes, timed on its own against the same cache, beside the job's wall time.
 
+And the compile modes (issue 46): for `--modes default` and `--modes max-autotune` on a small
+matrix (`MODES_AXES`), the first run and the hot-only job after it, side by side (target:
+max-autotune's hot-only job <= 0.15x its first run).
+
 And `--ranks 1` against `--ranks 2` (issue 46): the first run and the hot-only job after it for
 the same combinations, side by side (`--ranks-only` runs just that; target: 2 ranks at most
 1.5x the wall time of 1 rank).
 
 Usage: python benchmarks/bench_matrix.py [--python PY] [--order naive-first|product-first]
        [--no-naive]  (the first run and the job after it only: no baseline, no ratio to it)
+       [--part all|matrix|modes]  (default all)
        [--ranks-only]  (only --ranks 1 against --ranks 2)
 Prints the wall times and the ratios (targets: the first run <= 0.25x naive; the hot-only job
 after it no slower than before issue 34: 0.094x naive, 10.8 s on a quiet 2-core machine).
@@ -47,6 +52,11 @@ from ci_fxcache.verify import forkserver, matrix, runner
 
 ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 TARGET = 0.25
+# The modes part: a small model max-autotune compiles in minutes on two cores, not hours.
+MODES_AXES = ("--workloads", "mlp", "--dtypes", "float32", "--dynamic", "false",
+              "--mechanisms", "fxgraph,mega", "--training", "false")  # fmt: skip
+MODES = ("default", "max-autotune")
+MODES_TARGET = 0.15
 RANKS_TARGET = 1.5
 # The combinations `--ranks 1` and `--ranks 2` both run (issue 46): one small model, training
 # (DDP synchronises the gradients), the mechanism every rank layout verifies.
@@ -98,6 +108,33 @@ def hot_only(python: str, work: Path) -> dict[str, tuple[float, dict[str, Any]]]
         )
         timed[name] = (elapsed, {**doc["summary"], "carried": carried})
     return timed
+
+
+def modes_part(python: str, work: Path) -> dict[str, tuple[float, float, dict[str, int]]]:
+    """Per mode: the first run's wall time, the hot-only job's on its cache (it must be
+    hot-only), and that job's summary."""
+    timed = {}
+    for mode in MODES:
+        where = work / f"modes-{mode}"
+        where.mkdir()
+        first, _ = run_verify(python, where, *MODES_AXES, "--modes", mode)
+        hot, doc = run_verify(python, where, *MODES_AXES, "--modes", mode)
+        if doc["settings"]["phase"] != "hot":
+            raise SystemExit(f"hot-only run (--modes {mode}) was not hot-only: {doc['settings']}")
+        timed[mode] = (first, hot, doc["summary"])
+    return timed
+
+
+def print_modes(timed: dict[str, tuple[float, float, dict[str, int]]]) -> None:
+    print(f"compile modes ({' '.join(MODES_AXES)}):")
+    print(f"  {'mode':<14} {'first run':>10} {'hot-only':>10} {'ratio':>6}  hot-only summary")
+    for mode, (first, hot, summary) in timed.items():
+        print(f"  {mode:<14} {first:9.1f}s {hot:9.1f}s {hot / first:6.3f}  {summary}")
+    first, hot, _ = timed["max-autotune"]
+    met = "met" if hot / first <= MODES_TARGET else "MISSED"
+    print(
+        f"  max-autotune hot-only / first run: {hot / first:.3f} (target <= {MODES_TARGET}: {met})"
+    )
 
 
 def identity_check(python: str, work: Path) -> tuple[float, int]:
@@ -216,8 +253,16 @@ def main() -> None:
     parser.add_argument("--python", default=sys.executable, help="interpreter with torch")
     parser.add_argument("--order", choices=("naive-first", "product-first"), default="naive-first")
     parser.add_argument("--no-naive", action="store_true", help="skip the naive baseline")
+    parser.add_argument("--part", choices=("all", "matrix", "modes"), default="all")
     parser.add_argument("--ranks-only", action="store_true", help="only --ranks 1 vs 2")
     args = parser.parse_args()
+    if args.part == "modes":
+        work = Path(tempfile.mkdtemp(prefix="bench-modes-"))
+        try:
+            print_modes(modes_part(args.python, work))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     load_at_start = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="bench-matrix-"))
     if args.ranks_only:
@@ -237,6 +282,7 @@ def main() -> None:
         hot = hot_only(args.python, work)
         identity_s, checked = identity_check(args.python, work)
         ranks = ranks_side_by_side(args.python, work)
+        modes = modes_part(args.python, work) if args.part == "all" else None
     finally:
         shutil.rmtree(work, ignore_errors=True)
     cores = len(os.sched_getaffinity(0))
@@ -260,6 +306,8 @@ def main() -> None:
         f"{identity_s / policy:.2f}x of the default hot-only job"
     )
     print_ranks(ranks)
+    if modes is not None:
+        print_modes(modes)
     print(f"load average (1, 5, 15 min): {load_at_start} at the start, {os.getloadavg()} now")
 
 

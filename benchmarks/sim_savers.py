@@ -161,7 +161,7 @@ def _found(store: Store, work: Path) -> tuple[set[str], int]:
     objects = _objects(store)
     objects.start()
     _meta, entries = refs.view(objects, Layout(Path(tempfile.mkdtemp(dir=work))), KEY, None)
-    return set(entries), len(refs.names(objects, KEY, None)[0])
+    return set(entries), len(refs.names(objects, KEY, None, None).names)
 
 
 def _fold(store: Store) -> dict[str, Any]:

@@ -1,3 +1,3 @@
 """fxcache: keep torch.compile caches alive in CI, and prove hot loads are safe."""
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"

@@ -22,7 +22,9 @@ from ci_fxcache.errors import EXIT_USAGE, FxcacheError
 
 # One module per subcommand under ci_fxcache.commands; each has register(subparsers, parent),
 # which declares the options and sets `func`: the command's function, whose keyword-only
-# parameters are the options' dests (tests/test_cli_signatures.py holds them to it).
+# parameters are the options' dests, or, where it also sets `request` (a frozen dataclass, as
+# `verify` does), whose one argument is that request built from them: its fields are the dests
+# (tests/test_cli_signatures.py holds them to it).
 # Modules must stay cheap to import: heavy imports (requests, jinja2) go inside functions.
 COMMANDS: tuple[str, ...] = (
     "fingerprint",
@@ -39,7 +41,7 @@ COMMANDS: tuple[str, ...] = (
     "action",
 )
 # What the parsed namespace holds for dispatch itself; everything else is the command's options.
-DISPATCH_DESTS = ("command", "func", "debug")
+DISPATCH_DESTS = ("command", "func", "request", "debug")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -144,7 +146,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = bool(getattr(args, "debug", False)) or os.environ.get("FXCACHE_DEBUG") == "1"
     command = args.func
     options = {k: v for k, v in vars(args).items() if k not in DISPATCH_DESTS}
+    request = getattr(args, "request", None)
     try:
+        if request is not None:
+            return int(command(request(**options)) or 0)
         return int(command(**options) or 0)
     except FxcacheError as exc:
         if debug:

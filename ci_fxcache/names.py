@@ -52,6 +52,8 @@ SETTINGS_ENV = "FXCACHE_ACTION_SETTINGS"  # where setup's settings are
 # Fault injection for the tests, never set in production (store.save, store.tiered, the S3
 # publish: see each for its values).
 TEST_FAULT_ENV = "FXCACHE_TEST_FAULT"
+# torch's structured trace: the job's (restore sets it, stats reads it); never verify's phases.
+TORCH_TRACE_ENV = "TORCH_TRACE"
 # The Actions cache service's variables: only the steps that talk to it get them.
 CACHE_SERVICE_ENV = (
     "ACTIONS_RUNTIME_TOKEN",

@@ -10,9 +10,12 @@ import subprocess
 import sys
 import venv
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from ci_fxcache.env.interpreter import run_snippet
 
 ROOT = Path(__file__).resolve().parents[1]
 # The interpreter running the tests has the pinned torch==2.13.0: it is the "user's" Python.
@@ -21,6 +24,25 @@ TORCH_PYTHON = sys.executable
 # test command builds it in .venv-torch2.15; FXCACHE_TEST_TORCH2_PYTHON points at another copy.
 TORCH2_VERSION = "2.15.0"
 TORCH2_VENV = ROOT / ".venv-torch2.15"
+
+
+@dataclass(frozen=True)
+class TorchBuild:
+    """What the test interpreter's torch is, as the fingerprint reads it (no `import torch`)."""
+
+    version: str  # torch.__version__: "2.13.0+cpu", "2.13.0+cu130", ...
+    cuda: str | None  # torch.version.cuda: None for a CPU build
+    triton: str | None  # the installed Triton's version: None without Triton
+
+
+@functools.cache
+def torch_build() -> TorchBuild:
+    """The pinned torch==2.13.0 the tests run with, in whichever build pip brought: the CPU
+    build from a CPU index (`2.13.0+cpu`), the CUDA build from the default index (`+cu130`,
+    with Triton). Tests take versions and flavours from here, never assume the CPU build."""
+    report = run_snippet(TORCH_PYTHON, "read_versions")
+    versions = report["torch_version_py"]
+    return TorchBuild(str(versions["__version__"]), versions.get("cuda"), report["triton_version"])
 
 
 @functools.cache

@@ -27,6 +27,11 @@ TEST_WORKFLOWS = sorted(
     for p in (ROOT / "tests").rglob("workflows/*.yml")
     if "node_modules" not in p.parts  # the browser test's npm packages ship their own CI
 )
+# The project's own CI (tests, the action's self-test, releases) and its Dependabot config.
+OWN_WORKFLOWS = sorted(
+    p.relative_to(ROOT).as_posix() for p in (ROOT / ".github" / "workflows").glob("*.yml")
+)
+DEPENDABOT = ".github/dependabot.yml"
 SHA_PIN = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}$")
 # How the reusable workflows name the fxcache action: a placeholder commit the user replaces
 # with the repository and commit they reviewed (the workflows' headers say how).
@@ -76,16 +81,26 @@ def test_inventory() -> None:
         "workflows/fxcache-verify.yml",
     ]
     assert TEST_WORKFLOWS, "the act end-to-end workflow is missing"
+    assert OWN_WORKFLOWS == [
+        ".github/workflows/release.yml",
+        ".github/workflows/self-test.yml",
+        ".github/workflows/tests.yml",
+    ]
 
 
-def test_actionlint() -> None:
+def test_actionlint(tmp_path: Path) -> None:
     proc = _run(
-        _tool("actionlint"),
-        "-config-file",
-        ".github/actionlint.yaml",
-        *WORKFLOWS,
-        *TEST_WORKFLOWS,
+        _tool("actionlint"), "-config-file", ".github/actionlint.yaml", *WORKFLOWS, *OWN_WORKFLOWS
     )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The act workflows, where they are, in a project without .github/workflows/: fleet.yml
+    # calls ./.github/workflows/fxcache-verify.yml, which only the act test's repository has.
+    (tmp_path / ".git").mkdir()  # actionlint finds the project root by it
+    for rel in TEST_WORKFLOWS:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, tmp_path / rel)
+    config = str(ROOT / ".github/actionlint.yaml")
+    proc = _run(_tool("actionlint"), "-config-file", config, *TEST_WORKFLOWS, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -111,6 +126,18 @@ def test_zizmor_has_no_findings() -> None:
     # zizmor only warns about files it cannot parse: make that a failure.
     assert "failed to" not in out.lower(), out
     for path in [*ACTIONS, *WORKFLOWS]:
+        assert f"completed {path}" in out, f"zizmor did not audit {path}:\n{out}"
+
+
+def test_zizmor_has_no_findings_in_the_projects_own_ci() -> None:
+    """The repository's workflows and Dependabot config, under the same policy. Their
+    `uses: ./` (the action tried on itself, the tests workflow called by the release) carry an
+    inline ignore of the self-repository audit, with the reason."""
+    proc = _zizmor("--persona=auditor", *OWN_WORKFLOWS, DEPENDABOT)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "No findings to report" in out, out
+    assert "failed to" not in out.lower(), out
+    for path in [*OWN_WORKFLOWS, DEPENDABOT]:
         assert f"completed {path}" in out, f"zizmor did not audit {path}:\n{out}"
 
 
@@ -166,8 +193,10 @@ def test_zizmor_config_requires_sha_pins_for_every_action_ours_too(
 
 @pytest.mark.parametrize(
     ("schema", "files"),
-    [("vendor.github-actions", ACTIONS), ("vendor.github-workflows", WORKFLOWS + TEST_WORKFLOWS)],
-)
+    [("vendor.github-actions", ACTIONS),
+     ("vendor.github-workflows", WORKFLOWS + TEST_WORKFLOWS + OWN_WORKFLOWS),
+     ("vendor.dependabot", [DEPENDABOT])],
+)  # fmt: skip
 def test_check_jsonschema(schema: str, files: list[str]) -> None:
     proc = _run(_tool("check-jsonschema"), "--builtin-schema", schema, *files)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -183,14 +212,14 @@ def test_check_jsonschema_rejects_a_broken_action(tmp_path: Path) -> None:
     assert proc.returncode == 1
 
 
-@pytest.mark.parametrize("rel", ACTIONS + WORKFLOWS + TEST_WORKFLOWS)
+@pytest.mark.parametrize("rel", ACTIONS + WORKFLOWS + TEST_WORKFLOWS + OWN_WORKFLOWS)
 def test_no_expression_inside_run(rel: str) -> None:
     for step in _steps(_load(rel)):
         if "run" in step:
             assert "${{" not in step["run"], f"{rel}: step {step.get('name')!r} expands ${{{{ }}}}"
 
 
-@pytest.mark.parametrize("rel", ACTIONS + WORKFLOWS)
+@pytest.mark.parametrize("rel", ACTIONS + WORKFLOWS + OWN_WORKFLOWS)
 def test_remote_actions_are_pinned(rel: str) -> None:
     for step in _steps(_load(rel)):
         uses = step.get("uses")
@@ -308,3 +337,79 @@ def test_documented_matrix_defaults_are_verifys() -> None:
     assert sub.choices["verify"].get_default("min_speedup") is None
     assert "Empty: verify's default, none " in descriptions["min-speedup"]
     assert "| `min-speedup` | empty | none:" in readme
+
+
+@pytest.mark.parametrize("rel", OWN_WORKFLOWS)
+def test_own_ci_pins_with_a_version_comment_and_least_permissions(rel: str) -> None:
+    """The project's workflows as the README tells users to write theirs: each remote action
+    by full commit with its version in a comment (what Dependabot updates), no permissions at
+    the top and each job's own, and no token left in .git by a checkout."""
+    doc = _load(rel)
+    assert doc["permissions"] == {}, rel
+    for name, job in doc["jobs"].items():
+        assert "permissions" in job, f"{rel}: job {name} must state its permissions"
+        if "uses" in job:  # a reusable workflow of this repository
+            assert job["uses"].startswith("./.github/workflows/"), (rel, name)
+    text = (ROOT / rel).read_text()
+    for line in re.findall(r"uses: ([^./\s][^\s]*.*)", text):
+        assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40} # v\d+\.\d+\.\d+", line), line
+    for step in _steps(doc):
+        if step.get("uses", "").startswith("actions/checkout@"):
+            assert step.get("with", {}).get("persist-credentials") is False, (rel, step)
+
+
+def _readme_test_command() -> str:
+    blocks = re.findall(r"```bash\n(.*?)\n```", (ROOT / "README.md").read_text(), flags=re.S)
+    found = [b for b in blocks if "-m pytest" in b]
+    assert len(found) == 1, "the README's test command is not one bash block"
+    return found[0].strip()
+
+
+def test_ci_runs_the_readme_test_command_exactly() -> None:
+    """The tests workflow's last step and .ci/run are the README's test command, verbatim."""
+    command = _readme_test_command()
+    steps = _load(".github/workflows/tests.yml")["jobs"]["tests"]["steps"]
+    assert steps[-1]["run"].strip() == command
+    assert (ROOT / ".ci/run").read_text().rstrip().splitlines()[-1] == command
+
+
+def test_dependabot_covers_every_pinned_dependency() -> None:
+    """Every npm package of the tests, the toolkit's locks and the workflows' actions."""
+    doc = _load(DEPENDABOT)
+    dirs: dict[str, set[str]] = {}
+    for update in doc["updates"]:
+        found = update.get("directories") or [update["directory"]]
+        dirs.setdefault(update["package-ecosystem"], set()).update(found)
+        assert update.get("cooldown", {}).get("default-days", 0) >= 1, update
+    packages = {
+        "/" + p.parent.relative_to(ROOT).as_posix()
+        for p in ROOT.rglob("package.json")
+        if "node_modules" not in p.parts and not p.relative_to(ROOT).parts[0].startswith(".")
+    }
+    assert dirs["npm"] == packages
+    assert dirs["pip"] == {"/toolkit"} and list((ROOT / "toolkit").glob("requirements*.txt"))
+    assert dirs["github-actions"] == {"/"}
+
+
+def _visible(text: str) -> str:
+    """The GitLab template's hidden job made a visible one, as a job that extends it is (the
+    schema does not look inside hidden jobs)."""
+    assert text.count("\n.fxcache:\n") == 1
+    return text.replace("\n.fxcache:\n", "\nfxcache:\n  script: [train]\n")
+
+
+@pytest.mark.parametrize(
+    ("schema", "rel", "old", "new"),
+    [("vendor.gitlab-ci", "ci/gitlab/fxcache.gitlab-ci.yml", "when: always", "when: sometimes"),
+     ("vendor.buildkite", "ci/buildkite/pipeline.yml", "artifact_paths:", "artefact_paths:")],
+)  # fmt: skip
+def test_other_ci_files_match_their_schemas(
+    schema: str, rel: str, old: str, new: str, tmp_path: Path
+) -> None:
+    text = (ROOT / rel).read_text()
+    text = _visible(text) if rel.startswith("ci/gitlab/") else text
+    for content, expected in ((text, 0), (text.replace(old, new, 1), 1)):
+        path = tmp_path / Path(rel).name
+        path.write_text(content)
+        proc = _run(_tool("check-jsonschema"), "--builtin-schema", schema, str(path))
+        assert proc.returncode == expected, proc.stdout + proc.stderr

@@ -310,7 +310,8 @@ def test_unwritable_tool_cache_falls_back_to_runner_temp(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("inputs", "message"),
     [
-        ({"store": "gcs"}, "input store must be one of: local github redis s3 (got 'gcs')"),
+        ({"store": "gcs"}, "input store must be one of: local github redis s3 object (got 'gcs')"),
+        ({"object-url": "gcs://b/p"}, "input object-url is not an s3://BUCKET/PREFIX or"),
         ({"read-only": "yes"}, "input read-only must be one of: auto true false"),
         ({"comment": "always"}, "input comment must be one of: auto true false"),
         ({"fail-on": "sometimes"}, "input fail-on must be one of: never unsafe error no-gain"),
@@ -393,7 +394,9 @@ def test_conclude_fails_with_the_deferred_verify_status(tmp_path: Path) -> None:
     settings = s.outputs["settings"]
     ok = run_step(tmp_path, "conclude", FXCACHE_ACTION_SETTINGS=settings)
     assert ok.proc.returncode == 0
-    (Path(settings).parent / "verify-rc").write_text("1\n")
+    from ci_fxcache.action import job_record
+
+    job_record.update(Path(settings).parent, verify_rc=1)
     failed = run_step(tmp_path, "conclude", FXCACHE_ACTION_SETTINGS=settings)
     assert failed.proc.returncode == 1 and failed.errors == []
 
@@ -468,7 +471,7 @@ def test_outputs_are_declared_once() -> None:
 def _upload(settings: dict[str, Any]) -> bool:
     """May this run write the remote tier (setup's store choice)?"""
     choice = settings["choice"]
-    return bool(choice["kind"] in ("s3", "github") and choice["may_write_remote"])
+    return bool(choice["kind"] in ("s3", "github", "object") and choice["may_write_remote"])
 
 
 POST_STATE: dict[str, dict[str, str]] = {}  # settings file -> what its post step gets
@@ -707,3 +710,49 @@ def test_the_action_passes_values_as_arguments_never_through_os_environ() -> Non
     assert [(f, n) for f, n, _ in _environ_writes(planted)] == [
         ("a", "X"), ("b", "Y"), ("c", "?"), ("d", "Z"), ("e", "W")
     ]  # fmt: skip
+
+
+def test_the_job_record_round_trips_and_refuses_what_it_is_not(tmp_path: Path) -> None:
+    """The steps hand the job along in one typed, versioned record (issue 47 item 7)."""
+    from ci_fxcache.action import job_record
+    from ci_fxcache.action.job_record import JobRecord
+    from ci_fxcache.errors import UsageError
+
+    assert JobRecord.read(tmp_path) == JobRecord()  # none yet
+    job_record.update(tmp_path, restore_s=1.25)
+    record = job_record.update(tmp_path, save_s=0.5, saved=True)
+    assert record == JobRecord(restore_s=1.25, save_s=0.5, saved=True)
+    assert JobRecord.read(tmp_path) == record == JobRecord.from_json(record.to_json())
+    assert record.timings == {"restore_s": 1.25, "save_s": 0.5}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [job_record.FILE]
+    for bad in ('{"schema": "other/1"}', f'{{"schema": "{job_record.SCHEMA}", "saved": "yes"}}',
+                f'{{"schema": "{job_record.SCHEMA}", "verify_rc": true}}',
+                f'{{"schema": "{job_record.SCHEMA}", "extra": 1}}', "[]"):  # fmt: skip
+        with pytest.raises(ValueError):
+            JobRecord.from_json(bad)
+    (tmp_path / job_record.FILE).write_text("{not json")
+    with pytest.raises(UsageError, match="not the job's record"):
+        JobRecord.read(tmp_path)
+
+
+@pytest.mark.parametrize("url", ["az://acme-ci-caches/fxcache", "gs://acme-ci-caches/fxcache"])
+def test_store_object_takes_its_service_from_the_urls_scheme_and_the_same_save_policy(
+    tmp_path: Path, url: str
+) -> None:
+    """Issue 48: `store: object` with `object-url:` is the tier of `fxcache restore --store
+    object --object-url`, written only from the default branch like store s3."""
+    event = {"repository": {"id": REPO_ID, "default_branch": "main"}}
+    for ref, writes in (("refs/heads/main", True), ("refs/heads/topic", False)):
+        inputs = {"store": "object", "object-url": url}
+        runner = tmp_path / ref[-4:]
+        runner.mkdir()
+        s = run_step(runner, "setup", inputs, event, "push", GITHUB_REF=ref)
+        assert s.proc.returncode == 0, s.lines
+        settings = s.settings()
+        assert settings["remote"] is True and _upload(settings) is writes, settings
+        assert (settings["choice"]["kind"], settings["choice"]["url"]) == ("object", url)
+    (tmp_path / "none").mkdir()
+    s = run_step(tmp_path / "none", "setup", {"store": "object"}, event, "push",
+                 GITHUB_REF="refs/heads/main")  # fmt: skip
+    assert s.settings()["remote"] is False
+    assert any("store object without an object-url" in line for line in s.lines), s.lines

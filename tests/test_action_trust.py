@@ -279,7 +279,14 @@ def test_job_stats_count_entries_by_kind() -> None:
         "triton/KERNEL1/a.json": 5,
         "verify/references/x": 99,
     }
-    stats = job_stats.compute(before, after, {"saved": True}, {"restore_s": 1.5})
+    from ci_fxcache.store import tiered
+    from ci_fxcache.store.tiered import mf
+
+    manifest = {"files": {rel: {"size": size} for rel, size in after.items()}}
+    saved = tiered.Saved(
+        {"saved": True}, mf.Committed.of(manifest), tuple(set(after) - set(before))
+    )
+    stats = job_stats.compute(saved, {"restore_s": 1.5})
     assert stats["new"] == {
         "fxgraph": {"entries": 1, "bytes": 20},
         "aotautograd": {"entries": 1, "bytes": 30},

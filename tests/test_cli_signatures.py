@@ -61,7 +61,11 @@ def _problems(sub: argparse.ArgumentParser) -> list[str]:
     func = sub.get_default("func")
     if not callable(func):
         return ["register() sets no func"]
-    params = inspect.signature(func).parameters
+    # A command that takes one request (a frozen dataclass the parser builds): its fields are
+    # held to the options as a function's parameters are.
+    request = sub.get_default("request")
+    target = func if request is None else request
+    params = inspect.signature(target).parameters
     dests = {a.dest for a in _options(sub)} | (set(sub._defaults) - set(cli.DISPATCH_DESTS))
     problems = [f"parameter without an option: {p}" for p in sorted(set(params) - dests)]
     problems += [f"option without a parameter: {d}" for d in sorted(dests - set(params))]
@@ -71,9 +75,11 @@ def _problems(sub: argparse.ArgumentParser) -> list[str]:
         # The parser holds every default, once: a second one here would never be used.
         if param.default is not inspect.Parameter.empty:
             problems.append(f"a default besides the parser's: {param.name}")
-    hints = typing.get_type_hints(func)
+    hints = typing.get_type_hints(target)
     problems += [f"not annotated: {p}" for p in params if p not in hints]
-    if hints.get("return") is not int:
+    if request is not None and list(typing.get_type_hints(func)) != ["request", "return"]:
+        problems.append("takes more than its request")
+    if typing.get_type_hints(func).get("return") is not int:
         problems.append("does not return an int (the exit code)")
     for action in _options(sub):
         expected = _stored_type(action)

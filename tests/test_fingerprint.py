@@ -11,7 +11,7 @@ import pytest
 
 from ci_fxcache.env import cpu, gpus
 from ci_fxcache.env.fingerprint import python_abi_tag
-from tests.conftest import TORCH_PYTHON, RunFxcache
+from tests.conftest import TORCH_PYTHON, RunFxcache, torch_build
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +32,14 @@ def test_fingerprint_json_matches_real_torch(
     proc = run_fxcache("fingerprint", "--json", "--python", TORCH_PYTHON)
     assert proc.returncode == 0, proc.stderr
     fp = json.loads(proc.stdout)["fingerprint"]
-    assert fp["torch_version"] == torch_facts["v"] == "2.13.0+cpu"
+    # The pinned torch in whichever build pip brought: `2.13.0+cpu`, or `2.13.0+cu130`.
+    assert fp["torch_version"] == torch_facts["v"] and fp["torch_version"].startswith("2.13.0")
     assert fp["torch_git_version"] == torch_facts["git"]
-    assert fp["cuda_version"] is None and fp["hip_version"] is None
+    assert fp["cuda_version"] == torch_facts["cuda"] and fp["hip_version"] is None
     assert fp["python_abi"] == torch_facts["abi"]
-    assert fp["device_kind"] == "cpu" and fp["gpu_archs"] == []
+    assert fp["device_kind"] == ("cuda" if torch_facts["cuda"] else "cpu")
+    if not torch_facts["cuda"]:
+        assert fp["gpu_archs"] == []  # a CPU build cannot use a GPU, seen or not
     assert fp["os"] == "linux" and fp["machine"] in ("x86_64", "aarch64")
     assert fp["cpu_isa"] in cpu.ISA_NAMES
 
@@ -135,8 +138,9 @@ def test_gpus_from_fake_nvidia_smi_respect_visible_devices(
     fp = json.loads(proc.stdout)["fingerprint"]
     assert [g["arch"] for g in fp["gpus"]] == ["sm90", "sm80"]
     assert fp["driver_version"] == "570.86.15" and fp["gpu_source"] == "nvidia-smi"
-    # CPU build of torch: GPUs are reported but cannot change its compiled code.
-    assert fp["gpu_archs"] == []
+    # A CPU build of torch: GPUs are reported but cannot change its compiled code; a CUDA
+    # build compiles for them, so their architectures are keyed.
+    assert fp["gpu_archs"] == (["sm80", "sm90"] if torch_build().cuda else [])
     only_second = run_fxcache(
         "fingerprint",
         "--json",

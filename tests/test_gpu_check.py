@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from benchmarks import gpu_check
-from tests.conftest import ROOT, _clean_env
+from tests.conftest import ROOT, _clean_env, torch_build
 
 UUID = "GPU-0e5e1f3a-8b9c-7d6e-5f4a-3b2c1d0e9f8a"
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
@@ -76,7 +76,9 @@ def test_cpu_fallback_writes_every_file_and_skips_cuda(tmp_path: Path) -> None:
     assert preflight["torch"].startswith("2.13.0") and preflight["cuda_available"] is False
     assert preflight["nproc"] >= 1 and preflight["usable_cpus"] >= 1
     log = (out / "gpu_check.log").read_text()
-    assert "preflight: no CUDA device seen by torch (a CPU build of torch): CPU fallback" in log
+    # The pinned torch's CPU build says why; its CUDA build on a machine without a GPU too.
+    why = "torch.cuda.is_available() is False" if torch_build().cuda else "a CPU build of torch"
+    assert f"preflight: no CUDA device seen by torch ({why}): CPU fallback" in log
     assert "== ranks-2" not in log  # one GPU or none: no 2-rank step at all
     for gpu_only in ("modes", "cuda-alone", "second-hot", "nondeterminism", "real-models"):
         assert f"== {gpu_only}: skipped (needs a GPU: CPU fallback)" in log

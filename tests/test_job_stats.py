@@ -66,6 +66,13 @@ class Job:
         subprocess.run([sys.executable, str(self.script), *args], env=self.env, check=True,
                        capture_output=True)  # fmt: skip
 
+    def traced(self, key: str) -> None:
+        """A step that compiled one new graph, as torch's trace records it (for tests of what
+        the figures become, not of torch: `step` runs a real compile)."""
+        trace_dir = Path(self.env["TORCH_TRACE"])
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        (trace_dir / f"{key}.log").write_text(_lookup("miss", key, [f"[{key}] gm: {key}"]))
+
     def stats(self) -> dict[str, Any]:
         return json.loads(self.fxcache("stats", "--state-file", str(self.state), "--json").stdout)
 
@@ -80,6 +87,8 @@ def test_a_job_run_again_hits_then_names_the_changed_inductor_setting(tmp_path: 
     first.step()
     seen = first.stats()
     assert seen["fxgraph"]["miss"] == 2 and seen["miss_causes"]["new graph"] == 2
+    _sums_to_the_compile_time(seen)
+    assert seen["phases"]["largest"] == "Inductor compiling"  # a cold compile
     assert "2 new graphs" in first.save()
     trace_dir = Path(first.env["TORCH_TRACE"])
     assert not trace_dir.exists(), "the job-private trace is removed once read"
@@ -93,6 +102,8 @@ def test_a_job_run_again_hits_then_names_the_changed_inductor_setting(tmp_path: 
     assert hit["aotautograd"]["hit"] == 1
     assert hit["saved_s"] > 0
     assert hit["cpp_builds"] < seen["cpp_builds"], "the hot load builds (almost) no C++"
+    _sums_to_the_compile_time(hit)
+    assert hit["phases"]["job"]["cache lookup and load"] > 0
     assert "2 of 2 graphs from the cache" in second.save()
 
     third = Job(tmp_path, "third")
@@ -102,7 +113,12 @@ def test_a_job_run_again_hits_then_names_the_changed_inductor_setting(tmp_path: 
     changed = third.stats()
     assert changed["processes"] == 2
     by_cause = {m["cause"]: m for m in changed["misses"]}
-    assert changed["miss_causes"] == {"new graph": 2, "key changed": 2, "entry gone": 0}
+    assert changed["miss_causes"] == {
+        "new graph": 2,
+        "key changed": 2,
+        "entry gone": 0,
+        "compiled at once": 0,
+    }
     names = [c["component"] for c in by_cause["key changed"]["changed"]]
     assert names == ["inductor_config[epilogue_fusion]"]
     assert by_cause["key changed"]["changed"][0]["was"] == "True"
@@ -110,6 +126,29 @@ def test_a_job_run_again_hits_then_names_the_changed_inductor_setting(tmp_path: 
     assert "key changed: inductor_config[epilogue_fusion]" in third.save()
     history = third.stats()["history"]
     assert [row["hits"] for row in history] == [0, 2, 0]
+
+
+def _sums_to_the_compile_time(doc: dict[str, Any]) -> None:
+    """Where the time went (torch's timed events) adds up to torch's compile time."""
+    parts = doc["phases"]["job"]
+    assert abs(sum(parts.values()) - doc["compile_s"]) <= 0.03 * doc["compile_s"], parts
+
+
+def test_the_largest_part_gets_advice_only_where_the_matrix_verified_it() -> None:
+    from ci_fxcache.report import job_line
+
+    doc = {"processes": 2, "compile_s": 20.0, "phases": {
+        "job": {"Dynamo tracing": 14.0, "cache lookup and load": 4.0, "guard building": 2.0},
+        "largest": "Dynamo tracing", "per_process_s": 12.0}}  # fmt: skip
+    plain = job_line.detail(doc)
+    assert "where the compile time went: Dynamo tracing 14 s, cache lookup and load 4 s" in plain
+    assert "12 s in the process that spent most" in plain and "verified" not in plain
+    advised = job_line.detail(doc, verified=frozenset({"aot", "fxgraph"}))
+    assert (
+        "Dynamo tracing took 12 s per process: `aot` is verified safe for this model here "
+        "and skips tracing" in advised.replace("\\", "")
+    )
+    assert "verified" not in job_line.detail(doc, verified=frozenset({"fxgraph"}))
 
 
 @pytest.mark.slow
@@ -202,7 +241,9 @@ def test_a_hostile_trace_is_bounded_and_escaped(tmp_path: Path) -> None:
     found = count.lookups(got)
     assert len(found) < 500
     misses = causes.explain(found, {})
-    assert [m["cause"] for m in misses[:2]] == ["new graph", "key changed"]
+    # the lookup whose payload was over the limit still counts, without its key
+    assert [m["cause"] for m in misses[:3]] == ["new graph", "new graph", "key changed"]
+    assert misses[1]["key"] == "" and notes.skipped_payloads >= 1
     doc = {
         "trace": [{"files": 1, **notes.to_dict()}],
         **count.figures(got, found),
@@ -244,12 +285,18 @@ def test_a_run_that_may_not_write_records_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "root" / history.LOCAL_DIR).exists()
     assert reader.stats()["recorded"] is False
 
+    idle = Job(tmp_path, "idle")
+    idle.restore()
+    idle.save()  # compiled nothing (a verify-only job): no history row, no file in the scope
+    key = idle.stats()["scope_key"]
+    assert idle.stats()["history"] == []
+    assert not history.local_file(tmp_path / "root", key).exists()
+    assert not list((tmp_path / "root").glob("*/inductor/fxcache-jobs/*"))
     writer = Job(tmp_path, "writer")
     writer.restore()
-    writer.save()  # compiled nothing: a history row, and no file added to the scope
-    key = writer.stats()["scope_key"]
+    writer.traced("k1")
+    writer.save()
     assert len(json.loads(history.local_file(tmp_path / "root", key).read_text())) == 1
-    assert not list((tmp_path / "root").glob("*/inductor/fxcache-jobs/*"))
 
 
 def _figures(tmp_path: Path) -> Path:
@@ -298,6 +345,37 @@ def test_the_pr_comment_gets_the_job_line_under_its_status(
     assert "<img" not in body and "… 21 more" in body  # ten misses shown, the rest counted
 
 
+def test_the_comment_advises_only_a_mechanism_the_matrix_verified(
+    fake_github: Any, run_fxcache: Any, tmp_path: Path
+) -> None:
+    from tests.test_comment import PR, RESULTS, _env
+
+    figures = _figures(tmp_path)
+    doc = json.loads(figures.read_text())
+    doc["processes"] = 2
+    doc["phases"] = {"job": {"Dynamo tracing": 24.0, "Inductor compiling": 3.0},
+                     "largest": "Dynamo tracing", "per_process_s": 12.0}  # fmt: skip
+    figures.write_text(json.dumps(doc), encoding="utf-8")
+    results = json.loads(Path(RESULTS).read_text())
+    results["combos"] = [  # only the safe precompile combinations ran
+        c for c in results["combos"] if c["mechanism"] != "precompile" or c["verdict"] == "safe"
+    ]
+    verified = tmp_path / "verified.json"
+    verified.write_text(json.dumps(results), encoding="utf-8")
+    fake_github.add_pull(PR)
+    env = _env(fake_github, tmp_path)
+    bodies = []
+    for path in (RESULTS, str(verified)):  # as it ran (precompile unsafe once), then all safe
+        done = run_fxcache("comment", path, "--job-stats", str(figures), env=env)
+        assert done.returncode == 0, done.stderr
+        bodies.append(str(fake_github.comments[PR][-1]["body"]))
+    assert "where the compile time went: Dynamo tracing 24 s" in bodies[0]
+    assert "is verified safe for this model here" not in bodies[0]
+    assert "`precompile` is verified safe for this model here and skips tracing" in bodies[
+        1
+    ].replace("\\", "")
+
+
 @pytest.mark.slow
 def test_the_history_survives_a_restore_on_an_empty_runner_from_s3(
     tmp_path: Path, seaweed: Any
@@ -318,19 +396,40 @@ def test_the_history_survives_a_restore_on_an_empty_runner_from_s3(
     assert not (tmp_path / "b" / "root").exists()
     empty.restore("--store", "s3")
     history = empty.stats()["history"]
-    assert [r["id"] for r in history] == [row["id"], "current"]
+    assert [r["id"] for r in history] == [row["id"]]  # it compiled nothing yet: no row
     assert history[0]["misses"]["new graph"] == 2
 
 
 @pytest.mark.slow
-def test_the_matrix_compiles_are_not_the_jobs_own(tmp_path: Path) -> None:
-    job = Job(tmp_path, "verify")
+def test_a_job_level_trace_counts_the_jobs_step_and_never_the_matrix(tmp_path: Path) -> None:
+    own = tmp_path / "tlparse-trace"  # teams set TORCH_TRACE for the whole job, for tlparse
+    job = Job(tmp_path, "verify", {"TORCH_TRACE": str(own)})
     job.restore()
     job.fxcache(
         "verify", "--python", sys.executable, "--dtypes", "float32", "--dynamic", "false",
         "--mechanisms", "fxgraph", "--training", "false",
     )  # fmt: skip
-    assert job.stats()["graphs"] == 0
+    assert not own.exists() or not list(own.iterdir()), "verify wrote into the user's trace"
+    job.step()
+    seen = job.stats()
+    assert seen["processes"] == 1 and len(list(own.iterdir())) == 1
+    assert seen["fxgraph"] == {"hit": 0, "miss": 2, "bypass": 0}
+    assert seen["untraced_entries"] == 0
+
+
+@pytest.mark.slow
+def test_a_trace_set_for_one_step_is_named(tmp_path: Path) -> None:
+    job = Job(tmp_path, "one-step")
+    job.restore()
+    job.env["TORCH_TRACE"] = str(tmp_path / "step-only")  # the step's own, over the job's
+    job.step()
+    del job.env["TORCH_TRACE"]  # the save step sees the job's, as a runner would
+    job.env["TORCH_TRACE"] = str(Path(str(job.state) + ".torch-trace"))
+    seen = job.stats()
+    assert seen["untraced_entries"] == 2
+    line = job.fxcache("stats", "--state-file", str(job.state)).stdout
+    assert "yet it wrote 2 new FX graph entries" in line
+    assert "set TORCH_TRACE for the job, not one step" in line
 
 
 def test_without_a_state_file_stats_shows_the_scopes_history(tmp_path: Path) -> None:
@@ -338,6 +437,7 @@ def test_without_a_state_file_stats_shows_the_scopes_history(tmp_path: Path) -> 
 
     job = Job(tmp_path, "job")
     job.restore()
+    job.traced("k1")
     job.save()
     rows = json.loads(history.local_file(tmp_path / "root", job.stats()["scope_key"]).read_text())
     job.env.pop("FXCACHE_STATE_FILE")
@@ -357,8 +457,9 @@ def test_jobs_saving_side_by_side_each_add_their_history_row(tmp_path: Path) -> 
     from ci_fxcache.jobstats import history
 
     jobs = [Job(tmp_path, f"job{i}") for i in range(4)]
-    for job in jobs:
+    for i, job in enumerate(jobs):
         job.restore()
+        job.traced(f"k{i}")
     running = [
         subprocess.Popen(
             [sys.executable, "-m", "ci_fxcache", "save", "--state-file", str(job.state)],
@@ -385,3 +486,67 @@ def test_one_endless_line_is_read_to_the_byte_limit_only(tmp_path: Path) -> None
     assert got == [] and notes.skipped_lines == 1
     assert notes.bytes <= (3 << 20), notes.bytes
     assert notes.stopped == [f"read {2 << 20} bytes, the limit"]
+
+
+def test_a_key_another_process_was_still_compiling_is_compiled_at_once() -> None:
+    comps = {"gm": ["g1", "graph"]}
+
+    def lookup(process: str, state: str, at_s: int, rank: int) -> dict[str, Any]:
+        return {"cache": "fxgraph", "state": state, "key": "fk", "components": comps,
+                "process": process, "rank": rank, "cold_ns": 10 * 10**9 if state == "miss" else 0,
+                "at_ns": at_s * 10**9}  # fmt: skip
+
+    # rank 0 and rank 1 start within a second; rank 0's entry is written at 11 s
+    misses = causes.explain([lookup("a", "miss", 1, 0), lookup("b", "miss", 2, 1)], {})
+    assert [m["cause"] for m in misses] == [causes.NEW_GRAPH, causes.AT_ONCE]
+    assert misses[1]["processes"] == 2 and misses[1]["rank"] == 1
+    # a lookup that started after the entry was written and still missed: the entry is gone
+    later = causes.explain([lookup("a", "miss", 1, 0), lookup("c", "miss", 12, 2)], {})
+    assert [m["cause"] for m in later] == [causes.NEW_GRAPH, causes.ENTRY_GONE]
+
+
+READ_IN_CHILD = """
+import resource, sys
+from pathlib import Path
+from ci_fxcache.jobstats import causes, count, trace
+tally, notes = count.Tally(), trace.ReadNotes()
+for record in trace.stream(Path(sys.argv[1]), trace.Limits(), notes):
+    tally.add(record)
+found = tally.lookups()
+figures = tally.figures(found)
+misses = causes.explain(found, {})
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(peak, notes.bytes, figures["graphs"], len(misses))
+"""
+
+
+def test_reading_a_large_trace_stays_within_256_mib(tmp_path: Path) -> None:
+    from benchmarks.bench_job_trace import write_trace
+
+    # 4 processes, 400 components a lookup (torch 2.15 wrote 678 for a tiny model): ~70 MiB
+    size = write_trace(tmp_path / "trace", 4, 640, components=400)
+    assert size > 64 << 20
+    done = subprocess.run(
+        [sys.executable, "-c", READ_IN_CHILD, str(tmp_path / "trace")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    peak, read, graphs, misses = (int(x) for x in done.stdout.split())
+    assert read == size and graphs == 2560 and misses == 640
+    assert peak < 256 << 20, f"peak {peak >> 20} MiB"
+
+
+def test_events_side_by_side_add_up_to_their_parents_time() -> None:
+    from ci_fxcache.jobstats import phases
+
+    # two C++ builds of Inductor's compile threads overlap inside one 4 s compile
+    timed = phases.Phases()
+    for name, ph, at_s in [("dynamo", "B", 0), ("compile_file", "B", 1), ("compile_file", "B", 1),
+                           ("compile_file", "E", 3.5), ("compile_file", "E", 3.5),
+                           ("bytecode_tracing", "B", 3.5), ("bytecode_tracing", "E", 3.7),
+                           ("dynamo", "E", 4)]:  # fmt: skip
+        timed.add("p", {"name": name, "ph": ph, "ts": at_s * 1e6})
+    spent = timed.seconds["p"]
+    assert abs(sum(spent.values()) - 4.0) < 1e-9
+    assert abs(spent[phases.INDUCTOR] - 2.5) < 1e-9 and abs(spent[phases.DYNAMO] - 1.5) < 1e-9
+    got = timed.figures({}, ["p"])
+    assert got["largest"] == phases.INDUCTOR and got["total_s"] == 4.0

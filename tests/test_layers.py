@@ -366,6 +366,9 @@ STORE_ENTRY_POINTS = {
     "ci_fxcache.store.trust",
     # the store's file modes, which files kept beside the store (the job history) follow
     "ci_fxcache.store.modes",
+    # where verify records a workload's references and which of them a run compares: the
+    # save prunes the others (issue 47)
+    "ci_fxcache.store.references",
     # torch's own Redis cache (not a tier): its URL checks, redaction and the job's variables,
     # for the job and for verify's remote mechanism
     f"{REMOTE}.redis_cache",

@@ -22,7 +22,7 @@ def test_the_first_screen_answers_both_questions_and_shows_the_step() -> None:
     assert "safe to hot-load" in FIRST_SCREEN
     (step,) = re.findall(r"```yaml\n(.*?)```", FIRST_SCREEN, re.S)
     (uses, run) = yaml.safe_load(step)
-    assert uses["uses"].startswith("your-org/fxcache-action@") and "run" in run
+    assert uses["uses"] == "fxcache/fxcache-action@v1" and "run" in run
     action = yaml.safe_load((ROOT / "action.yml").read_text(encoding="utf-8"))
     assert set(uses["with"]) <= set(action["inputs"]), "inputs the action does not have"
     workload = uses["with"]["workloads"]

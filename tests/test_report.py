@@ -488,7 +488,8 @@ def _fleet(n: int, log_lines: int) -> model.Report:
         (24, 10, "left out log tails, the evidence and environment tables."),
         (32, 10, "the safe rows (the grid shows them). The JSON"),
         (40, 10, "the safe rows (the grid shows them), the recommendations."),
-        (48, 10, "Only the summary fits in 65,000 characters"),
+        # a fleet's last step before the summary alone: the problems matrix, every problem
+        (48, 10, "each environment's table (the problems matrix names every problem)"),
     ],
 )
 def test_size_limit_steps_down_and_keeps_the_answer(n: int, log_lines: int, dropped: str) -> None:

@@ -78,7 +78,10 @@ function measure(error) {
         for (let j = i + 1; j < boxes.length; j++)
           if (overlap(boxes[i], boxes[j]))
             clashes.push([texts[i].textContent, texts[j].textContent]);
-      return {texts: texts.map(t => t.textContent), clashes: clashes,
+      // the bar series' rectangles (mermaid's xychart draws each in a g.bar-plot-N)
+      const bars = [...svg.querySelectorAll('g[class^="bar-plot"] rect')].map(r => {
+        const b = box(r); return {top: b[1], width: b[2] - b[0], height: b[3] - b[1]}; });
+      return {texts: texts.map(t => t.textContent), clashes: clashes, bars: bars,
               right: svg.getBoundingClientRect().right, width: svg.getBoundingClientRect().width};
     });
   const first = article.firstElementChild;
@@ -324,3 +327,52 @@ def test_one_runner_with_real_model_names_reads_at_comment_width(tmp_path: Path)
         assert table["width"] <= WIDTH + 0.5, table
         assert table["overflow"] <= 1 and table["first_column_hidden"] == 0, table
     assert seen["mermaid_blocks"] == 0
+
+
+def test_the_job_history_chart_draws_one_bar_per_run(tmp_path: Path) -> None:
+    """Issue 47: six runs, three pairs of them in the same minute, two at 0 %: mermaid's x axis
+    is categorical, so labels that repeat drew three bars and hid the 0 % runs. Each run gets
+    its own bar and its own label."""
+    from ci_fxcache.report import job_line
+
+    rows = [
+        {"id": f"20261206T0107{i:02d}Z-0000ab{i:02d}", "run": str(50 + i),
+         "at": f"2026-12-06T01:0{7 + i // 2}:{i:02d}Z", "graphs": 4,
+         "hits": [4, 0, 2, 0, 4, 3][i], "misses": {}, "bypasses": 0,
+         "compile_s": 1.0, "saved_s": 2.0}
+        for i in range(6)
+    ]  # fmt: skip
+    rows[5]["run"] = None  # a run outside Actions: told apart by its job id
+    labels = job_line.run_labels(rows)
+    assert labels == ["50", "51", "52", "53", "54", "ab05"]
+    seen = see(job_line.history(rows), "job-history", tmp_path)
+    assert seen["error"] is None, seen["error"]
+    _check_charts(seen, labels)
+    (chart,) = seen["charts"]
+    bars = chart["bars"]
+    assert len(bars) == 6, bars
+    assert job_line.history(rows).count("| 2026-12-06T01:0") == 6  # the table: one row each
+    tops = [b["top"] for b in bars]  # the chart is horizontal: one bar per line, in order
+    assert tops == sorted(tops) and len({round(y) for y in tops}) == 6
+    assert all(b["height"] > 5 for b in bars)
+    widths = [b["width"] for b in bars]
+    zero, full = widths[1], widths[0]  # mermaid draws a 0 % bar a few pixels long
+    assert widths[3] == zero and abs(widths[4] - full) < 0.5 and full > zero + 100
+    for index, rate in ((2, 0.5), (5, 0.75)):  # each bar its own run's rate
+        assert abs((widths[index] - zero) / (full - zero) - rate) < 0.02, widths
+
+
+def test_a_full_history_of_long_run_numbers_keeps_its_labels_apart(tmp_path: Path) -> None:
+    """Twenty runs of a busy repository (run 10400, second attempts): a vertical chart's
+    labels overprinted each other from five digits on; the horizontal one stacks them."""
+    from ci_fxcache.jobstats import history
+    from ci_fxcache.report import job_line
+
+    rows = [
+        {"id": f"j{i}", "run": f"{10400 + i}.2", "at": "2026-12-06T01:07:00Z", "graphs": 3,
+         "hits": i % 4, "misses": {}, "bypasses": 0, "compile_s": 1.0, "saved_s": 1.0}
+        for i in range(history.ROWS)
+    ]  # fmt: skip
+    seen = see(job_line.history(rows), "job-history-full", tmp_path)
+    _check_charts(seen, job_line.run_labels(rows))
+    assert len(seen["charts"][0]["bars"]) == history.ROWS

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from ci_fxcache.env import scopekey
 from ci_fxcache.env.fingerprint import Fingerprint
 from ci_fxcache.env.gpus import Gpu
-from tests.conftest import TORCH_PYTHON, RunFxcache
+from tests.conftest import TORCH_PYTHON, RunFxcache, torch_build
 
 text = st.text(
     alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
@@ -242,7 +242,11 @@ def test_cli_key_is_stable_and_salt_changes_it(run_fxcache: RunFxcache) -> None:
     env_salted = run_fxcache("key", "--python", TORCH_PYTHON, env={"FXCACHE_KEY_SALT": "team-a"})
     assert first.returncode == second.returncode == salted.returncode == 0
     assert first.stdout == second.stdout
-    assert first.stdout.startswith("fxcache-v1-linux-") and "-torch2.13.0+cpu-cpu-" in first.stdout
+    key, build = scopekey.parse(first.stdout.strip()), torch_build()
+    assert first.stdout.startswith("fxcache-v1-linux-") and key is not None
+    # The torch the tests run with, whichever build: `torch2.13.0+cpu-cpu`, `+cu130-cu13.0`.
+    accel = "cu" + ".".join(build.cuda.split(".")[:2]) if build.cuda else "cpu"
+    assert (key.torch, key.accel) == (build.version, accel)
     assert salted.stdout != first.stdout and env_salted.stdout == salted.stdout
 
 

@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -176,42 +177,58 @@ def test_untrusted_events_are_read_only(
 
 
 def _plant_scope(
-    root: Path, key: str, torch_version: str, size: int, torch_path: str = "/elsewhere/torch"
+    root: Path,
+    key: str,
+    torch_version: str,
+    size: int,
+    torch_path: str = "/elsewhere/torch",
+    like: dict[str, Any] | None = None,
 ) -> Path:
+    """A scope saved by `torch_version`; its CUDA / HIP / Triton those of the fingerprint
+    `like` (the current environment's: only torch changed), else none (a CPU build's)."""
+    builds = {name: (like or {}).get(name) for name in ("cuda_version", "hip_version",
+                                                        "triton_version")}  # fmt: skip
     scope = root / key
     write_files(scope, {"inductor/x/blob": b"z" * size})
     (scope / "manifest.json").write_text(json.dumps({
         "schema": "fxcache-manifest/1", "scope_key": key, "files": {}, "total_bytes": 0,
         "torch_paths": [], "created_at": "", "updated_at": "", "last_used_at": "",
         "verification": {"references": []},
-        "fingerprint": {"torch_version": torch_version, "cuda_version": None,
-                        "hip_version": None, "triton_version": None, "python_abi": "cp311",
+        "fingerprint": {"torch_version": torch_version, **builds, "python_abi": "cp311",
                         "torch_path": torch_path},
     }))  # fmt: skip
     return scope
 
 
+def _older(version: str, older: str) -> str:
+    """The current torch version with its release replaced by `older`, its build kept:
+    `2.13.0+cpu` -> `2.12.0+cpu`, `2.13.0+cu130` -> `2.12.0+cu130`."""
+    _release, plus, build = version.partition("+")
+    return older + plus + build
+
+
 def test_upgrade_removes_stale_scopes_of_this_environment(store: Store) -> None:
     current = store.restore()
-    key, here = current["scope_key"], current["fingerprint"]["torch_path"]
+    key, fp = current["scope_key"], current["fingerprint"]
+    here, now = fp["torch_path"], fp["torch_version"]  # `2.13.0+cpu`, `2.13.0+cu130`, ...
     old = key.replace("torch2.13.0", "torch2.12.0").rsplit("-", 1)[0] + "-0123456789ab"
     other_env = key.replace("torch2.13.0", "torch2.11.0").rsplit("-", 1)[0] + "-0123456789cd"
     other_arch = key.replace("x86_64", "aarch64").replace("torch2.13.0", "torch2.12.0")
+    was = _older(now, "2.12.0")
     size = sum(
         f.stat().st_size
-        for f in _plant_scope(store.root, old, "2.12.0+cpu", 5000, here).rglob("*")
+        for f in _plant_scope(store.root, old, was, 5000, here, like=fp).rglob("*")
         if f.is_file()
     )
-    _plant_scope(store.root, other_env, "2.11.0+cpu", 10)  # another interpreter's torch
-    _plant_scope(store.root, other_arch, "2.12.0+cpu", 10, here)
+    _plant_scope(store.root, other_env, _older(now, "2.11.0"), 10)  # another interpreter's torch
+    _plant_scope(store.root, other_arch, was, 10, here, like=fp)
     kept = store.restore("--no-invalidate-on-upgrade", state="k.json")
     assert kept["invalidated"] == [] and (store.root / old).exists()
     state = store.restore(state="u.json")
     assert state["invalidated"] == [
-        {"scope": old, "reason": "upgrade", "versions": "torch 2.12.0+cpu -> 2.13.0+cpu",
-         "bytes": size}
-    ]  # fmt: skip
-    assert "torch 2.12.0+cpu -> 2.13.0+cpu: removed 1 scope, 5." in state["_stderr"]
+        {"scope": old, "reason": "upgrade", "versions": f"torch {was} -> {now}", "bytes": size}
+    ]
+    assert f"torch {was} -> {now}: removed 1 scope, 5." in state["_stderr"]
     assert not (store.root / old).exists()
     assert (store.root / other_env).exists()  # another environment: left to invalidate
     assert (store.root / other_arch).exists()  # another runner architecture: not ours to judge
@@ -219,24 +236,27 @@ def test_upgrade_removes_stale_scopes_of_this_environment(store: Store) -> None:
 
 def test_upgrade_of_triton_only_is_seen_through_the_manifest(store: Store) -> None:
     current = store.restore()
+    fp = current["fingerprint"]
     same_readable = current["scope_key"].rsplit("-", 1)[0] + "-fedcba987654"
     scope = _plant_scope(
-        store.root, same_readable, "2.13.0+cpu", 10, current["fingerprint"]["torch_path"]
+        store.root, same_readable, fp["torch_version"], 10, fp["torch_path"], like=fp
     )
     manifest = json.loads((scope / "manifest.json").read_text())
-    manifest["fingerprint"]["triton_version"] = "3.1.0"
+    manifest["fingerprint"]["triton_version"] = "3.1.0"  # none here, or 3.x with a CUDA build
     (scope / "manifest.json").write_text(json.dumps(manifest))
     state = store.restore(state="u.json")
-    assert [i["versions"] for i in state["invalidated"]] == ["triton 3.1.0 -> none"]
+    now = fp["triton_version"] or "none"
+    assert [i["versions"] for i in state["invalidated"]] == [f"triton 3.1.0 -> {now}"]
 
 
 def test_invalidate_policies(store: Store) -> None:
-    key = store.restore()["scope_key"]
+    current = store.restore()
+    key, version = current["scope_key"], current["fingerprint"]["torch_version"]
     now = time.time()
     prefix = key.rsplit("-", 1)[0]
     ages = {"0123456789a0": 30, "0123456789a1": 20, "0123456789a2": 1}
     for digits, days in ages.items():
-        scope = _plant_scope(store.root, f"{prefix}-{digits}", "2.13.0+cpu", 1000)
+        scope = _plant_scope(store.root, f"{prefix}-{digits}", version, 1000)
         for name in ("manifest.json",):
             os.utime(scope / name, (now - days * 86400, now - days * 86400))
     old_torch = _plant_scope(store.root, key.replace("torch2.13.0", "torch2.11.0"), "2.11.0", 10)
@@ -250,7 +270,8 @@ def test_invalidate_policies(store: Store) -> None:
     proc = store.run(*base, "--older-torch-than", "2.12", "--keep-latest", "10")
     rows = json.loads(proc.stdout)["rows"]
     assert [r["scope"] for r in rows] == [old_torch.name]
-    assert rows[0]["reasons"] == ["torch 2.11.0+cpu < 2.12"] and not old_torch.exists()
+    assert rows[0]["reasons"] == [f"torch {_older(version, '2.11.0')} < 2.12"]  # from the key
+    assert not old_torch.exists()
     table = store.run("invalidate", "--root", str(store.root), "--max-age", "14d")
     assert table.returncode == 0 and re.search(r"^removed +local +", table.stdout, re.M)
     assert not (store.root / f"{prefix}-0123456789a0").exists()

@@ -145,8 +145,14 @@ def test_invalidate_redis_counts_and_removes_each_key_once_when_scan_repeats_key
     assert client.keys() == [b"pt2:fx-graph-v1::fresh:c1"]
 
 
-def test_redis_store_needs_a_url(store: Store) -> None:
-    proc = store.run("restore", "--root", str(store.root), "--store", "redis")
+def test_redis_store_without_a_url_runs_local_only_with_a_notice(store: Store) -> None:
+    """The one fallback rule (factory.store_policy, as the action's): no address, local only;
+    a malformed one is a usage error."""
+    state = store.restore("--store", "redis")
+    assert state["store"] == "local" and state["redis"] is None, state
+    assert "store redis without a redis-url" in state["_stderr"]
+    proc = store.run("restore", "--root", str(store.root), "--store", "redis",
+                     "--redis-url", "http://not-redis")  # fmt: skip
     assert proc.returncode == 2 and "--redis-url" in proc.stderr
 
 

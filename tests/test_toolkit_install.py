@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ci_fxcache import __version__
 from tests.conftest import ROOT, TORCH_PYTHON
 from tests.test_action_steps import read_file_vars
 
@@ -104,7 +105,7 @@ def test_install_is_isolated_locked_and_reused_after_an_integrity_check(
     assert re.fullmatch(r"[0-9a-f]{16}", venv.name)
     assert (venv.parent / f"{venv.name}.sha256").is_file()
     version = subprocess.run([exe, "--version"], capture_output=True, text=True, check=True)
-    assert version.stdout.strip() == "fxcache 0.1.0"
+    assert version.stdout.strip() == f"fxcache {__version__}"
     # The toolkit's venv never sees the user's torch, and the redis extra only with store redis.
     assert not _imports(exe, "torch") and not _imports(exe, "redis")
     assert _imports(exe, "yaml") and _imports(exe, "jinja2")
@@ -142,7 +143,7 @@ def test_store_redis_installs_the_redis_extra(action: Path, tmp_path: Path) -> N
 def test_store_s3_installs_the_s3_extra(action: Path, tmp_path: Path) -> None:
     proc, exe = install(action, tmp_path, FXCACHE_STORE="s3")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert _imports(exe, "boto3")
+    assert _imports(exe, "obstore") and _imports(exe, "boto3")
     assert _missing_dependencies(exe) == []
 
 
@@ -177,10 +178,10 @@ def test_a_preinstalled_toolkit_is_used_as_it_is(action: Path, tmp_path: Path) -
     assert proc.returncode == 0 and exe == mine, proc.stdout + proc.stderr
     assert not (tmp_path / "tool-cache").exists()
     init = action / "ci_fxcache" / "__init__.py"
-    init.write_text(init.read_text().replace('"0.1.0"', '"0.2.0"'))
+    init.write_text(init.read_text().replace(f'"{__version__}"', '"99.0.0"'))
     old, exe = install(action, tmp_path, FXCACHE_TOOLKIT=mine)
     assert old.returncode == 2 and exe == ""
-    assert "is fxcache 0.1.0, this action needs fxcache 0.2.0" in old.stdout
+    assert f"is fxcache {__version__}, this action needs fxcache 99.0.0" in old.stdout
 
 
 def _digest(venv: Path) -> str:
@@ -240,4 +241,4 @@ def test_nothing_on_the_jobs_path_or_in_its_interpreter_runs_the_install(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not marker.exists(), marker.read_text()
     version = subprocess.run([exe, "--version"], capture_output=True, text=True, check=True)
-    assert version.stdout.strip() == "fxcache 0.1.0"
+    assert version.stdout.strip() == f"fxcache {__version__}"

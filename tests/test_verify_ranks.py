@@ -184,7 +184,7 @@ def test_ranks_that_cannot_run_here_are_skipped_naming_what_is_missing(
 def test_artifact_mechanisms_are_skipped_for_several_ranks() -> None:
     from ci_fxcache.verify import matrix, ranks
 
-    combo = matrix.Combo("mlp", "cpu", "float32", "false", "aot", True, 2)
+    combo = matrix.Combo("mlp", "cpu", "float32", "false", "aot", True, ranks=2)
     cause, reason = ranks.skip(combo, CPU_INFO) or ("", "")
     assert cause == "unsupported" and "aot saves one process's compiled function" in reason
 
@@ -339,13 +339,13 @@ def test_ranks_on_cuda_take_one_device_each_all_at_once() -> None:
 
     settings = runner.Settings(cache_dir=Path("/nonexistent"), run_dir=Path("/nonexistent"))
     run = runner.Runner(Server(), settings, lambda _: None)  # type: ignore[arg-type]
-    bf16 = matrix.Combo("mlp", "cuda", "bfloat16", "false", "fxgraph", True, 2)
+    bf16 = matrix.Combo("mlp", "cuda", "bfloat16", "false", "fxgraph", True, ranks=2)
     taken = run.take_gpus(bf16)
     assert [s.name for s in taken] == ["H100", "H100"] and len({s.visible for s in taken}) == 2
     for slot in taken:
         run.give_gpu(slot)
     with pytest.raises(RuntimeError, match="fewer visible GPUs than ranks"):
-        run.take_gpus(matrix.Combo("mlp", "cuda", "bfloat16", "false", "fxgraph", True, 3))
+        run.take_gpus(matrix.Combo("mlp", "cuda", "bfloat16", "false", "fxgraph", True, ranks=3))
 
 
 def test_a_reference_of_several_ranks_counts_as_recorded(tmp_path: Path) -> None:

@@ -117,10 +117,13 @@ def _exports(stdout: str) -> dict[str, str]:
 class Job:
     """The README's flow in a working directory `work` against the store at `root`."""
 
-    def __init__(self, run_fxcache: RunFxcache, base: Path) -> None:
+    def __init__(
+        self, run_fxcache: RunFxcache, base: Path, matrix: tuple[str, ...] = MATRIX
+    ) -> None:
         self.run_fxcache, self.base = run_fxcache, base
         self.work, self.root = base / "work", base / "root"
         self.count = 0
+        self.matrix = matrix
 
     def __call__(
         self,
@@ -147,7 +150,7 @@ class Job:
             after_restore(Path(job_env["FXCACHE_VERIFY_DIR"]))
         out = self.base / f"results-{self.count}.json"
         verified = run(
-            "verify", "--python", TORCH_PYTHON, *MATRIX, "--json", str(out),
+            "verify", "--python", TORCH_PYTHON, *self.matrix, "--json", str(out),
             env=job_env, timeout=900, cwd=self.work,
         )  # fmt: skip
         assert verified.returncode == rc, verified.stdout + verified.stderr

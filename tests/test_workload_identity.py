@@ -82,15 +82,20 @@ def test_the_identity_is_stable_and_each_part_names_its_own_change(
         patched.setattr(
             importlib.metadata, "version", lambda d: "99.0" if d == "torch" else real(d)
         )
-        upgraded = identity.libraries_digest("m:f", [("m", sys.modules["idmodels.net"], "")])
-    assert upgraded != identity.libraries_digest("m:f", [("m", sys.modules["idmodels.net"], "")])
+        upgraded = identity.library_versions("m:f", [("m", sys.modules["idmodels.net"], "")])
+    now = identity.library_versions("m:f", [("m", sys.modules["idmodels.net"], "")])
+    assert identity.libraries_digest(upgraded) != identity.libraries_digest(now)
+    assert f"torch {real('torch')} -> 99.0" in identity.exact_change(
+        first, {**first, "libraries": identity.libraries_digest(upgraded),
+                "library_versions": "\n".join(upgraded)}
+    )  # fmt: skip
     # a workload whose package is installed: its own version counts
     with monkeypatch.context() as patched:
         patched.setattr(
             importlib.metadata, "version", lambda d: "99.0" if d == "torch" else real(d)
         )
-        installed = identity.libraries_digest("torch.nn:Linear", [])
-    assert installed != identity.libraries_digest("torch.nn:Linear", [])
+        installed = identity.library_versions("torch.nn:Linear", [])
+    assert installed != identity.library_versions("torch.nn:Linear", [])
     # the inputs of a dynamic combination include the second input shape
     _forget()
     dynamic, _, _ = _identity(dynamic="true")
@@ -319,3 +324,27 @@ def test_an_identity_check_that_dies_is_unknown_not_a_changed_model(tmp_path: Pa
     assert why == "the identity check ended with SIGABRT: Fatal Python error: Aborted"
     text = versions.changed_note_text(why, unchecked=True)
     assert text.startswith("the model could not be compared with the recorded reference (")
+
+
+def test_changed_libraries_are_named_with_both_versions() -> None:
+    before = "einops==0.7.0\nnumpy==2.1.0\ntorch==2.13.0"
+    after = "einops==0.8.0\nnumpy==2.1.0\ntorch==2.13.0\ntimm==1.0.0"
+    assert identity.version_changes(before, after) == "einops 0.7.0 -> 0.8.0, timm (none) -> 1.0.0"
+    assert identity.version_changes(None, after) == ""  # recorded before versions were kept
+    many = "\n".join(f"lib{i}==1" for i in range(7))
+    assert identity.version_changes(many, "").endswith("lib3 1 -> (none), and 3 more")
+
+
+def test_a_factory_that_is_not_deterministic_is_compared_by_what_can_be() -> None:
+    recorded = {"source": "s", "libraries": "l", "state": "a", "inputs": "b", "shapes": "x",
+                "eager": "e", "factory": identity.NOT_DETERMINISTIC}  # fmt: skip
+    now = {**recorded, "state": "c", "inputs": "d", "eager": "f"}
+    del now["factory"]
+    assert identity.exact_change(recorded, now) is None  # other bits, the same shapes
+    assert identity.exact_change({**recorded, "factory": None}, now) == (
+        "its initial weights changed, its inputs changed"
+    )
+    assert "shapes of its weights or inputs changed" in str(
+        identity.exact_change(recorded, {**now, "shapes": "y"})
+    )
+    assert identity.exact_change(recorded, {**now, "source": "t"}) == "its source changed"

@@ -115,6 +115,13 @@ def s3_url(name: str, value: str) -> str:
     return value
 
 
+def object_url(name: str, value: str) -> str:
+    """Empty (local only), or s3://, gs:// or az://BUCKET/PREFIX."""
+    if value:
+        factory.check_object_url(value, f"input {name}")
+    return value
+
+
 def run_event(name: str, value: str) -> trust.RunEvent:
     """The runner's own record of the event (action.yml's default, filled in by the runner
     from its github context), checked against $GITHUB_EVENT_NAME."""
@@ -146,6 +153,7 @@ MATRIX_AXES = {
     "mechanisms": "mechanisms",
     "training": "training",
     "workloads": "workloads",
+    "modes": "modes",
     "ranks": "ranks",
 }
 
@@ -156,10 +164,11 @@ COMMON = (Input("toolkit", text), Input("run-event", run_event))
 MAIN = (
     Input("python", text),
     *(Input(name, text) for name in [*MATRIX_AXES, "matrix-file"]),
-    Input("store", one_of("local", "github", "redis", "s3")),
+    Input("store", one_of("local", "github", "redis", "s3", "object")),
     Input("cache-root", text),
     Input("redis-url", redis_url),
     Input("s3-url", s3_url),
+    Input("object-url", object_url),
     Input("redis-writers-run-code", boolean),
     Input("key-suffix", key_suffix),
     Input("read-only", one_of("auto", "true", "false")),

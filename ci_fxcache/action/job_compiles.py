@@ -19,11 +19,14 @@ def figures_file(s: Settings) -> Path:
     return stats_file(s.state_file)
 
 
-def at_save(s: Settings, state: RestoreState | None, may_write: bool) -> dict[str, Any] | None:
-    """Finish the job's figures before the save commits the scope (None: no restore state)."""
+def at_save(
+    s: Settings, state: RestoreState | None, may_write: bool, signing_key: str | None
+) -> dict[str, Any] | None:
+    """Finish the job's figures before the save commits the scope (None: no restore state);
+    the history it records comes only from what was signed with the save's `signing_key`."""
     if state is None:
         return None
-    return _at_save(state, s.state_file, may_record=may_write)
+    return _at_save(state, s.state_file, may_record=may_write, signing_key=signing_key)
 
 
 def publish(doc: dict[str, Any] | None) -> None:

@@ -10,21 +10,19 @@ from pathlib import Path
 from typing import Any
 
 from ci_fxcache import gha
-from ci_fxcache.store.layout import Layout
+from ci_fxcache.store.tiered import Saved
 
 SCHEMA = "fxcache-job-stats/1"
 # Kind of cache entry -> the label the summary prints.
 KINDS = {"fxgraph": "FX graph", "aotautograd": "AOTAutograd", "triton": "Triton"}
 
 
-def committed_files(root: Path, key: str) -> dict[str, int]:
-    """relative path -> size of every file the scope's manifest lists ({} when none)."""
-    try:
-        manifest = json.loads(Layout(root).manifest(key).read_text(encoding="utf-8"))
-        files = manifest["files"]
-        return {str(rel): int(entry["size"]) for rel, entry in files.items()}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+def sizes(outcome: Saved) -> dict[str, int]:
+    """relative path -> size of every file the manifest a save committed lists ({} for none)."""
+    files = outcome.committed.manifest.get("files") if outcome.committed is not None else None
+    if not isinstance(files, dict):
         return {}
+    return {str(rel): int(e.get("size") or 0) for rel, e in files.items() if isinstance(e, dict)}
 
 
 def entry_of(rel: str) -> tuple[str, str] | None:
@@ -38,17 +36,15 @@ def entry_of(rel: str) -> tuple[str, str] | None:
     return None
 
 
-def compute(
-    before: dict[str, int],
-    after: dict[str, int],
-    saved: dict[str, Any],
-    timings: dict[str, float],
-) -> dict[str, Any]:
-    """The job's stats from the scope's files before and after its save."""
+def compute(outcome: Saved, timings: dict[str, float]) -> dict[str, Any]:
+    """The job's stats from its save: the manifest it committed and the files it added to it
+    (the store's own record of the save), never a second parse of `manifest.json`, which a
+    key-less writer of the store can swap once the scope's lock is released."""
+    after = sizes(outcome)
+    saved = outcome.summary
     new: dict[str, dict[str, Any]] = {k: {"entries": set(), "bytes": 0} for k in KINDS}
-    for rel, size in after.items():
-        if rel in before:
-            continue
+    for rel in outcome.added_files:
+        size = after.get(rel, 0)
         found = entry_of(rel)
         if found is not None:
             new[found[0]]["entries"].add(found[1])

@@ -72,18 +72,6 @@ class Settings:
         return Path(self.work) / "report.md"
 
     @property
-    def verify_rc(self) -> Path:
-        return Path(self.work) / "verify-rc"
-
-    @property
-    def saved_marker(self) -> Path:
-        return Path(self.work) / "saved.json"
-
-    @property
-    def timings(self) -> Path:
-        return Path(self.work) / "timings.json"
-
-    @property
     def job_stats(self) -> Path:
         return Path(self.work) / "job-stats.json"
 
@@ -181,7 +169,7 @@ def remote_write_decision(save: str, store: str, read_only: bool, event: RunEven
     same repository included) never writes what the default branch reads. GitHub keeps a
     pull request's own entries to that pull request anyway; for S3 this is fxcache's own
     choice, and only credentials that cannot write (docs/security.md) bind the job's code."""
-    if store not in ("github", "s3") or read_only or save == "never":
+    if store not in ("github", "s3", "object") or read_only or save == "never":
         return False
     if save == "always":
         return True

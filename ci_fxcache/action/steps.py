@@ -8,13 +8,13 @@ import os
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ci_fxcache import gha, names
 from ci_fxcache.action import inputs as inp
-from ci_fxcache.action import job_compiles, job_stats
+from ci_fxcache.action import job_compiles, job_record, job_stats
 from ci_fxcache.action.inputs import Input
 from ci_fxcache.action.settings import (
     DIGEST_STATE,
@@ -31,7 +31,7 @@ from ci_fxcache.action.settings import (
 from ci_fxcache.errors import EXIT_CHECK_FAILED, UsageError
 from ci_fxcache.store import state_file, tiered, trust
 from ci_fxcache.store.layout import trust_root
-from ci_fxcache.store.remote.factory import StoreChoice, choose
+from ci_fxcache.store.remote.factory import StorePolicy, store_policy
 
 # The main action's outputs: name -> id of the step that writes it (action.yml's `outputs:`
 # maps each to `steps.<id>.outputs.<name>`; tests/test_action_inputs.py checks it).
@@ -200,21 +200,13 @@ def admit() -> int:
     return 0
 
 
-def _remote_cache(values: dict[str, Any], read_only: bool) -> tuple[bool, list[str]]:
-    """Whether torch's Redis remote cache is on (store redis: a URL, a run that may write)
-    or the S3 tier stands behind the local store (store s3 with a URL; runs that may not
-    write read the bucket only), and the notices saying why not."""
-    store, notes = values["store"], []
-    if store == "redis" and not values["redis-url"]:
-        notes.append("store redis without a redis-url (a fork's run has no secrets): local only")
-    elif store == "redis" and read_only:
-        notes.append(
-            "read-only run: torch's Redis remote cache stays off, so nothing reaches the "
-            "shared cache (local only)"
-        )
-    elif store == "s3" and not values["s3-url"]:
-        notes.append("store s3 without an s3-url: local only")
-    return store in ("redis", "s3") and not notes, notes
+def store_policy_of(values: dict[str, Any], *, read_only: bool, upload: bool) -> StorePolicy:
+    """The store policy (factory.store_policy, as `fxcache restore` decides it from its flags)
+    from the inputs: `upload` is whether this run may write the remote tier."""
+    return store_policy(values["store"], s3_url=values["s3-url"] or None,
+                        redis_url=values["redis-url"] or None, key_suffix=values["key-suffix"],
+                        read_only=read_only, may_write_remote=upload,
+                        object_url=values["object-url"] or None)  # fmt: skip
 
 
 def _root(store: str, cache_root: str, read_only: bool, upload: bool) -> Path:
@@ -228,7 +220,7 @@ def _root(store: str, cache_root: str, read_only: bool, upload: bool) -> Path:
     root, problem = store_root(cache_root)
     if problem:
         gha.warn(problem)
-    if store in ("github", "s3") and not read_only:
+    if store in ("github", "s3", "object") and not read_only:
         # What a run that may not write the remote commits stays in its own namespace.
         root = trust_root(root, may_write_remote=upload)
     return root
@@ -245,24 +237,15 @@ def _github_scope(python: str, root: Path, key_suffix: str) -> tuple[str, Path]:
 
 
 def _store_choice(
-    values: dict[str, Any], python: str, root: Path, read_only: bool, upload: bool, on: bool
-) -> tuple[StoreChoice, str]:
-    """The store this run uses, decided once (factory.choose, as `fxcache restore` decides
-    it from its flags): torch's Redis cache or the S3 tier only when `on` (_remote_cache);
-    the GitHub tier with this run's entry key. With the GitHub scope's directory."""
-    store = values["store"]
-    kind = store if on or store == "github" else "local"
-    entry_key, scope_dir = None, ""
-    if kind == "github":
-        key, path = _github_scope(python, root, values["key-suffix"])
-        entry_key, scope_dir = key, str(path)
-    tier = kind in ("github", "s3")
-    choice = choose(
-        kind, url=values["s3-url"] if kind == "s3" else None,
-        key_suffix=values["key-suffix"] if kind == "github" else "", read_only=read_only,
-        remote_read_only=tier and not upload, entry_key=entry_key,
-    )  # fmt: skip
-    return choice, scope_dir
+    values: dict[str, Any], python: str, root: Path, read_only: bool, upload: bool
+) -> tuple[StorePolicy, str]:
+    """The store this run uses, decided once (store_policy_of); the GitHub tier with this
+    run's entry key. With the GitHub scope's directory."""
+    policy = store_policy_of(values, read_only=read_only, upload=upload)
+    if policy.choice.kind != "github":
+        return policy, ""
+    key, path = _github_scope(python, root, values["key-suffix"])
+    return replace(policy, choice=replace(policy.choice, entry_key=key)), str(path)
 
 
 def _work_dir(report_id: str, number: int | None) -> Path:
@@ -281,16 +264,17 @@ def _decide(values: dict[str, Any]) -> Settings:
     fork = trust.fork_reason(event) if event.name.startswith("pull_request") else None
     read_only = values["read-only"] == "true" or untrusted is not None
     store = values["store"]
-    remote_tier, notes = _remote_cache(values, read_only)
-    for note in notes:
-        gha.say("notice", note)
     upload = remote_write_decision(values["save"], store, read_only, event)
     root = _root(store, values["cache-root"], read_only, upload)
     python = values["python"] or "python3"
-    choice, scope_dir = _store_choice(values, python, root, read_only, upload, remote_tier)
+    policy, scope_dir = _store_choice(values, python, root, read_only, upload)
+    notes = list(policy.notes)
+    for note in notes:
+        gha.say("notice", note)
     return Settings(
         report_id=values["report-id"], python=python, fxcache=fxcache_executable(),
-        store=store, choice=choice, remote=remote_tier, root=str(root),
+        store=store, choice=policy.choice, remote=policy.choice.kind in ("redis", "s3", "object"),
+        root=str(root),
         work=str(_work_dir(values["report-id"], event.number)), read_only=read_only,
         untrusted=untrusted, comment=comment_decision(values["comment"], event.name, fork,
                                                       event.number),
@@ -350,29 +334,9 @@ def restore() -> int:
         signing_key=values["signing-key"] or None, nonce=s.nonce,
         job_trace=bool(values["job-stats"]),
     )  # fmt: skip
-    _record_time(s, "restore_s", time.monotonic() - started)
+    # restore and save run in different processes: the time goes through the job record
+    job_record.update(Path(s.work), restore_s=round(time.monotonic() - started, 3))
     return 0
-
-
-def _record_time(s: Settings, name: str, seconds: float) -> None:
-    """Keep a step's time for the job's stats: restore and save run in different processes
-    (the main and the post step), so the figure goes through the job's work directory."""
-    try:
-        timings = json.loads(s.timings.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        timings = {}
-    timings[name] = round(seconds, 3)
-    s.timings.write_text(json.dumps(timings) + "\n", encoding="utf-8")
-
-
-def _timings(s: Settings) -> dict[str, float]:
-    try:
-        data = json.loads(s.timings.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {k: float(v) for k, v in data.items() if isinstance(v, int | float)}
 
 
 def verify() -> int:
@@ -391,7 +355,7 @@ def verify() -> int:
     axes = {axis: values[name] or None for name, axis in inp.MATRIX_AXES.items()}
     speedup = values["min-speedup"]
     redis_url = values["redis-url"] if s.choice.kind == "redis" else None
-    rc = verify_command.run(
+    rc = verify_command.run(verify_command.Request(
         python=s.python, **axes, matrix_file=values["matrix-file"] or None, phase="auto",
         cache_dir=cache_dir, json_path=str(s.results),
         min_speedup=None if speedup is None else float(speedup), compare="bitwise",
@@ -399,9 +363,9 @@ def verify() -> int:
         recheck_all=os.environ.get(verify_command.RECHECK_ALL_ENV) == "1",
         separate_cold=os.environ.get(verify_command.SEPARATE_COLD_ENV) == "1", deterministic=False,
         cache_state=cache_state, redis_url=redis_url, report_id=s.report_id, salt=None,
-    )  # fmt: skip
+    ))  # fmt: skip
     if rc == EXIT_CHECK_FAILED and s.results.is_file():
-        s.verify_rc.write_text(f"{rc}\n", encoding="utf-8")
+        job_record.update(Path(s.work), verify_rc=rc)
         rc = 0
     if rc == 0:
         gha.set_output("report-json", str(s.results))
@@ -482,10 +446,11 @@ def post_job_comment() -> int:
 def conclude() -> int:
     """Fail the step when verify's fail-on check failed (verify said why, once)."""
     s = load()
-    if not s.verify_rc.is_file():
+    rc = job_record.JobRecord.read(Path(s.work)).verify_rc
+    if not rc:
         return 0
     print("fxcache: failing: the verification did not pass fail-on (see the error above)")
-    return int(s.verify_rc.read_text().strip() or EXIT_CHECK_FAILED)
+    return rc
 
 
 def write_refusal(s: Settings, event: trust.RunEvent) -> str | None:
@@ -539,7 +504,7 @@ def _say_remote(s: Settings, outcome: tiered.Saved) -> None:
     sent = outcome.remote
     if not outcome.saved or not s.choice.has_tier:
         return
-    if s.choice.kind == "s3" and not s.upload:
+    if s.choice.kind in ("s3", "object") and not s.upload:
         print("fxcache: not writing the bucket: the save policy does not publish this run")
     elif s.choice.kind == "github" and not s.upload:
         print("fxcache: no new GitHub cache entry: the save policy does not upload this run")
@@ -564,24 +529,24 @@ def save(post: bool = False) -> int:
     # A marker, not a message: the end-of-job save runs in the post step, another process,
     # after a save sub-action may have committed this job's scope (its lease released, its
     # overlay merged and removed); the job is saved once, so the post step must know that.
-    if s.saved_marker.is_file():
-        done = json.loads(s.saved_marker.read_text(encoding="utf-8"))
-        print(f"fxcache: already saved in this job (saved: {str(done['saved']).lower()})")
+    work = Path(s.work)
+    done = job_record.JobRecord.read(work).saved
+    if done is not None:
+        print(f"fxcache: already saved in this job (saved: {str(done).lower()})")
         return 0
     refusal = write_refusal(s, values["run-event"])
     state = _job_state(s, key, saving=refusal is None)
-    compiles = job_compiles.at_save(s, state, refusal is None)
-    root = Path(s.root)
-    before = job_stats.committed_files(root, state.scope_key) if state else {}
+    compiles = job_compiles.at_save(s, state, refusal is None, key)
     started = time.monotonic()
     outcome = _save(s, state, key, refusal)
-    _record_time(s, "save_s", time.monotonic() - started)
+    record = job_record.update(
+        work, save_s=round(time.monotonic() - started, 3), saved=outcome.saved
+    )
     _say_remote(s, outcome)
-    s.saved_marker.write_text(json.dumps({"saved": outcome.saved}) + "\n", encoding="utf-8")
     print(json.dumps(outcome.summary, indent=2))
     gha.set_output("saved", str(outcome.saved).lower())
-    after = job_stats.committed_files(root, state.scope_key) if state else {}
-    job_stats.publish(job_stats.compute(before, after, outcome.summary, _timings(s)), s.job_stats)
+    # the new entries' figures from the manifest this save committed, not a re-read of the disk
+    job_stats.publish(job_stats.compute(outcome, record.timings), s.job_stats)
     job_compiles.publish(compiles)
     return 0
 

@@ -1,4 +1,5 @@
-"""`fxcache comment`: keep one sticky pull-request comment with the report up to date."""
+"""`fxcache comment`: keep one sticky pull-request comment (or, with --gitlab, one GitLab
+merge-request note) with the report up to date."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import argparse
 from typing import Any
 
 from ci_fxcache.commands import options
-from ci_fxcache.report import pr_comment
+from ci_fxcache.errors import UsageError
+from ci_fxcache.report import mr_note, pr_comment
 
 
 def register(sub: Any, parent: argparse.ArgumentParser) -> None:
@@ -28,9 +30,17 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--token-env",
-        default="GITHUB_TOKEN",
+        default=None,
         metavar="NAME",
-        help="environment variable that holds the token (default GITHUB_TOKEN)",
+        help="environment variable that holds the token (default GITHUB_TOKEN; with --gitlab "
+        f"{mr_note.TOKEN_ENV}, a project access token with api scope)",
+    )
+    parser.add_argument(
+        "--gitlab",
+        action="store_true",
+        help="post a GitLab merge-request note instead, to the merge request of this pipeline "
+        "(CI_API_V4_URL, CI_MERGE_REQUEST_PROJECT_ID, CI_MERGE_REQUEST_IID; --pr overrides the "
+        "iid); no merge request, no token or an API error is one line, never a failure",
     )
     parser.add_argument(
         "--pr",
@@ -41,8 +51,38 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "follow-up for forks passes it from the artifact",
     )
     _source_options(parser)
-    # The command is pr_comment.run itself (already imported with the action's steps).
-    parser.set_defaults(func=pr_comment.run)
+    parser.set_defaults(func=comment)
+
+
+def comment(
+    *,
+    results: str,
+    report_id: str | None,
+    token_env: str | None,
+    pr: int | None,
+    repo: str | None,
+    author: str | None,
+    from_artifact: str | None,
+    template: str | None,
+    job_stats: str | None,
+    gitlab: bool,
+) -> int:
+    """The GitHub pull-request comment (pr_comment.run), or with `gitlab` the merge-request
+    note (mr_note.post), which takes no GitHub-only option."""
+    if not gitlab:
+        return pr_comment.run(
+            results=results, report_id=report_id, token_env=token_env or "GITHUB_TOKEN", pr=pr,
+            repo=repo, author=author, from_artifact=from_artifact, template=template,
+            job_stats=job_stats,
+        )  # fmt: skip
+    given = [f"--{n}" for n, v in (("repo", repo), ("author", author),
+                                    ("from-artifact", from_artifact)) if v]  # fmt: skip
+    if given:
+        raise UsageError(f"{', '.join(given)}: GitHub only, not with --gitlab")
+    return mr_note.post(
+        results=results, report_id=report_id, token_env=token_env or mr_note.TOKEN_ENV,
+        mr_iid=pr, template=template, job_stats=job_stats,
+    )  # fmt: skip
 
 
 def _source_options(parser: argparse.ArgumentParser) -> None:

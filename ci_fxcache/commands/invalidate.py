@@ -62,6 +62,13 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
     )
     options.s3_url_option(parser)
     parser.add_argument(
+        "--object-url",
+        default=None,
+        metavar="URL",
+        help="with --s3: the bucket of `--store object`, s3://, gs:// or az://BUCKET/PREFIX, "
+        "in place of --s3-url (env FXCACHE_OBJECT_URL; default: none)",
+    )
+    parser.add_argument(
         "--gc-grace",
         metavar="AGE",
         default="1d",
@@ -108,17 +115,19 @@ def run(
     redis_url: str | None,
     s3: bool,
     s3_url: str | None,
+    object_url: str | None,
     gc_grace: str,
 ) -> int:
     """Apply the policies to the chosen store(s); print a table or JSON. Exit 1 when a
     selected cache could not be removed or a store could not be reached."""
-    chosen = [kind for kind, on in (("redis", redis), ("github", github), ("s3", s3)) if on]
+    bucket = "object" if object_url else "s3"  # the same tier; object: any scheme's service
+    chosen = [kind for kind, on in (("redis", redis), ("github", github), (bucket, s3)) if on]
     result, code = invalidate(
         stores=chosen or ["local"],
         root=root,
         policy=policy(python, max_age, max_size, keep_latest, older_torch_than),
         dry_run=dry_run,
-        urls={"redis": redis_url, "s3": s3_url},
+        urls={"redis": redis_url, "s3": s3_url, "object": object_url},
         gc_grace=gc_grace,
         signing_key=trust.signing_key(),
     )
@@ -142,14 +151,14 @@ def invalidate(
     shape; the result as `--json` prints it, and the exit code (1: something selected was
     not removed). A store that cannot be reached raises CheckFailed (exit 1). With
     `signing_key`, the bucket's collection folds signed references into the head."""
-    inventory = list(stores) == ["s3"] and dry_run
+    inventory = list(stores) in (["s3"], ["object"]) and dry_run
     if policy.empty and not inventory:
         raise UsageError(
             "give at least one policy: --max-age, --max-size, --keep-latest or --older-torch-than"
             " (--s3 --dry-run alone lists the bucket's scopes)"
         )
     local_root = userfiles.output_dir(resolve_root(root), "--root") if "local" in stores else None
-    grace = parse_duration(gc_grace) if "s3" in stores else None
+    grace = parse_duration(gc_grace) if {"s3", "object"} & set(stores) else None
     result: dict[str, Any] = {"dry_run": dry_run, "rows": []}
     failed = False
     for kind in stores:

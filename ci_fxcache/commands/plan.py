@@ -52,6 +52,7 @@ def run(
     mechanisms: str | None,
     training: str | None,
     workloads: str | None,
+    modes: str | None,
     matrix_file: str | None,
     python: str,
     ranks: str | None,
@@ -60,7 +61,9 @@ def run(
     from ci_fxcache.fleet import plan
     from ci_fxcache.verify import matrix, workload_check
 
-    flags = verify.matrix_flags(devices, dtypes, dynamic, mechanisms, training, workloads, ranks)
+    flags = verify.matrix_flags(
+        devices, dtypes, dynamic, mechanisms, training, workloads, modes, ranks
+    )
     combos = plan.combos(flags, matrix_file)
     workload_check.check_for_plan(python, matrix.build(flags, matrix_file))
     job_matrix = None

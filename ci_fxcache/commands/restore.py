@@ -16,7 +16,7 @@ from ci_fxcache.errors import UsageError
 from ci_fxcache.store.overlay import STRATEGIES as OVERLAY_STRATEGIES
 
 if TYPE_CHECKING:
-    from ci_fxcache.store.remote.factory import StoreChoice
+    from ci_fxcache.store.remote.factory import StoreChoice, StorePolicy
     from ci_fxcache.store.remote.tier import RemoteTier
     from ci_fxcache.store.state_file import Restored, RestoreState
 
@@ -74,10 +74,11 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
     """Which store stands behind the local one, and what this run may do with it."""
     parser.add_argument(
         "--store",
-        choices=("local", "redis", "s3", "github"),
+        choices=("local", "redis", "s3", "github", "object"),
         default="local",
         help="local (default): the store on this runner's disk; redis: also torch's Redis "
-        "remote cache; s3: a bucket behind the local store (--s3-url); github: the "
+        "remote cache; s3: a bucket behind the local store (--s3-url); object: an S3, GCS "
+        "or Azure bucket chosen by its URL's scheme (--object-url); github: the "
         "repository's Actions cache behind it (inside a JavaScript action's step)",
     )
     parser.add_argument(
@@ -88,6 +89,14 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
     )
     options.redis_url_option(parser, "Redis URL")
     options.s3_url_option(parser)
+    parser.add_argument(
+        "--object-url",
+        default=None,
+        metavar="URL",
+        help="--store object: s3://, gs:// or az://BUCKET/PREFIX (env FXCACHE_OBJECT_URL; "
+        "default: none); "
+        "credentials come from that service's variables (docs/store.md)",
+    )
     parser.add_argument(
         "--remote-read-only",
         action="store_true",
@@ -133,6 +142,7 @@ def run(
     store: str,
     redis_url: str | None,
     s3_url: str | None,
+    object_url: str | None,
     redis_writers_run_code: bool,
     remote_read_only: bool,
     key_suffix: str,
@@ -141,20 +151,42 @@ def run(
     """`fxcache restore`: the store decided from the flags (factory.choose, as the action's
     setup decides it), the signing key from $FXCACHE_SIGNING_KEY; then `restore`."""
     from ci_fxcache.store import trust
-    from ci_fxcache.store.remote.factory import choose
 
     taking = Pending(python, salt)  # first: the job's interpreter reports while we import
     reason = "--read-only" if read_only else trust.untrusted_reason()
-    choice = choose(store, url=s3_url, key_suffix=key_suffix, read_only=reason is not None,
-                    remote_read_only=remote_read_only)  # fmt: skip
+    policy = store_policy_of(store=store, s3_url=s3_url, object_url=object_url, redis_url=redis_url,
+                             key_suffix=key_suffix, read_only_reason=reason,
+                             remote_read_only=remote_read_only)  # fmt: skip
+    for note in policy.notes:
+        gha.say("notice", note)
     restore(
         taking=taking, root=root, read_only_reason=reason,
         invalidate_on_upgrade=invalidate_on_upgrade, verify=verify,
         overlay_strategy=overlay_strategy, as_json=as_json, state_file=state_file,
-        choice=choice, redis_url=redis_url, redis_writers_run_code=redis_writers_run_code,
+        choice=policy.choice, redis_url=policy.redis_url,
+        redis_writers_run_code=redis_writers_run_code,
         signing_key=trust.signing_key(), nonce=None, job_trace=job_trace,
     )  # fmt: skip
     return 0
+
+
+def store_policy_of(
+    *,
+    store: str,
+    s3_url: str | None,
+    redis_url: str | None,
+    key_suffix: str,
+    read_only_reason: str | None,
+    remote_read_only: bool,
+    object_url: str | None = None,
+) -> StorePolicy:
+    """The store policy (factory.store_policy, as the action's setup decides it) from the
+    flags."""
+    from ci_fxcache.store.remote.factory import store_policy
+
+    return store_policy(store, s3_url=s3_url, redis_url=redis_url, key_suffix=key_suffix,
+                        read_only=read_only_reason is not None,
+                        may_write_remote=not remote_read_only, object_url=object_url)  # fmt: skip
 
 
 def restore(

@@ -42,7 +42,7 @@ def run(*, root: Path | None, state_file: Path | None, as_json: bool) -> int:
     key = trust.signing_key()
     state = read_state(path, root, key)
     # Before the save: this job's entry records go into the scope with its entries.
-    job = at_save(state, path, may_record=True)
+    job = at_save(state, path, may_record=True, signing_key=key)
     result = tiered.save(state, root=root, choice=None, signing_key=key).summary
     if as_json:
         print(json.dumps(result, indent=2))

@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         "comment per id",
     )
     parser.add_argument("--salt", default=None, help=argparse.SUPPRESS)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, request=Request)
 
 
 def _where_options(parser: argparse.ArgumentParser) -> None:
@@ -161,6 +162,7 @@ def add_matrix_options(parser: argparse.ArgumentParser, title: str) -> None:
     axes.add_argument("--mechanisms", help=", ".join(mechanism_registry.names()))
     axes.add_argument("--training", help="true, false")
     axes.add_argument("--workloads", help="built-in names or package.module:factory")
+    axes.add_argument("--modes", help="torch.compile modes: " + ", ".join(matrix.MODES))
     axes.add_argument(
         "--ranks",
         help="processes per phase under torch.distributed, each optionally :shared or "
@@ -182,6 +184,7 @@ def matrix_flags(
     mechanisms: str | None,
     training: str | None,
     workloads: str | None,
+    modes: str | None,
     ranks: str | None = None,
 ) -> dict[str, str | None]:
     """The axes flags of `add_matrix_options` as `matrix.build` takes them (keys: matrix.FLAGS)."""
@@ -192,6 +195,7 @@ def matrix_flags(
         "mechanisms": mechanisms,
         "training": training,
         "workloads": workloads,
+        "modes": modes,
         "ranks": ranks,
     }
     assert flags.keys() == matrix.FLAGS.keys()
@@ -226,6 +230,7 @@ def line(combo: dict[str, Any]) -> str:
         combo["dynamic"],
         combo["mechanism"],
         combo["training"],
+        combo.get("mode") or "default",
         int(combo.get("ranks") or 1),
         str(combo.get("rank_layout") or "shared"),
     ).label
@@ -260,52 +265,72 @@ def _cache_state(path: str | None) -> Any:
     return state_file.parse(data, label).to_json()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Request:
+    """One `fxcache verify` run, as argparse (`register`) and the action (`action/steps.py`)
+    both build it: the options' dests, one field each, and no default besides the parser's."""
+
+    python: str
+    # the matrix axes (matrix.FLAGS) and the matrix file
+    devices: str | None
+    dtypes: str | None
+    dynamic: str | None
+    mechanisms: str | None
+    training: str | None
+    workloads: str | None
+    modes: str | None
+    ranks: str | None
+    matrix_file: str | None
+    # which phases run, where their caches and the results go
+    phase: str
+    cache_dir: str | None
+    json_path: str | None
+    # what counts as safe, what fails the command
+    min_speedup: float | None
+    compare: str
+    fail_on: str
+    # how the phases run
+    timeout: float
+    jobs: int | None
+    recheck_all: bool
+    separate_cold: bool
+    deterministic: bool
+    # what the results embed and where the remote mechanism's Redis is
+    cache_state: str | None
+    redis_url: str | None
+    report_id: str
+    salt: str | None
+
+    @property
+    def flags(self) -> dict[str, str | None]:
+        """The axes as `matrix.build` takes them."""
+        return matrix_flags(
+            self.devices, self.dtypes, self.dynamic, self.mechanisms, self.training,
+            self.workloads, self.modes, self.ranks,
+        )  # fmt: skip
+
+
 @errors.signals_interrupt()  # an interrupt stops the phases, writes no results: exit 130 / 143
-def run(
-    *,
-    python: str,
-    devices: str | None,
-    dtypes: str | None,
-    dynamic: str | None,
-    mechanisms: str | None,
-    training: str | None,
-    workloads: str | None,
-    matrix_file: str | None,
-    phase: str,
-    cache_dir: str | None,
-    json_path: str | None,
-    min_speedup: float | None,
-    compare: str,
-    fail_on: str,
-    timeout: float,
-    jobs: int | None,
-    recheck_all: bool,
-    separate_cold: bool,
-    deterministic: bool,
-    cache_state: str | None,
-    redis_url: str | None,
-    report_id: str,
-    salt: str | None,
-    ranks: str | None,
-) -> int:
+def run(request: Request) -> int:
     """Plan, run, judge, print, write JSON; exit status by --fail-on."""
     from ci_fxcache.jobstats.trace import keep_out_of_job_trace
 
+    r = request
     keep_out_of_job_trace()
-    flags = matrix_flags(devices, dtypes, dynamic, mechanisms, training, workloads, ranks)
-    plan = matrix.build(flags, matrix_file)
-    _check_flags(phase, cache_dir, jobs, min_speedup, json_path)
-    state = _cache_state(cache_state)
-    interpreter_path = interpreter.resolve(python)
-    fp = fingerprint.collect(interpreter_path, salt)
+    plan = matrix.build(r.flags, r.matrix_file)
+    _check_flags(r.phase, r.cache_dir, r.jobs, r.min_speedup, r.json_path)
+    state = _cache_state(r.cache_state)
+    interpreter_path = interpreter.resolve(r.python)
+    fp = fingerprint.collect(interpreter_path, r.salt)
     torch_support.announce_newer(fp.torch_version)
-    temporary = cache_dir is None
-    cache_path, run_dir = _cache_path(cache_dir), Path(tempfile.mkdtemp(prefix="fxcache-run-"))
+    temporary = r.cache_dir is None
+    cache_path, run_dir = _cache_path(r.cache_dir), Path(tempfile.mkdtemp(prefix="fxcache-run-"))
     settings = runner.Settings(
-        phase=phase, cache_dir=cache_path, run_dir=run_dir, min_speedup=min_speedup,
-        compare=compare, fail_on=fail_on, timeout=timeout, jobs=jobs,
-        redis_url=redis_cache.configured_url(redis_url), share_cold=not separate_cold,
-        recheck_all=recheck_all, deterministic=deterministic, scope_key=scopekey.scope_key(fp),
+        phase=r.phase, cache_dir=cache_path, run_dir=run_dir, min_speedup=r.min_speedup,
+        compare=r.compare, fail_on=r.fail_on, timeout=r.timeout, jobs=r.jobs,
+        redis_url=redis_cache.configured_url(r.redis_url), share_cold=not r.separate_cold,
+        recheck_all=r.recheck_all, deterministic=r.deterministic,
+        scope_key=scopekey.scope_key(fp),
     )  # fmt: skip
     try:
         combos, settings.phase = _phases(interpreter_path, plan, settings)
@@ -315,13 +340,14 @@ def run(
             shutil.rmtree(cache_path, ignore_errors=True)
     doc = writer.document(
         fingerprint=fp.to_dict(), scope_key=settings.scope_key, cache=state,
-        settings=settings.to_dict(), matrix=plan.to_dict(), combos=combos, report_id=report_id,
+        settings=settings.to_dict(), matrix=plan.to_dict(), combos=combos,
+        report_id=r.report_id,
     )  # fmt: skip
-    if json_path:
-        writer.write(doc, json_path)
-    if json_path != "-":
+    if r.json_path:
+        writer.write(doc, r.json_path)
+    if r.json_path != "-":
         _table(doc)
-    return _exit_status(doc, fail_on)
+    return _exit_status(doc, r.fail_on)
 
 
 def _check_flags(

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-TRACE_ENV = "TORCH_TRACE"
+from ci_fxcache import names
+
+TRACE_ENV = names.TORCH_TRACE_ENV
 # The job-private trace directory beside the restore's state file: one home for its path.
 TRACE_SUFFIX = ".torch-trace"
 # Header keys (or artifact names) whose records the figures use; anything else is skipped
@@ -32,6 +34,7 @@ WANTED = (
     b'"dynamo_graph_break_reason"',
     b'"chromium_event"',  # timed phases; their payload names them (`compile_file`: a C++ build)
 )
+_WANTED = re.compile(b"|".join(re.escape(w) for w in WANTED))
 _HEADER = re.compile(rb"^[VIWEC]\d{4} [\d:.]+ +(?P<pid>\d+) [^\]\n]*\] (?P<json>\{.*)$", re.S)
 
 
@@ -42,8 +45,10 @@ class Limits:
     total_bytes: int = 1 << 30  # all files together
     files: int = 4096
     records: int = 2_000_000  # header lines seen
-    line_bytes: int = 32 << 20  # one line (a large graph's key components are one JSON line)
-    payload_bytes: int = 64 << 20  # one record's payload
+    # One line (a large graph's key components are one JSON line) and one record's payload:
+    # what one decode may hold at once, so that a read stays within 256 MiB whatever the trace.
+    line_bytes: int = 16 << 20
+    payload_bytes: int = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -95,10 +100,10 @@ def job_env(state_file: Path, enabled: bool) -> dict[str, str]:
 
 
 def keep_out_of_job_trace() -> None:
-    """The matrix's compiles are not the job's own: verify's workers never write into the
-    job-private trace restore set up (a TORCH_TRACE the job named itself is left as it is)."""
-    if os.environ.get(TRACE_ENV, "").endswith(TRACE_SUFFIX):
-        del os.environ[TRACE_ENV]
+    """The matrix's compiles are not the job's own: nothing verify starts writes a trace,
+    neither into the job-private directory restore set up nor into a TORCH_TRACE the job named
+    (the user's tlparse output stays the job's own)."""
+    os.environ.pop(TRACE_ENV, None)
 
 
 def trace_files(directory: Path, limits: Limits, notes: ReadNotes) -> list[Path]:
@@ -114,12 +119,9 @@ def trace_files(directory: Path, limits: Limits, notes: ReadNotes) -> list[Path]
     return files[: limits.files]
 
 
-def _line(stream: BinaryIO, limit: int, budget: int) -> tuple[bytes, bool, int]:
-    """The next line (b'' at the end), whether it was cut, and the bytes consumed: the rest of
-    an overlong line is read through and dropped, never held, and never past `budget`."""
-    line = stream.readline(limit + 1)
-    if len(line) <= limit or line.endswith(b"\n"):
-        return line, False, len(line)
+def _rest(stream: BinaryIO, line: bytes, limit: int, budget: int) -> tuple[bytes, bool, int]:
+    """The rest of an overlong line (`line`, `limit` + 1 bytes without its end) read through
+    and dropped, never held, and never past `budget`: the line cut, and the bytes consumed."""
     consumed = len(line)
     while consumed <= budget:
         more = stream.readline(1 << 20)
@@ -129,12 +131,17 @@ def _line(stream: BinaryIO, limit: int, budget: int) -> tuple[bytes, bool, int]:
     return line[:limit], True, consumed
 
 
+_EVENT_HEAD = b'] {"chromium_event": {}, '  # a timed event's header: nothing else in it is used
+
+
 def _header(line: bytes) -> tuple[int, dict[str, Any]] | None:
-    if not any(w in line for w in WANTED):
+    if _WANTED.search(line) is None:
         return None
     match = _HEADER.match(line.rstrip(b"\n"))
     if match is None:
         return None
+    if _EVENT_HEAD in line:
+        return int(match["pid"]), {"chromium_event": {}}
     try:
         head = json.loads(match["json"])
     except (ValueError, RecursionError):
@@ -147,27 +154,36 @@ def _records_of(path: Path, stream: BinaryIO, limits: Limits, notes: ReadNotes) 
     payload: list[bytes] = []
     size = 0
     over = False
+    readline, most, tab = stream.readline, limits.line_bytes, b"\t"
     while True:
         if notes.bytes > limits.total_bytes:
             notes.stopped.append(f"read {limits.total_bytes} bytes, the limit")
             break
-        line, cut, consumed = _line(stream, limits.line_bytes, limits.total_bytes - notes.bytes)
-        notes.bytes += consumed
-        if cut:
+        line = readline(most + 1)
+        consumed = len(line)
+        if consumed > most and not line.endswith(b"\n"):
+            line, _, consumed = _rest(stream, line, most, limits.total_bytes - notes.bytes)
+            notes.bytes += consumed
             notes.skipped_lines += 1
             over = over or current is not None
             continue
-        if line.startswith(b"\t"):
+        notes.bytes += consumed
+        if line[:1] == tab:  # a payload line: kept only for a wanted record
             if current is not None and not over:
-                size += len(line)
+                size += consumed
                 over = size > limits.payload_bytes
-                payload.append(line[1:])
+                if over:
+                    payload = []
+                else:
+                    payload.append(line[1:])
             continue
         if current is not None:
-            if over:
+            if over:  # still counted (a lookup without its key), its payload left unread
                 notes.skipped_payloads += 1
+                yield Record(path.name, current[0], current[1], "")
             else:
                 text = b"".join(payload).decode("utf-8", "replace")
+                payload = []
                 yield Record(path.name, current[0], current[1], text)
         if not line:
             return
@@ -179,22 +195,25 @@ def _records_of(path: Path, stream: BinaryIO, limits: Limits, notes: ReadNotes) 
         current = _header(line)
 
 
-def read(directory: Path, limits: Limits | None = None) -> tuple[list[Record], ReadNotes]:
-    """The records the figures use from every process's file in `directory`, and what was
-    skipped; nothing at all when the directory is missing."""
-    limits = limits or Limits()
-    notes = ReadNotes()
-    out: list[Record] = []
+def stream(directory: Path, limits: Limits, notes: ReadNotes) -> Iterator[Record]:
+    """The records the figures use from every process's file in `directory`, one at a time
+    (nothing is held between them), what was skipped noted in `notes`; none when the
+    directory is missing."""
     for path in trace_files(directory, limits, notes):
         if notes.stopped:
             break
         try:
-            with path.open("rb") as stream:
+            with path.open("rb") as handle:
                 notes.files += 1
-                out.extend(_records_of(path, stream, limits, notes))
+                yield from _records_of(path, handle, limits, notes)
         except OSError:
             continue
-    return out, notes
+
+
+def read(directory: Path, limits: Limits | None = None) -> tuple[list[Record], ReadNotes]:
+    """Every record `stream` gives, as a list (small traces, tests)."""
+    notes = ReadNotes()
+    return list(stream(directory, limits or Limits(), notes)), notes
 
 
 def remove(directory: Path) -> None:

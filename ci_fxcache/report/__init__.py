@@ -29,3 +29,15 @@ def safe_combo_ids(report: model.Report) -> list[str]:
         if cid not in worst or reader.VERDICT_ORDER[row.verdict] < reader.VERDICT_ORDER[worst[cid]]:
             worst[cid] = row.verdict
     return sorted(cid for cid, v in worst.items() if v == "safe")
+
+
+def safe_mechanisms(report: model.Report) -> frozenset[str]:
+    """Mechanisms this run verified safe: at least one combination safe, none worse anywhere
+    (the job line's advice names only these)."""
+    seen: dict[str, bool] = {}
+    for row in report.all_rows:
+        if row.verdict == "skipped":
+            continue
+        name = str(row.combo.get("mechanism"))
+        seen[name] = seen.get(name, True) and row.verdict == "safe"
+    return frozenset(name for name, safe in seen.items() if safe)

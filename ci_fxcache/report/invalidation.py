@@ -85,6 +85,8 @@ def _gc_sentence(s3: dict[str, Any]) -> str:
         )
     if gc.get("error"):
         text += f"; collection stopped: {gc['error']}"
+    if gc.get("needs_key"):
+        text += f"; {gc['needs_key']}"
     return text
 
 

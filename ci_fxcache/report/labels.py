@@ -11,12 +11,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ci_fxcache.verify import verdict_kinds
 from ci_fxcache.verify.matrix import dynamic_word, ranks_word, short_dtype
 
-EMOJI = {"safe": "✅", "no-gain": "🟡", "unsafe": "❌", "error": "💥", "skipped": "⏭️"}
+EMOJI = verdict_kinds.emoji()
 ISSUE_MARK = "⚠️"  # a known upstream issue concerns this combination
 # The fields that only enter a label (and a table column) when they vary within a report.
-VARYING_FIELDS = ("workload", "device", "training", "ranks")
+VARYING_FIELDS = ("workload", "device", "training", "mode", "ranks")
 
 NOT_RECHECKED = "not re-checked this run"
 # The report's line for the workloads whose model changed since their recorded reference.
@@ -77,6 +78,7 @@ CAUSE_WORDS = {
     "rebuilt": "hit, but kernels were rebuilt",
     "slow": "hit, but too little speedup",
     "refused": "torch refused the artifact",
+    "autotuned": "autotuning ran again on hot load",
     "hot-mismatch": "wrong values on hot load",
     "recompile": "recompiled on hot load",
     "crash": "crashed on hot load",
@@ -105,11 +107,14 @@ def field_word(combo: dict[str, Any], name: str) -> str:
     if name == "ranks":  # one process: "1 rank", shown only beside other counts
         ranks = combo.get("ranks") or 1
         return "1 rank" if ranks == 1 else ranks_word(ranks, combo.get("rank_layout"))
+    if name == "mode":
+        return str(combo.get("mode") or "default")  # a document from before modes: default
     return str(combo.get(name))
 
 
 def varying_fields(combos: list[dict[str, Any]]) -> tuple[str, ...]:
-    """Which of workload, device, training take more than one value among `combos`."""
+    """Which of workload, device, training, compile mode take more than one value among
+    `combos` (a report whose combinations all use the default mode never names it)."""
     return tuple(n for n in VARYING_FIELDS if len({field_word(c, n) for c in combos}) > 1)
 
 
@@ -117,8 +122,12 @@ def constant_heading(combo: dict[str, Any] | None, varying: tuple[str, ...]) -> 
     """'sin_matmul · cuda · train': the fields that are not `varying` (labels omit them)."""
     if combo is None:
         return ""
-    words = (field_word(combo, n) for n in VARYING_FIELDS if n not in varying)
-    return " · ".join(w for w in words if w != "1 rank")
+    fields = [n for n in VARYING_FIELDS if n not in varying]
+    words = [field_word(combo, n) for n in fields]
+    # torch.compile's default mode and one rank go unsaid: a report names a mode or a count
+    # of ranks only where one is chosen
+    unsaid = {("mode", "default"), ("ranks", "1 rank")}
+    return " · ".join(w for n, w in zip(fields, words, strict=True) if (n, w) not in unsaid)
 
 
 def combo_label(combo: dict[str, Any], varying: tuple[str, ...] = ()) -> str:

@@ -16,18 +16,17 @@ from ci_fxcache.report.known_issues import KnownIssue
 from ci_fxcache.results import reader
 from ci_fxcache.results.reader import VERDICT_ORDER, Group, Results
 from ci_fxcache.results.writer import CI_PATTERNS
-from ci_fxcache.verify import causes
+from ci_fxcache.verify import causes, verdict_kinds
 
 TOP_ENTRIES = 8  # entries a top line names before "and N more in the table"
 CHART_MAX_BARS = 12  # more bars repeat the table without adding to it
 CHART_MAX_LABEL = 34  # Mermaid drops every bar label once one runs to about 35
 CHART_MAX_SPREAD = 20.0  # largest / smallest speedup: beyond this the small bars are slivers
-PROBLEMS = ("unsafe", "error", "no-gain")
+PROBLEMS = verdict_kinds.problems()
 # The three top lines, in this order: (emoji, heading, verdicts it lists).
-TOP_LINES = (
-    ("✅", "Cache", ("safe",)),
-    ("❌", "Do not cache", ("unsafe",)),
-    ("🟡", "Check", ("no-gain", "error")),
+TOP_LINES = tuple(
+    (verdict_kinds.get(lead).emoji, heading, verdict_kinds.listed_under(heading))
+    for heading, lead in verdict_kinds.TOP_LINES
 )
 
 
@@ -120,7 +119,7 @@ class Row:
     @property
     def shows_speedup(self) -> bool:
         """Unsafe rows never show a speedup: a fast wrong answer is no win."""
-        return self.verdict in ("safe", "no-gain") and self.combo.get("speedup") is not None
+        return self.verdict in verdict_kinds.loaded() and self.combo.get("speedup") is not None
 
     @property
     def speedup(self) -> str:
@@ -488,12 +487,12 @@ def cache_line(heading: str, safe: list[str], ran: int, nothing: str) -> TopLine
     """'✅ Cache: 56/60 safe; all but:' (the lines after it list the exceptions) or, where the
     safe ones are the fewer, '✅ Cache: 3/60 safe: a, b, c'."""
     if not safe:
-        return TopLine("✅", heading, [nothing])
+        return TopLine(TOP_LINES[0][0], heading, [nothing])
     if len(safe) == ran:
-        return TopLine("✅", heading, [], f"all {ran} combinations safe")
+        return TopLine(TOP_LINES[0][0], heading, [], f"all {ran} combinations safe")
     if len(safe) > ran - len(safe):
-        return TopLine("✅", heading, [], f"{len(safe)}/{ran} safe; all but:")
-    return TopLine("✅", heading, _short(safe), f"{len(safe)}/{ran} safe:")
+        return TopLine(TOP_LINES[0][0], heading, [], f"{len(safe)}/{ran} safe; all but:")
+    return TopLine(TOP_LINES[0][0], heading, _short(safe), f"{len(safe)}/{ran} safe:")
 
 
 def grouped(rows: list[Row]) -> list[str]:

@@ -154,21 +154,46 @@ def _render(
 
     results, report = report_pkg.build(results_path)
     own_links_only(report, results, *own)
-    return render.markdown(report, template, max_chars), report.report_id
+    budget = render.comment_budget(report, max_chars)
+    return render.markdown(report, template, budget), report.report_id
 
 
-def _with_job(body: str, path: str, limit: int) -> str:
+def _with_job(body: str, path: str, limit: int, results: str) -> str:
     """The comment with the job's own figures under its status (job_line.under_status), when
-    they fit; unchanged, with a warning, when the file is unreadable."""
+    they fit; unchanged, with a warning, when the file is unreadable or holds no figures. The
+    figures are checked first (jobstats/figures.py), as results are read before a report."""
+    from ci_fxcache.jobstats import figures
     from ci_fxcache.report import job_line
 
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        doc = figures.checked(json.loads(Path(path).read_text(encoding="utf-8")))
     except (OSError, ValueError, RecursionError) as exc:
         gha.warn(f"--job-stats {path}: not read ({exc}); the comment has no job line")
         return body
-    with_job = job_line.under_status(body, doc) if isinstance(doc, dict) else body
+    if doc is None:
+        gha.warn(f"--job-stats {path}: not {figures.SCHEMA} figures; the comment has no job line")
+        return body
+    from ci_fxcache import report as report_pkg
+
+    verified = report_pkg.safe_mechanisms(report_pkg.build(results)[1])
+    with_job = job_line.under_status(body, doc, verified)
     return with_job if len(with_job) <= limit else body
+
+
+def render_body(
+    results_path: str,
+    template: str | None,
+    limit: int,
+    own: tuple[str, str],
+    job_stats: str | None,
+) -> tuple[str, str]:
+    """(markdown, report id) of a comment or note: the report within `limit` characters, with
+    the job's own figures under its status when given; links only to `own` (server,
+    repository). The GitHub comment and the GitLab note (mr_note) both render here."""
+    body, report_id = _render(results_path, template, limit, own)
+    if job_stats is not None:
+        body = _with_job(body, job_stats, limit, results_path)
+    return body, report_id
 
 
 def artifact_report_id(results_path: str, artifact: str) -> str:
@@ -267,9 +292,7 @@ def post(
     limit = render.COMMENT_LIMIT - 200  # room for the marker line
     repository = repo or os.environ.get("GITHUB_REPOSITORY", "")
     own = (os.environ.get("GITHUB_SERVER_URL") or "https://github.com", repository)
-    body, doc_report_id = _render(results, template, limit, own)
-    if job_stats is not None:
-        body = _with_job(body, job_stats, limit)
+    body, doc_report_id = render_body(results, template, limit, own, job_stats)
     if expected is not None and doc_report_id != expected:
         raise UsageError(
             f"{results} carries report id {doc_report_id!r}, but its artifact "

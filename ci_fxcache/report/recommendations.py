@@ -22,9 +22,15 @@ NOT_THE_CACHE = (
 )
 
 
-def same_model(c: dict[str, Any]) -> tuple[str, str, str]:
-    """What an alternative must share with the problem row: workload, device, training mode."""
-    return (str(c["workload"]), str(c["device"]), str(c.get("training")))
+# workload, device, training mode, compile mode: what an alternative must share
+Model = tuple[str, str, str, str]
+
+
+def same_model(c: dict[str, Any]) -> Model:
+    """What an alternative must share with the problem row: workload, device, training mode,
+    compile mode."""
+    mode = str(c.get("mode") or "default")
+    return (str(c["workload"]), str(c["device"]), str(c.get("training")), mode)
 
 
 def _rank(bad: dict[str, Any], good: dict[str, Any]) -> int:
@@ -47,7 +53,7 @@ def _rank(bad: dict[str, Any], good: dict[str, Any]) -> int:
 
 def best_alternative(
     bad: dict[str, Any],
-    safe_by_model: dict[tuple[str, str, str], list[dict[str, Any]]],
+    safe_by_model: dict[Model, list[dict[str, Any]]],
     not_safe_on: Callable[[dict[str, Any]], list[str]] = lambda c: [],
 ) -> dict[str, Any] | None:
     """The smallest verified-safe change from `bad` (fastest first among equals), one safe
@@ -135,9 +141,9 @@ def verified_workaround(combo: dict[str, Any]) -> str:
     return f"{found.advice}: {workarounds.VERIFIED}"
 
 
-def group_safe(combos: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+def group_safe(combos: list[dict[str, Any]]) -> dict[Model, list[dict[str, Any]]]:
     """Safe combinations by model, for `best_alternative`."""
-    out: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    out: dict[Model, list[dict[str, Any]]] = {}
     for c in combos:
         if c["verdict"] == "safe":
             out.setdefault(same_model(c), []).append(c)

@@ -16,11 +16,15 @@ from ci_fxcache import userfiles
 from ci_fxcache.errors import UsageError
 from ci_fxcache.report import labels, recommendations, text_table
 from ci_fxcache.report.model import Report, Row
+from ci_fxcache.verify import verdict_kinds
 
 _MIN_ROW_CHARS = 40  # no table row renders shorter than this
 # GitHub rejects issue comments longer than 65,536 characters; leave room for the marker.
 COMMENT_LIMIT = 65_536
 DEFAULT_MAX_CHARS = 65_000
+# A fleet's comment, whatever its model names: a comment that long is read, not scrolled past;
+# the JSON results and the job summary have the rest (issue 46).
+FLEET_COMMENT_CHARS = 20_000
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,8 @@ class Detail:
     max_chart: int = 40
     problems_only: bool = False
     recommendations: bool = True
+    # a fleet's per-environment tables (its problems matrix names every problem everywhere)
+    sections: bool = True
     note: str = ""
 
 
@@ -199,6 +205,7 @@ def _environment(template: str | None) -> tuple[Any, str]:
         nowrap_num=_speedup_cell,
     )
     env.globals["emoji"] = labels.EMOJI
+    env.globals["verdict_legend"] = verdict_kinds.legend()
     env.globals["disable_line"] = recommendations.DISABLE_LINE
     env.globals["changed_heading"] = labels.CHANGED_HEADING
     return env, name
@@ -226,6 +233,10 @@ def _levels(report: Report) -> list[Detail]:
     while cap >= 10:
         out.append(replace(lean, problems_only=True, recommendations=False, max_rows=cap))
         cap //= 2
+    if report.fleet:
+        # Last before the summary alone: the matrix keeps every problem row, unsafe ones
+        # included, on every environment; what goes is each environment's table of them.
+        out.append(replace(out[-1], sections=False))
     return out
 
 
@@ -251,9 +262,17 @@ def _dropped(level: Detail, report: Report) -> str:
         parts.append("the safe rows (the grid shows them)")
     if not level.recommendations:
         parts.append("the recommendations")
-    if level.max_rows < Detail().max_rows:
+    if level.max_rows < Detail().max_rows and level.sections:
         parts.append(f"rows past the first {level.max_rows} per environment")
+    if not level.sections:
+        parts.append("each environment's table (the problems matrix names every problem)")
     return ", ".join(parts)
+
+
+def comment_budget(report: Report, limit: int) -> int:
+    """The characters a pull-request comment of `report` may take: `limit`, and for a fleet
+    at most FLEET_COMMENT_CHARS."""
+    return min(limit, FLEET_COMMENT_CHARS) if report.fleet else limit
 
 
 def markdown(
@@ -354,8 +373,6 @@ def _squeeze(text: str) -> str:
 
 # ---- text --------------------------------------------------------------------------------------
 
-_COLOURS = {"safe": "32", "no-gain": "33", "unsafe": "31", "error": "35", "skipped": "2"}
-
 
 def use_colour(stream: Any = None) -> bool:
     """Colour only on a TTY and only when NO_COLOR is unset."""
@@ -367,7 +384,6 @@ TEXT_WIDTH = 100
 LABEL_WIDTH = 40  # a combination column never takes more
 _TEXT_HEADERS = ("verdict", "combination", "cold s", "hot s", "speedup", "why")
 _TEXT_RIGHT = {2, 3, 4}  # cold s, hot s, speedup
-_MATRIX_WORD = {"safe": "safe", "no-gain": "no-gain", "unsafe": "UNSAFE", "error": "error"}
 
 
 def _wrapped(text_: str, indent: str = "  ") -> list[str]:
@@ -414,7 +430,7 @@ def _text_table(rows: list[Row], colour: bool) -> list[str]:
                 0
             ]
             if colour:
-                code = _COLOURS.get(r.verdict, "0")
+                code = verdict_kinds.get(r.verdict).colour
                 line = f"\033[{code}m{row[0]}\033[0m" + line[len(row[0]) :]
             out.append(line)
             out.extend(" " * offset + more for more in why[1:])
@@ -454,8 +470,7 @@ def _matrix_lines(report: Report) -> list[str]:
                         [
                             text_table.shorten_middle(plain(matrix.short.get(lab, lab)), label_w),
                             *(
-                                _MATRIX_WORD.get(v, "skipped" if v else "–")
-                                + ("*" if issue else "")
+                                (verdict_kinds.get(v).word if v else "–") + ("*" if issue else "")
                                 for v, issue in cells
                             ),
                         ]

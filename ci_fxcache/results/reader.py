@@ -19,7 +19,7 @@ from typing import Any
 from ci_fxcache import userfiles
 from ci_fxcache.errors import UsageError
 from ci_fxcache.results import schema_check
-from ci_fxcache.verify import causes
+from ci_fxcache.verify import causes, verdict_kinds
 from ci_fxcache.verify.causes import CAUSES, VERDICT_OF_CAUSE, VERDICTS
 
 RESULTS_SCHEMA = "fxcache-results/2"
@@ -30,7 +30,7 @@ RESULTS_SCHEMAS = (RESULTS_SCHEMA_V1, RESULTS_SCHEMA)
 MERGED_SCHEMAS = (MERGED_SCHEMA_V1, MERGED_SCHEMA)
 SCHEMAS = (*RESULTS_SCHEMAS, *MERGED_SCHEMAS)
 # Problems first: the order rows and summaries use.
-VERDICT_ORDER = {"unsafe": 0, "error": 1, "no-gain": 2, "safe": 3, "skipped": 4}
+VERDICT_ORDER = verdict_kinds.order()
 _COMBO_FIELDS = ("id", "workload", "device", "dtype", "dynamic", "mechanism", "verdict")
 
 

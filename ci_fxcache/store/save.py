@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ci_fxcache import gha, names
-from ci_fxcache.store import in_place, modes, scopes, seal, spare, stat_batch
+from ci_fxcache.store import in_place, modes, references, scopes, seal, spare, stat_batch
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store.layout import LOCKS, Layout
 from ci_fxcache.store.state_file import RestoreState
@@ -54,10 +54,12 @@ def _inspect(
 
 class Outcome(NamedTuple):
     """A save's summary (JSON), and the manifest it checked, signed and wrote under the scope's
-    lock (None when it wrote none): what a publish sends, never a re-read of the disk."""
+    lock (None when it wrote none): what a publish sends, never a re-read of the disk; and the
+    files this save added to it (the job's new entries)."""
 
     summary: dict[str, Any]
     committed: mf.Committed | None
+    added: tuple[str, ...] = ()
 
 
 class _Committed(NamedTuple):
@@ -224,15 +226,20 @@ def save(layout: Layout, state: RestoreState, signing_key: str | None) -> Outcom
         new = _job_files(layout, key, unlisted, listed, overlay_dir, signing_key)
         entries, stats = _new_entries(scope, new)
         listed.update(entries)
+        old_versions, dropped = _prune(scope, listed)
         manifest = _manifest(scope, key, state, previous, listed, signing_key)
         mf.make_read_only(scope, stats)
         modes.close_directories(scope, [*new, *found.locks])
         in_place.make_writable(scope, [*found.locks, *committed], modes.file_mode())
         written = mf.Committed.of(manifest)
         digest = _write(layout, key, written)
+        # Listed no more: removed once the manifest without them is written.
+        references.remove(scope, dropped)
         # What the check listed is sealed for the new manifest, but for directories holding
-        # files it does not list (another job's, when this one had an overlay).
+        # files it does not list (another job's, when this one had an overlay) or that the
+        # pruning removed.
         kept_out = {rel.rpartition("/")[0] for rel in set(unlisted) - set(new)}
+        kept_out |= {d for d in found.dir_stamps if references.pruned(d + "/", old_versions)}
         seal.refresh(
             layout, key, digest, found.dir_stamps, found.started_ns, seal.NONE,
             mf.listed(manifest), bool(signing_key), kept_out,
@@ -245,7 +252,19 @@ def save(layout: Layout, state: RestoreState, signing_key: str | None) -> Outcom
         spare.build_in_background(layout, key)  # overlays are in use: refresh the spare
     summary = {"saved": True, "scope_key": key, "files": len(manifest["files"]), "added": len(new),
                "bytes": manifest["total_bytes"], "signed": bool(signing_key)}  # fmt: skip
-    return Outcome(summary, written)
+    if old_versions:  # references no run compares any more (store/references.py)
+        summary["pruned_references"] = len(old_versions)
+    return Outcome(summary, written, tuple(new))
+
+
+def _prune(scope: Path, listed: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The references no run compares any more (store/references.py), and their files, taken
+    out of `listed` (removed from disk once the manifest without them is written)."""
+    old_versions = references.beyond_compared(scope, set(listed))
+    dropped = [rel for rel in listed if references.pruned(rel, old_versions)]
+    for rel in dropped:
+        del listed[rel]
+    return old_versions, dropped
 
 
 def _fault_hook() -> Callable[[], None] | None:

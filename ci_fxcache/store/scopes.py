@@ -7,6 +7,8 @@ import json
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ci_fxcache import gha, userfiles
+from ci_fxcache import gha, names, userfiles
 from ci_fxcache.errors import UsageError
 from ci_fxcache.store import manifest, seal
 from ci_fxcache.store.layout import LAST_USED, LEASES, MANIFEST, Layout
@@ -126,7 +128,7 @@ def process_start(pid: int) -> str | None:
 
 # Processes that live exactly as long as a job: the runner's job worker, act's own process.
 _JOB_PROCESSES = frozenset({"Runner.Worker", "act"})
-_HOLD_POLL_S = 1.0
+HOLD_POLL_S = 1.0
 
 
 def lease_owner() -> int | None:
@@ -220,9 +222,10 @@ def live_leases(layout: Layout, key: str, mode: str | None = None) -> list[Path]
 def take_lease(layout: Layout, key: str, mode: str, overlay: Path | None = None) -> Path:
     """Register a trusted restore of `key` (`in-place` or `overlay`); `save` releases it.
 
-    The lease file is flocked by a small holder process forked from here, which lives as long
-    as the job: it exits when the lease is released (removed), when the owner process ends
-    (`lease_owner`), or after the TTL; it dies with its container or with a kill of the job's
+    The lease file is flocked by a small holder process started from here (store.holder: a
+    fresh interpreter without the job's secrets), which lives as long as the job: it exits
+    when the lease is released (removed), when the owner process ends (`lease_owner`), or
+    after the TTL; it dies with its container or with a kill of the job's
     processes, and the kernel then drops its lock. So the lease of a job that ended without
     saving is dead at the next restore, on any host or container that sees the store, with or
     without an owner pid. The lease's content says who it is (best effort: on a full disk the
@@ -263,27 +266,24 @@ def release_lease(layout: Layout, path: Path) -> None:
 
 
 def _fork_holder(fd: int, owner: int | None, start: str | None) -> int | None:
-    """Fork the process that keeps `fd`'s flock while the job lives; its pid (None: no fork)."""
+    """Start the process that keeps `fd`'s flock while the job lives (store.holder): a fresh
+    interpreter, in a session of its own, that gets nothing of ours but the lease and an
+    environment without secrets; its pid (None: it could not be started)."""
     try:
-        pid = os.fork()
-    except OSError:
+        proc = subprocess.Popen(
+            # -I: nothing from the job's working directory (a json.py) runs in it
+            [sys.executable, "-I", "-m", "ci_fxcache.store.holder", str(fd),
+             "" if owner is None else str(owner), start or "", repr(lease_ttl())],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            pass_fds=(fd,),
+            env=names.without_secrets(),
+        )  # fmt: skip
+    except (OSError, ValueError):
         return None
-    if pid:
-        return pid
-    try:  # the child: nothing of the parent's but the lease (no pipes, no scope lock)
-        os.setsid()
-        null = os.open(os.devnull, os.O_RDWR)
-        for std in (0, 1, 2):
-            os.dup2(null, std)
-        os.closerange(3, fd)
-        os.closerange(fd + 1, 1 << 20)
-        deadline = time.monotonic() + lease_ttl()
-        while time.monotonic() < deadline and os.fstat(fd).st_nlink > 0:
-            if owner is not None and process_start(owner) != start:
-                break
-            time.sleep(_HOLD_POLL_S)
-    finally:
-        os._exit(0)
+    return proc.pid
 
 
 def leased_overlays(layout: Layout, key: str) -> tuple[set[str], set[str]]:

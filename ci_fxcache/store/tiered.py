@@ -54,6 +54,7 @@ class Saved:
 
     summary: dict[str, Any]
     committed: mf.Committed | None = None
+    added_files: tuple[str, ...] = ()  # the files this save added to the committed manifest
 
     @property
     def saved(self) -> bool:
@@ -95,8 +96,8 @@ def save(
     A run that may only read the remote tier publishes nothing."""
     tier, unusable = _tier(state, choice)
     layout = Layout(root if root is not None else state.root)
-    result, committed = store_save.save_state(layout, state, signing_key)
-    outcome = Saved(result, committed)
+    result, committed, added = store_save.save_state(layout, state, signing_key)
+    outcome = Saved(result, committed, added)
     if not outcome.saved or committed is None:
         return outcome
     if unusable is not None:
@@ -110,10 +111,10 @@ def save(
     if not (tier.publishes_every_save or outcome.added):
         remote = {"store": tier.name, "url": tier.describe(), "published": False,
                   "reason": "this run added nothing to the cache"}  # fmt: skip
-        return Saved({**result, "remote": remote}, committed)
+        return Saved({**result, "remote": remote}, committed, added)
     _fault_stop()
     remote = publish_scope(layout, state.scope_key, tier, committed, signing_key)
-    return Saved({**result, "remote": remote}, committed)
+    return Saved({**result, "remote": remote}, committed, added)
 
 
 def _choice_of(state: RestoreState, choice: StoreChoice | None) -> StoreChoice | None:
@@ -129,7 +130,7 @@ def _choice_of(state: RestoreState, choice: StoreChoice | None) -> StoreChoice |
         return None
     if choice is not None:
         return choice if choice.may_write_remote else None
-    if use.store not in ("s3", "github"):
+    if use.store not in ("s3", "github", "object"):
         gha.warn(f"the restore state names store {use.store!r}; kept locally")
         return None
     return StoreChoice(kind=use.store, url=use.url, key_suffix=use.key_suffix)

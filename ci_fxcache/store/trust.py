@@ -28,6 +28,7 @@ from typing import Any
 
 from ci_fxcache import gha, names
 from ci_fxcache.errors import UsageError
+from ci_fxcache.store import manifest
 
 UNTRUSTED_EVENTS = frozenset({"pull_request_target", "issue_comment", "workflow_run"})
 # Events whose runs only the repository's writers (or its schedule) start, and the pull
@@ -238,6 +239,17 @@ def refusal(event: RunEvent | None, given: Iterable[str]) -> str | None:
         "(github-token: '', no signing-key, no store credentials here), and post the comment "
         f"from {FORK_COMMENT_WORKFLOW}"
     )
+
+
+def sign(doc: dict[str, Any], key: str) -> None:
+    """Sign a document kept beside the store (the job history) as a manifest is signed: an
+    HMAC-SHA256 of its canonical JSON under `signature`."""
+    manifest.sign(doc, key)
+
+
+def signed_with(doc: dict[str, Any], key: str) -> bool:
+    """Whether `doc` carries a valid signature (`sign`) for `key`."""
+    return manifest.signature_problem(doc, key) is None
 
 
 def signing_key() -> str | None:

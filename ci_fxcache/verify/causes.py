@@ -9,16 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-VERDICTS = ("safe", "no-gain", "unsafe", "error", "skipped")
+from ci_fxcache.verify import verdict_kinds
+
+VERDICTS = verdict_kinds.names()
 
 # The causes each verdict can have, in the order docs/verify.md lists them.
-CAUSES: dict[str, tuple[str, ...]] = {
-    "safe": ("hit", "partial-hit"),
-    "no-gain": ("miss", "rebuilt", "slow", "refused"),
-    "unsafe": ("hot-mismatch", "recompile", "crash", "timeout", "hot-error"),
-    "error": ("cold-error", "compiler-mismatch", "not-run"),
-    "skipped": ("no-device", "torch-too-old", "gpu-too-old", "unsupported"),
-}
+CAUSES: dict[str, tuple[str, ...]] = {v.name: v.causes for v in verdict_kinds.ALL}
 VERDICT_OF_CAUSE = {cause: verdict for verdict, causes in CAUSES.items() for cause in causes}
 
 # Findings that never change a verdict (`notes[].kind`).
@@ -27,6 +23,7 @@ NOTE_KINDS = (
     "uncacheable",
     "nondeterministic",
     "eager-unreproducible",
+    "factory-nondeterministic",
     "random-ops",
     "fp64-accuracy",
     "carried",
@@ -36,12 +33,7 @@ NOTE_KINDS = (
 )
 
 # Which verdicts fail `--fail-on X` (each level includes the ones before it).
-FAIL_ON: dict[str, tuple[str, ...]] = {
-    "never": (),
-    "unsafe": ("unsafe",),
-    "error": ("unsafe", "error"),
-    "no-gain": ("unsafe", "error", "no-gain"),
-}
+FAIL_ON: dict[str, tuple[str, ...]] = verdict_kinds.fail_on()
 
 
 def note(kind: str, text: str, **extra: object) -> dict[str, object]:

@@ -52,8 +52,12 @@ def log_tail(path: Path, lines: int = 15) -> str:
 
 def worker_env(base: dict[str, str] | None = None) -> tuple[dict[str, str], str]:
     """Environment for the worker (the job's, without any secret or runner file command: it
-    imports the user's workloads), and the private dir that makes it importable."""
+    imports the user's workloads), and the private dir that makes it importable. Never the
+    job's TORCH_TRACE, whatever its value: the matrix's compiles are not the job's own, and
+    never land in a trace the user named (worker/keyinfo.py hears torch's trace logger
+    without it)."""
     env = names.without_secrets(os.environ if base is None else base)
+    env.pop(names.TORCH_TRACE_ENV, None)
     private = tempfile.mkdtemp(prefix="fxcache-worker-")
     os.symlink(WORKER_DIR, os.path.join(private, WORKER_NAME))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (private, env.get("PYTHONPATH", "")) if p)

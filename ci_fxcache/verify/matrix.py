@@ -16,6 +16,10 @@ DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "float16", "bfloat16", "bfloat16-autocast")
 DYNAMIC = ("false", "true", "mark")
 BUILTIN_WORKLOADS = ("sin_matmul", "mlp", "conv", "attention", "transformer_block")
+# torch.compile's own mode names (`torch.compile(mode=...)`); "default" is its default.
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# The modes that capture CUDA graphs: on a device without CUDA torch skips the graphs.
+CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
 # A `--ranks` value: a process count, with the cache layout of its ranks after a colon
 # (`shared`, the default: one cache directory for all ranks, as torchrun jobs have it;
 # `one-rank`: rank 0 compiles, torch 2.15's compile on one rank). docs/verify.md "Ranks".
@@ -30,6 +34,7 @@ DEFAULTS: dict[str, list[Any]] = {
     "mechanisms": registry.defaults(),
     "training": [True],
     "workloads": ["sin_matmul"],
+    "modes": ["default"],
     "ranks": ["1"],
 }
 # Matrix-file key -> CLI flag, for messages.
@@ -40,6 +45,7 @@ FLAGS = {
     "mechanisms": "--mechanisms",
     "training": "--training",
     "workloads": "--workloads",
+    "modes": "--modes",
     "ranks": "--ranks",
 }
 # The dynamic mode's word inside combination ids (directory names: never change them).
@@ -72,6 +78,9 @@ class Combo:
     dynamic: str
     mechanism: str
     training: bool
+    # torch.compile's mode (MODES); the default mode adds nothing to the id or the label, so
+    # the ids (directory names) of a matrix without modes never change.
+    mode: str = "default"
     ranks: int = 1  # processes per phase (torch.distributed when more than 1)
     layout: str = "shared"  # the ranks' cache layout (RANK_LAYOUTS)
 
@@ -85,7 +94,8 @@ class Combo:
         ranks = f"-r{self.ranks}" if self.ranks != 1 else ""
         if self.ranks != 1 and self.layout != "shared":
             ranks += f"-{self.layout}"
-        return f"{workload}-{self.device}-{self.dtype}-{dyn}-{self.mechanism}-{mode}{ranks}"
+        base = f"{workload}-{self.device}-{self.dtype}-{dyn}-{self.mechanism}-{mode}"
+        return base + mode_suffix(self.mode, "-") + ranks
 
     @property
     def label(self) -> str:
@@ -94,7 +104,8 @@ class Combo:
         ranks = f" {ranks_word(self.ranks, self.layout)}" if self.ranks != 1 else ""
         return (
             f"{self.workload} {self.device} {short_dtype(self.dtype)} "
-            f"{dynamic_word(self.dynamic)} {self.mechanism} {mode}{ranks}"
+            f"{dynamic_word(self.dynamic)} {self.mechanism} {mode}{mode_suffix(self.mode, ' ')}"
+            f"{ranks}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -107,6 +118,7 @@ class Combo:
             "dynamic": self.dynamic,
             "mechanism": self.mechanism,
             "training": self.training,
+            "mode": self.mode,
         }
         if self.ranks != 1:
             out["ranks"] = self.ranks
@@ -129,6 +141,12 @@ def parse_ranks(value: str) -> tuple[int, str]:
     return int(found.group(1)), found.group(2) or "shared"
 
 
+def mode_suffix(mode: Any, sep: str) -> str:
+    """`sep` + the compile mode where it is not torch's default ('' for the default mode, and
+    for a document written before modes, which has none)."""
+    return "" if mode in (None, "default") else f"{sep}{mode}"
+
+
 @dataclass
 class Matrix:
     """Selected values of each axis (`devices` may still say `auto`)."""
@@ -139,20 +157,22 @@ class Matrix:
     mechanisms: list[str] = field(default_factory=registry.defaults)
     training: list[bool] = field(default_factory=lambda: list(DEFAULTS["training"]))
     workloads: list[str] = field(default_factory=lambda: list(DEFAULTS["workloads"]))
+    modes: list[str] = field(default_factory=lambda: list(DEFAULTS["modes"]))
     ranks: list[str] = field(default_factory=lambda: list(DEFAULTS["ranks"]))
 
     def combos(self) -> list[Combo]:
-        """Every combination, in a stable order (workload, device, dtype, dynamic, mech, mode,
-        ranks)."""
+        """Every combination, in a stable order (workload, device, dtype, dynamic, mech,
+        training, compile mode, ranks)."""
         return [
-            Combo(w, d, t, y, m, tr, *parse_ranks(r))
-            for w, d, t, y, m, tr, r in product(
+            Combo(w, d, t, y, m, tr, mo, *parse_ranks(r))
+            for w, d, t, y, m, tr, mo, r in product(
                 self.workloads,
                 self.devices,
                 self.dtypes,
                 self.dynamic,
                 self.mechanisms,
                 self.training,
+                self.modes,
                 self.ranks,
             )
         ]
@@ -184,6 +204,7 @@ def _check(axis: str, values: list[Any], where: str) -> list[Any]:
         "dtypes": DTYPES,
         "dynamic": DYNAMIC,
         "mechanisms": registry.names(),  # read now: a new record is all it takes
+        "modes": MODES,
     }.get(axis, ())
     out: list[Any] = []
     for raw in values:
@@ -256,6 +277,7 @@ def load_file(path: str) -> dict[str, list[Any]]:
         "dtype": "dtypes",
         "mechanism": "mechanisms",
         "workload": "workloads",
+        "mode": "modes",
     }
     out: dict[str, list[Any]] = {}
     for key, value in body.items():

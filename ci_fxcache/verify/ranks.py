@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ci_fxcache import mechanisms
-from ci_fxcache.verify import verdicts, versions
+from ci_fxcache.verify import verdict_kinds, verdicts, versions
 from ci_fxcache.verify.matrix import Combo
 
 if TYPE_CHECKING:
@@ -31,8 +31,6 @@ if TYPE_CHECKING:
 # The process group's timeout as a share of the phase's: a rank left waiting for a peer ends
 # with torch's own timeout error before the phase timeout kills the peer that hangs.
 GROUP_TIMEOUT_SHARE = 0.5
-# Worst first: the verdict of several ranks is the first of these any rank has.
-VERDICT_SEVERITY = ("unsafe", "error", "no-gain", "safe", "skipped")
 # Among ranks with the same verdict, the cause that names the rank at fault first: a rank
 # that crashed or hung leaves its peers failing in a collective (hot-error), not the reverse.
 CAUSE_SEVERITY = ("crash", "timeout", "hot-mismatch", "recompile", "cold-error", "miss")
@@ -225,7 +223,8 @@ def judge(
 
 
 def _severity(judged: dict[str, Any]) -> tuple[int, int]:
-    verdict = VERDICT_SEVERITY.index(judged["verdict"])
+    # the verdict of several ranks is the worst any rank has (the registry's order)
+    verdict = verdict_kinds.get(judged["verdict"]).order
     cause = judged["cause"]
     return verdict, CAUSE_SEVERITY.index(cause) if cause in CAUSE_SEVERITY else len(CAUSE_SEVERITY)
 

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from ci_fxcache import __version__, mechanisms, timestamps
-from ci_fxcache.verify import causes
+from ci_fxcache.verify import causes, verdict_kinds
 
 VERDICT_FILE = "verdict.json"
-CARRIED_VERDICTS = ("no-gain",)
+CARRIED_VERDICTS = verdict_kinds.carried()
 # The settings a verdict depends on (besides the evidence): a change re-checks.
 JUDGING_SETTINGS = ("min_speedup", "compare")
 # Notes about the run that judged, not about the combination: never carried.

@@ -144,7 +144,32 @@ def skip_reason(combo: Combo, info: dict[str, Any], redis: str | None) -> Skip |
     if mechanisms.get(combo.mechanism).redis and redis:
         return Skip("unsupported", redis)
     found = ranks.skip(combo, info)
-    return Skip(*found) if found else None
+    if found:
+        return Skip(*found)
+    return mode_skip(combo)
+
+
+def mode_skip(combo: Combo) -> Skip | None:
+    """Why a compile mode cannot do what it names here, or None (docs/verify.md "Modes")."""
+    if combo.mode == "default":
+        return None
+    if mechanisms.get(combo.mechanism).hits == "artifact":
+        return Skip(
+            "unsupported",
+            f"{combo.mechanism} saves and loads its artifact from torch.compile's default mode "
+            f"only; {combo.mode} is verified with the cache mechanisms",
+        )
+    if combo.mode == "reduce-overhead" and combo.device != "cuda":
+        # On the CPU torch skips the CUDA graphs (counter cudagraph_skips) and compiles what
+        # the default mode compiles: a verdict would repeat the default mode's and name graphs
+        # that never ran.
+        return Skip(
+            "unsupported",
+            "reduce-overhead captures CUDA graphs, which need a CUDA device: on the "
+            f"{combo.device} torch skips them and compiles what the default mode compiles "
+            "(verify the default mode here, reduce-overhead on a GPU runner)",
+        )
+    return None
 
 
 REFERENCE = versions.REFERENCE
@@ -184,7 +209,8 @@ def cold_groups(combos: list[Combo], share: bool) -> list[list[Combo]]:
         if not share or combo.mechanism not in sharing or not ranks.shares_cold(combo):
             groups.append([combo])
             continue
-        key = (combo.workload, combo.device, combo.dtype, combo.dynamic, combo.training)
+        key = (combo.workload, combo.device, combo.dtype, combo.dynamic, combo.training,
+               combo.mode)  # fmt: skip
         if key not in shared:
             shared[key] = []
             groups.append(shared[key])
@@ -622,6 +648,10 @@ class Runner:
             why, unchecked = self.changed[combo.id], combo.id in self.unchecked
             text = versions.changed_note_text(why, unchecked)
             note = causes.note("workload-changed", text, why=why, unchecked=unchecked)
+            judged["notes"] = [*judged["notes"], note]
+        if cold_ran and cold_result.get("factory_deterministic") is False:
+            # named by the run that recorded the reference, not by every run it judges
+            note = causes.note("factory-nondeterministic", versions.FACTORY_TEXT)
             judged["notes"] = [*judged["notes"], note]
         # judge() calls a hot phase that never ran an error; here it was not asked for
         if self.settings.phase == "cold" and judged["cause"] == "not-run":

@@ -48,6 +48,8 @@ def evidence(outcome: Outcome, timeout: float) -> dict[str, Any]:
         "self_stable_detail",
         "recompile_guard",
         "tracing_s",
+        "autotune",
+        "cudagraph_capture_s",
         "triton_kernels_built",
         "triton_kernel_builds",
         "triton_count",
@@ -262,6 +264,22 @@ def _refused(ev: Evidence) -> Finding | None:
     )
 
 
+def _autotuned(ev: Evidence) -> Finding | None:
+    # Autotuning is the slowest part of a max-autotune compile (benchmarking each choice): a
+    # hot process that benchmarks again, whatever else it loaded, redid what the cache holds.
+    tuned = ev.hot.get("autotune") if ev.hot_ran else None
+    if not tuned:
+        return None
+    runs = sum(int(n) for n in (tuned.get("counters") or {}).values())
+    return (
+        "no-gain",
+        "autotuned",
+        f"autotuning ran again in the hot process: {float(tuned.get('s') or 0):.0f} s "
+        f"({runs} autotuning run(s); hot load: {ev.counters_shown}); outputs {ev.outputs}, "
+        f"{ev.speed}",
+    )
+
+
 def _missed(ev: Evidence) -> Finding | None:
     if ev.hits and not ev.misses:
         return None
@@ -314,6 +332,7 @@ CHECKS = (
     _compiler_mismatch,
     _hot_not_run,
     _refused,
+    _autotuned,
     _missed,
     _rebuilt,
     _slow,

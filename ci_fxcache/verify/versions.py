@@ -17,46 +17,36 @@ from pathlib import Path
 from typing import Any
 
 from ci_fxcache import timestamps
+from ci_fxcache.store import references
 from ci_fxcache.store.manifest import holds_committed_files
 
-REFERENCE = "reference.json"
-REFERENCE_TENSORS = "reference.pt"
+# The layout of recorded references, and which of them a run compares, are the store's
+# (store/references.py): its save prunes the versions no run compares any more.
+REFERENCE, REFERENCE_TENSORS = references.REFERENCE, references.REFERENCE_TENSORS
+VERSIONS, MAX_COMPARED = references.VERSIONS, references.MAX_COMPARED
 # Where several ranks keep theirs: one directory a rank (verify/ranks.py `rank_dir`).
-FIRST_RANK = "rank0"
-VERSIONS = "versions"
-# The versions a run compares a workload with: each costs a read of its reference.json (and,
-# when only the eager outputs differ, of its reference.pt). Older ones stay until the scope is
-# invalidated, and are never matched.
-MAX_COMPARED = 8
+FIRST_RANK = references.FIRST_RANK
+has_reference = references.has_reference
 CHANGED_TEXT = "the model changed since the recorded reference ({why})"
 # Where the identity check itself failed (a crash, a hang, a factory that raises): unknown.
 UNCHECKED_TEXT = "the model could not be compared with the recorded reference ({why})"
 REVERIFIED = "verified cold and hot again"
 GRAPH_WHY = "the graph torch traced differs from the recorded one"
-
-
-def has_reference(directory: Path) -> bool:
-    """Whether a cold phase recorded a reference in `directory`."""
-    tensors = (directory / REFERENCE_TENSORS, directory / FIRST_RANK / REFERENCE_TENSORS)
-    return (directory / REFERENCE).is_file() and any(t.is_file() for t in tensors)
-
-
-def _created(directory: Path) -> str:
-    try:
-        return str(json.loads((directory / REFERENCE).read_text()).get("created_at") or "")
-    except (OSError, ValueError, AttributeError):
-        return ""
+# The note of a factory that built different bits twice from the same seeds (worker/identity.py),
+# given by the run that recorded its reference; later runs compare it as that note says.
+FACTORY_TEXT = (
+    "the factory is not deterministic: called twice from the same seeds it built different "
+    "weights or inputs, so later runs compare its source, libraries, the shapes and dtypes of "
+    "its weights and inputs, and its eager outputs on the recorded ones within the dtype's "
+    "tolerance, not their bits; to have them compared bit for bit, draw from torch's, Python's "
+    "or numpy's global random generator (fxcache seeds them) or seed the one it draws from"
+)
 
 
 def recorded(base: Path) -> list[Path]:
     """The directories holding a recorded reference of the combination whose directory is
     `base`: `base` itself and its versions, newest first (at most `MAX_COMPARED`)."""
-    found = [base] if has_reference(base) else []
-    versions = base / VERSIONS
-    if versions.is_dir():
-        found += [d for d in versions.iterdir() if d.is_dir() and has_reference(d)]
-    found.sort(key=lambda d: (_created(d), d.name), reverse=True)
-    return found[:MAX_COMPARED]
+    return references.compared(base)
 
 
 def identity(directory: Path) -> dict[str, Any] | None:

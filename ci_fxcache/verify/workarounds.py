@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ci_fxcache.verify import verdict_kinds
+
 Finding = tuple[str, str, str]  # (verdict, cause, reason), as verdicts.Finding
 VERIFIED = "verified on this runner"
 
@@ -78,7 +80,7 @@ def _specialized(cold: dict[str, Any], finding: Finding) -> tuple[Finding, dict[
         return (verdict, cause, f"{reason} ({applied})"), _record(
             SPECIALIZE_FLOAT, False, f"{verdict}: {reason}"
         )
-    hot_loaded = verdict in ("safe", "no-gain") and cause != "refused"
+    hot_loaded = verdict in verdict_kinds.loaded() and cause != "refused"
     outcome = f"{verdict} / {cause}: {reason}"
     said = (
         f"with it, the compile and its hot load gave {outcome}: {VERIFIED}"

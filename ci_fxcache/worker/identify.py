@@ -54,20 +54,42 @@ class Current:
         """The index of the first recorded version this workload matches, or why none."""
         why: str | None = None
         for index, candidate in enumerate(candidates):
-            found = identity.exact_change(candidate.get("identity"), self.identity)
-            if found is None and candidate["identity"].get("eager") != self.identity["eager"]:
+            recorded: dict[str, Any] = candidate.get("identity") or {}
+            found = identity.exact_change(recorded, self.identity)
+            if found is None and not identity.deterministic(recorded):
+                found = self._eager_on_recorded(Path(candidate["dir"]))
+            elif found is None and recorded.get("eager") != self.identity["eager"]:
                 if len(self.eager_runs) == 1:  # a first call can be off (identity.py)
                     self.eager_runs.append(phase.eager_step(self.run))
-                recorded = _recorded_eager(Path(candidate["dir"]))
-                found = identity.eager_change(recorded, self.eager_runs, self.run.tol)
+                reference = _recorded(Path(candidate["dir"]))
+                found = identity.eager_change(
+                    reference.get("identity_eager"), self.eager_runs, self.run.tol
+                )
             if found is None:
                 return {"match": index, "identity": self.identity}
             why = why or found  # the newest reference's difference is the one to tell
         return {"match": None, "why": why, "identity": self.identity}
 
+    def _eager_on_recorded(self, directory: Path) -> str | None:
+        """A factory that is not deterministic: the model rebuilt now, stepped eagerly on the
+        recorded weights and inputs (as the hot phase is), against the recorded eager step
+        within the dtype's tolerance (twice, as a first call can be off)."""
+        reference = _recorded(directory)
+        if not reference.get("inputs"):
+            return "its eager outputs changed (the reference holds none to compare with)"
+        run = self.run
+        kept = (run.reference, run.work.inputs)
+        run.reference, run.work.inputs = reference, tuple(reference["inputs"])
+        try:
+            steps = [phase.eager_step(run), phase.eager_step(run)]
+        finally:
+            run.reference, run.work.inputs = kept
+        return identity.eager_change(reference.get("identity_eager"), steps, run.tol)
 
-def _recorded_eager(directory: Path) -> Any:
+
+def _recorded(directory: Path) -> dict[str, Any]:
+    """The reference's tensors (`reference.pt`); empty when unreadable."""
     try:
-        return phase.load_reference(directory / "reference.pt").get("identity_eager")
+        return phase.load_reference(directory / "reference.pt")
     except RuntimeError:
-        return None
+        return {}

@@ -12,9 +12,20 @@ The identity holds, each as a sha256:
   use (a transformers upgrade), and of the workload's package where it is installed;
 - `state`, `inputs`: the factory's initial weights and buffers, and its inputs (with the second
   input shape where the combination is dynamic), names, dtypes, shapes and bits;
+- `compile`: the other arguments the factory passes to torch.compile (`compile`: fullgraph,
+  backend, Inductor options): a changed option is a different compile, verified again;
 - `eager`: the outputs (and gradients when training) of one eager step on them, from the
   seed every phase uses: what the workload computes, whatever the source says (a C extension,
   a data file the factory reads, an environment variable it honours).
+
+Every RNG a factory may draw from (torch's, Python's `random`, numpy's global one when numpy
+is installed) is seeded the same way before the factory in every phase and in the identity
+check (`phase.seed_all`), so a factory that draws its weights or batch from any of them builds
+the same bits each time. One that still does not (it reads the clock, `os.urandom`, its own
+unseeded generator) is found by the cold phase, which calls it twice: its reference records
+`factory: "not deterministic"`, and later runs compare what can be compared instead of `state`
+and `inputs`: `shapes` (the names, dtypes and shapes of both) and the eager outputs of the
+rebuilt model on the recorded weights and inputs, within the dtype's tolerance.
 
 The first four must be equal. Eager outputs match when bitwise equal or, where they are not,
 close within the dtype's tolerance: an eager reduction's last bits can differ between two
@@ -31,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
 import os
 import site
 import sys
@@ -45,14 +57,22 @@ import torch
 from . import workloads
 from .accuracy import compare
 
-EXACT = ("source", "libraries", "state", "inputs")
+EXACT = ("source", "libraries", "state", "inputs", "compile")
+# What is compared of a factory that builds different bits from the same seeds.
+LOOSE = ("source", "libraries", "shapes", "compile")
+# `factory` of an identity whose cold phase built different bits twice from the same seeds.
+NOT_DETERMINISTIC = "not deterministic"
 # What each exact part's change means, in the words of the report's line.
 CHANGED = {
     "source": "its source changed",
     "libraries": "a library it imports changed version",
     "state": "its initial weights changed",
     "inputs": "its inputs changed",
+    "compile": "its torch.compile options changed",
+    "shapes": "the names, dtypes or shapes of its weights or inputs changed",
 }
+# At most this many libraries are named in one line ("and N more").
+NAMED_LIBRARIES = 4
 _WORKER = Path(__file__).resolve().parent
 
 
@@ -126,9 +146,9 @@ def _referenced(module: Any) -> set[str]:
     return tops
 
 
-def libraries_digest(workload: str, own: list[tuple[str, Any, str]]) -> str:
-    """sha256 over `name==version` of the installed distributions the workload's own modules
-    use (their globals' packages), and of the workload's own package where it is installed.
+def library_versions(workload: str, own: list[tuple[str, Any, str]]) -> list[str]:
+    """`name==version` of the installed distributions the workload's own modules use (their
+    globals' packages), and of the workload's own package where it is installed, sorted.
     Read from the code, not from what happens to be imported in the process: a phase imports
     more (its mechanism's setup) than the identity check."""
     tops = {workload.partition(":")[0].partition(".")[0]}
@@ -141,6 +161,11 @@ def libraries_digest(workload: str, own: list[tuple[str, Any, str]]) -> str:
                 pairs.add(f"{dist}=={importlib.metadata.version(dist)}")
             except importlib.metadata.PackageNotFoundError:
                 continue
+    return sorted(pairs)
+
+
+def libraries_digest(pairs: list[str]) -> str:
+    """sha256 over the sorted `name==version` lines (`library_versions`)."""
     return hashlib.sha256("\n".join(sorted(pairs)).encode()).hexdigest()
 
 
@@ -159,6 +184,37 @@ def tensors_digest(named: list[tuple[str, Any]]) -> str:
     return digest.hexdigest()
 
 
+def shapes_digest(named: list[tuple[str, Any]]) -> str:
+    """sha256 over each item's name, and a tensor's dtype and shape (not its bits; anything
+    else: its type): what a factory that is not deterministic still builds the same."""
+    digest = hashlib.sha256()
+    for name, value in named:
+        if isinstance(value, torch.Tensor):
+            digest.update(f"{name}\0{value.dtype}{list(value.shape)}\0".encode())
+        else:
+            digest.update(f"{name}\0{type(value).__name__}\0".encode())
+    return digest.hexdigest()
+
+
+def _named_inputs(inputs: tuple[Any, ...], second: tuple[Any, ...] | None) -> list[tuple[str, Any]]:
+    return [(f"input {i}", t) for i, t in enumerate(inputs)] + [
+        (f"second input {i}", t) for i, t in enumerate(second or ())
+    ]
+
+
+def built(
+    state: dict[str, Any] | None, inputs: tuple[Any, ...], second: tuple[Any, ...] | None
+) -> dict[str, str]:
+    """The parts of the identity the factory's call decides (`state`, `inputs`, `shapes`)."""
+    named_state = sorted((state or {}).items())
+    named_inputs = _named_inputs(inputs, second)
+    return {
+        "state": tensors_digest(named_state),
+        "inputs": tensors_digest(named_inputs),
+        "shapes": shapes_digest(named_state + named_inputs),
+    }
+
+
 def of(
     workload: str,
     modules: Modules,
@@ -166,27 +222,78 @@ def of(
     inputs: tuple[Any, ...],
     second: tuple[Any, ...] | None,
     eager: list[torch.Tensor],
+    compile_options: dict[str, Any] | None = None,
 ) -> dict[str, str]:
     """The identity of a workload built and stepped since `modules` was started."""
     own = own_modules(workload, modules.imported())
+    pairs = library_versions(workload, own)
     return {
         "source": source_digest(own),
-        "libraries": libraries_digest(workload, own),
-        "state": tensors_digest(sorted((state or {}).items())),
-        "inputs": tensors_digest(
-            [(f"input {i}", t) for i, t in enumerate(inputs)]
-            + [(f"second input {i}", t) for i, t in enumerate(second or ())]
-        ),
+        "libraries": libraries_digest(pairs),
+        "library_versions": "\n".join(pairs),
+        **built(state, inputs, second),
         "eager": tensors_digest([(f"tensor {i}", t) for i, t in enumerate(eager)]),
+        "compile": compile_digest(compile_options or {}),
     }
 
 
+def compile_digest(options: dict[str, Any]) -> str:
+    """The factory's torch.compile arguments (plain values, checked by workloads.build)."""
+    return hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()
+
+
+def deterministic(recorded: dict[str, Any]) -> bool:
+    """Whether the cold phase that recorded `recorded` found its factory deterministic (an
+    identity recorded before fxcache checked says nothing: taken as deterministic)."""
+    return recorded.get("factory") != NOT_DETERMINISTIC
+
+
 def exact_change(recorded: Any, current: dict[str, str]) -> str | None:
-    """What changed among the exact parts (`EXACT`), in a few words; None when nothing did."""
+    """What changed among the parts compared exactly (`EXACT`; `LOOSE` for a factory that is
+    not deterministic), in a few words; None when nothing did."""
+    if isinstance(recorded, dict) and "compile" not in recorded:
+        # recorded before factories could name compile options: it compiled with none
+        recorded = {**recorded, "compile": compile_digest({})}
     if not isinstance(recorded, dict) or not all(isinstance(recorded.get(k), str) for k in EXACT):
         return "the reference records no workload identity (recorded by an older fxcache)"
-    changed = [CHANGED[k] for k in EXACT if recorded[k] != current[k]]
+    parts = EXACT if deterministic(recorded) else LOOSE
+    changed = [
+        _said(k, recorded, current)
+        for k in parts
+        if k in current and recorded.get(k, current[k]) != current[k]
+    ]
     return ", ".join(changed) or None
+
+
+def _said(part: str, recorded: dict[str, Any], current: dict[str, str]) -> str:
+    """What a changed part means; a library change names the libraries, with both versions."""
+    text = CHANGED[part]
+    if part == "libraries":
+        moved = version_changes(recorded.get("library_versions"), current.get("library_versions"))
+        if moved:
+            text = f"{text} ({moved})"
+    return text
+
+
+def _versions(lines: Any) -> dict[str, str] | None:
+    if not isinstance(lines, str):
+        return None
+    pairs = (line.partition("==") for line in lines.splitlines() if "==" in line)
+    return {name: version for name, _, version in pairs}
+
+
+def version_changes(recorded: Any, current: Any) -> str:
+    """The libraries whose version differs, with both ("einops 0.7.0 -> 0.8.0", "einops
+    (none) -> 0.8.0" for one newly used); empty when either side kept no versions (an identity
+    recorded by an older fxcache holds only the hash)."""
+    before, after = _versions(recorded), _versions(current)
+    if before is None or after is None:
+        return ""
+    names = sorted(n for n in before.keys() | after.keys() if before.get(n) != after.get(n))
+    said = [f"{n} {before.get(n, '(none)')} -> {after.get(n, '(none)')}" for n in names]
+    if len(said) > NAMED_LIBRARIES:
+        said = [*said[:NAMED_LIBRARIES], f"and {len(said) - NAMED_LIBRARIES} more"]
+    return ", ".join(said)
 
 
 def eager_change(

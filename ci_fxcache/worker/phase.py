@@ -13,8 +13,10 @@ import contextlib
 import copy
 import hashlib
 import os
+import random
 import re
 import shutil
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -138,6 +140,51 @@ def _counters() -> dict[str, int]:
     return out
 
 
+# Inductor's counters of autotuning work (torch 2.13 and 2.15 alike): template choices
+# benchmarked (select_algorithm), the coordinate-descent tuner's and a combo kernel's benchmarks.
+AUTOTUNE_COUNTERS = ("select_algorithm_autotune", "coordesc_tuning_bench", "combo_autotune_bench")
+# The timers (dynamo_timed names) that hold their seconds: `<op>_template_autotuning`,
+# `<op>_template_precompiling` (select_algorithm) and the Triton autotuner's benchmarks.
+AUTOTUNE_TIMERS = ("_template_autotuning", "_template_precompiling", "benchmark_all_configs",
+                   "coordinate_descent")  # fmt: skip
+
+
+def autotune_evidence() -> dict[str, Any] | None:
+    """What this process autotuned (None: nothing): the counters and the seconds torch timed.
+    A hot process that autotunes redid work the cache should have carried."""
+    from torch._dynamo.utils import compilation_time_metrics, counters
+
+    ran = {k: int(counters["inductor"][k]) for k in AUTOTUNE_COUNTERS if counters["inductor"][k]}
+    if not ran:
+        return None
+    seconds = sum(
+        sum(times)
+        for name, times in compilation_time_metrics.items()
+        if any(t in name for t in AUTOTUNE_TIMERS)
+    )
+    return {"counters": ran, "s": round(seconds, 3)}
+
+
+# The timers of CUDA graph trees' capture (torch/_inductor/cudagraph_trees.py, 2.13 and 2.15):
+# recording a graph is run time on every start, not compile time a cache can save.
+CUDAGRAPH_TIMERS = ("CUDAGraphNode.record", "cudagraphify")
+
+
+def cudagraph_capture_s(device: str) -> float | None:
+    """Seconds this process spent capturing CUDA graphs (None: none captured, or no CUDA: on
+    the CPU torch skips the graphs and times nothing)."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    if not device.startswith("cuda") or not torch.cuda.is_available():
+        return None
+    spent = sum(
+        sum(times)
+        for name, times in compilation_time_metrics.items()
+        if name.startswith(CUDAGRAPH_TIMERS)
+    )
+    return round(spent, 4) if spent else None
+
+
 class KernelBuilds:
     """C++ compiler runs (CppBuilder.build) in this process, timed from `start()`: a hot load
     that still runs the compiler rebuilt kernels, whatever the cache counters say. Files
@@ -251,8 +298,23 @@ class BuildMemo:
 
 
 # Every call of the model is seeded: the first input shape with FIRST_SEED, the second with
-# SECOND_SEED; OTHER_SEED only tells whether the model draws random numbers at all.
-FIRST_SEED, SECOND_SEED, OTHER_SEED = 1234, 1235, 4321
+# SECOND_SEED; OTHER_SEED only tells whether the model draws random numbers at all. The
+# factory is called after seed_all(FACTORY_SEED).
+FIRST_SEED, SECOND_SEED, OTHER_SEED, FACTORY_SEED = 1234, 1235, 4321, 0
+
+
+def seed_all(seed: int) -> None:
+    """Seed every RNG a factory or a model may draw from: torch's (all devices), Python's
+    `random`, and numpy's global one where numpy is installed (a data pipeline draws its batch
+    from it). Without the last two, a factory drawing from them built other bits in every
+    process, and each job called its model changed (issue 47)."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    # `import torch` imports numpy itself wherever numpy is installed: the worker imports
+    # nothing beyond the standard library and torch (tests/test_verify_plan.py).
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(seed)
 
 
 @dataclass
@@ -296,7 +358,7 @@ class PhaseRun:
         """`model` on `inputs` from the recorded state and `seed` (outputs, then gradients)."""
         if isinstance(self.work.model, torch.nn.Module) and self.reference.get("state"):
             self.work.model.load_state_dict(self.reference["state"])
-        torch.manual_seed(seed)
+        seed_all(seed)
         combo = self.combo
         autocast = combo["dtype"] == "bfloat16-autocast"
         self.names = []
@@ -403,8 +465,23 @@ def _marked(inputs: tuple[Any, ...], second: tuple[Any, ...] | None) -> list[int
     ]
 
 
-def _compile(model: Any, dynamic: str) -> Any:
-    return torch.compile(model, dynamic={"true": True, "false": False}.get(dynamic))
+def _compile(work: workloads.Workload, combo: dict[str, Any], model: Any) -> Any:
+    """torch.compile of `model` (the workload's, wrapped for its ranks) as the combination
+    names it: its dynamic mode and compile mode (the default mode passes none, as a user who
+    never names one does), and the factory's other arguments (`compile`), the same in every
+    phase."""
+    mode = combo.get("mode") or "default"
+    dynamic = {"true": True, "false": False}.get(combo["dynamic"])
+    kwargs = dict(work.compile)
+    if mode != "default" and "options" in kwargs:
+        # torch.compile takes a mode or options, not both: the mode's own options (what
+        # torch.compile would apply for it), then the factory's on top
+        from torch._inductor import list_mode_options
+
+        kwargs["options"] = {**list_mode_options(mode, dynamic), **kwargs["options"]}
+    elif mode != "default":
+        kwargs["mode"] = mode
+    return torch.compile(model, dynamic=dynamic, **kwargs)
 
 
 def _timed(fn: Any) -> tuple[Any, float]:
@@ -437,6 +514,12 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     finally:
         ranks.teardown()
     result["counters"] = _counters()
+    autotuned = autotune_evidence()
+    if autotuned is not None:
+        result["autotune"] = autotuned
+    capture = cudagraph_capture_s(device)
+    if capture is not None:
+        result["cudagraph_capture_s"] = capture
     result["keyinfo"] = keyinfo.collect(spec["combo"]["device"])
     result.update(triton_builds.evidence())
     return result
@@ -491,7 +574,7 @@ def build(
     since `modules` started."""
     combo = spec["combo"]
     modules = modules or identity.Modules()
-    torch.manual_seed(0)
+    seed_all(FACTORY_SEED)
     work = workloads.build(combo["workload"], DTYPES[combo["dtype"]], combo["device"])
     dynamic = combo["dynamic"]
     second = work.dynamic_inputs if dynamic != "false" else None
@@ -524,7 +607,17 @@ def workload_identity(run: PhaseRun, modules: identity.Modules, eager: list[Any]
         run.work.inputs,
         run.second,
         eager,
+        run.work.compile,
     )
+
+
+def factory_repeats(spec: dict[str, Any], found: dict[str, str]) -> bool:
+    """Whether the factory, called again from the same seeds, builds the same weights and
+    inputs as the call whose identity is `found` (the cold phase asks, once per reference: a
+    factory that does not is compared by `identity.LOOSE` from then on)."""
+    again, _ = build(spec)
+    parts = identity.built(again.reference.get("state"), again.work.inputs, again.second)
+    return parts["state"] == found["state"] and parts["inputs"] == found["inputs"]
 
 
 def prepare(spec: dict[str, Any], result: dict[str, Any]) -> PhaseRun:
@@ -545,7 +638,11 @@ def prepare(spec: dict[str, Any], result: dict[str, Any]) -> PhaseRun:
     # timer.
     warm = eager_step(run)
     if run.cold:
-        result["identity"] = run.reference["identity"] = workload_identity(run, modules, warm)
+        found = workload_identity(run, modules, warm)
+        if not factory_repeats(spec, found):
+            found["factory"] = identity.NOT_DETERMINISTIC
+            result["factory_deterministic"] = False
+        result["identity"] = run.reference["identity"] = found
         run.reference["identity_eager"] = warm
         if spec.get("eager", True):
             run.reference["eager"] = warm
@@ -582,7 +679,7 @@ def timed_compile(run: PhaseRun, result: dict[str, Any]) -> tuple[Any, list[torc
         compiled = _artifact(run, result)
         load_s = float(result["artifact"].get("load_s") or 0.0)
     else:
-        compiled = _compile(ranks.wrap(run.work.model, result), combo["dynamic"])
+        compiled = _compile(run.work, combo, ranks.wrap(run.work.model, result))
     run.mark("torch.compile returned")
     outs = run.call(compiled, run.work.inputs, FIRST_SEED)
     run.mark("first call done")

@@ -3,13 +3,18 @@
 A factory is called as `factory(dtype=<torch.dtype>, device=<str>)` and returns either a dict
 `{"model": callable, "inputs": tuple, "dynamic_inputs": tuple (optional)}` or a tuple
 `(model, inputs[, dynamic_inputs])`. `dynamic_inputs` is a second set of inputs whose batch
-dimension (dim 0) differs; dynamic combinations run it and it must not recompile.
+dimension (dim 0) differs; dynamic combinations run it and it must not recompile. The dict may
+also hold `compile`: the other arguments the job passes to `torch.compile` (`COMPILE_KEYS`:
+`fullgraph`, `backend`, `options` such as `{"max_autotune_gemm_backends": "CPP"}`), applied
+the same in every phase and part of the workload's identity (worker/identity.py); the mode and
+the dynamic setting are the matrix's axes (--modes, --dynamic).
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -20,6 +25,16 @@ class WorkloadError(Exception):
     """A user workload that cannot be imported or returns the wrong shape of thing."""
 
 
+# The torch.compile arguments a factory may name (`compile`), and the type each takes.
+COMPILE_KEYS: dict[str, type | tuple[type, ...]] = {
+    "fullgraph": bool,
+    "backend": str,
+    "options": dict,
+}
+# Named by the matrix, never by a factory: the axis that sets it.
+AXIS_KEYS = {"mode": "--modes", "dynamic": "--dynamic"}
+
+
 @dataclass
 class Workload:
     """What a factory produced, normalised."""
@@ -27,6 +42,42 @@ class Workload:
     model: Any
     inputs: tuple[Any, ...]
     dynamic_inputs: tuple[Any, ...] | None
+    # torch.compile's other arguments (COMPILE_KEYS), as the factory named them
+    compile: dict[str, Any] = field(default_factory=dict)
+
+
+def compile_options(value: Any, name: str) -> dict[str, Any]:
+    """A factory's `compile` entry, checked: known keys, their types, JSON-like values (they
+    enter the identity and the evidence)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise WorkloadError(
+            f"workload {name}: 'compile' must be a dict, got {type(value).__name__}"
+        )
+    for key, given in value.items():
+        if key in AXIS_KEYS:
+            raise WorkloadError(
+                f"workload {name}: 'compile' names {key!r}; the matrix sets it ({AXIS_KEYS[key]})"
+            )
+        if key not in COMPILE_KEYS:
+            raise WorkloadError(
+                f"workload {name}: 'compile' has unknown key {key!r}; allowed: "
+                + ", ".join(COMPILE_KEYS)
+            )
+        if not isinstance(given, COMPILE_KEYS[key]):
+            raise WorkloadError(
+                f"workload {name}: 'compile' {key} must be a {COMPILE_KEYS[key].__name__}, "  # type: ignore[union-attr]
+                f"got {type(given).__name__}"
+            )
+    try:
+        json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise WorkloadError(
+            f"workload {name}: 'compile' must hold plain values (str, number, bool, list, "
+            f"dict): {exc}"
+        ) from None
+    return dict(value)
 
 
 def _sin_matmul(dtype: torch.dtype, device: str) -> dict[str, Any]:
@@ -157,9 +208,11 @@ def build(name: str, dtype: torch.dtype, device: str) -> Workload:
                 f"(keys: {sorted(made)})"
             )
         model, inputs, second = made["model"], made["inputs"], made.get("dynamic_inputs")
+        options = compile_options(made.get("compile"), name)
     elif isinstance(made, (tuple, list)) and len(made) in (2, 3):
         model, inputs = made[0], made[1]
         second = made[2] if len(made) == 3 else None
+        options = {}
     else:
         raise WorkloadError(
             f"workload {name}: the factory must return a dict with 'model' and 'inputs' or a "
@@ -171,4 +224,5 @@ def build(name: str, dtype: torch.dtype, device: str) -> Workload:
         model,
         _tensors(inputs, "inputs", name),
         None if second is None else _tensors(second, "dynamic_inputs", name),
+        options,
     )

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from ci_fxcache.store.invalidate import Invalidator
     from ci_fxcache.store.remote.s3.tier import S3Tier
 
-KINDS = ("local", "redis", "s3", "github")
-TIER_KINDS = ("s3", "github")  # the kinds with a tier 2
+KINDS = ("local", "redis", "s3", "github", "object")
+TIER_KINDS = ("s3", "github", "object")  # the kinds with a tier 2 (object: s3, gs, az by URL)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +67,90 @@ def choose(
     )  # fmt: skip
 
 
+@dataclass(frozen=True, kw_only=True)
+class StorePolicy:
+    """What store_policy decided: the store (`choice`), torch's Redis URL when Redis is on,
+    and the notices saying why a store asked for is not used."""
+
+    choice: StoreChoice
+    redis_url: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+def store_policy(
+    kind: str,
+    *,
+    s3_url: str | None,
+    redis_url: str | None,
+    key_suffix: str,
+    read_only: bool,
+    may_write_remote: bool,
+    object_url: str | None = None,
+) -> StorePolicy:
+    """The store policy, for `fxcache restore` (its flags) and the action's setup (its
+    inputs) alike: which store, whether the run may write its remote tier (never a read-only
+    run, nor one its caller lets only read: choose), and the one fallback rule:
+
+    - a store whose address is missing (no URL given, none in $FXCACHE_S3_URL /
+      $FXCACHE_OBJECT_URL / $FXCACHE_REDIS_URL; a fork's run gets no secrets) runs local
+      only, with a notice: a cache never fails a job for want of its address;
+    - Redis is off for a read-only run (torch's remote cache would write what trusted runs
+      load): local only, with a notice;
+    - a malformed address is a usage error (UsageError), never a fallback."""
+    notes: list[str] = []
+    url = None
+    if kind in ("s3", "object"):
+        url = _tier_url(kind, s3_url if kind == "s3" else object_url, notes)
+    elif kind == "redis":
+        redis_url = _redis_url(redis_url, read_only, notes)
+    chosen = "local" if notes else kind
+    choice = choose(
+        chosen, url=url,
+        key_suffix=key_suffix if chosen == "github" else "", read_only=read_only,
+        remote_read_only=chosen in TIER_KINDS and not may_write_remote,
+    )  # fmt: skip
+    return StorePolicy(choice=choice, redis_url=redis_url if chosen == "redis" else None,
+                       notes=tuple(notes))  # fmt: skip
+
+
+def _tier_url(kind: str, given: str | None, notes: list[str]) -> str | None:
+    """The bucket URL of store s3 / object (given, else from the environment), checked; None
+    with a notice in `notes` when there is none."""
+    from ci_fxcache.store.remote.s3 import client
+
+    flag, env = ("--s3-url", client.URL_ENV) if kind == "s3" else ("--object-url",
+                                                                   client.OBJECT_URL_ENV)
+    url = given or os.environ.get(env) or None
+    if url is None:
+        notes.append(f"store {kind} without an {flag[2:]} ({flag}, {env}): local only")
+    elif kind == "s3":
+        check_s3_url(url, flag if given else env)
+    else:
+        check_object_url(url, flag if given else env)
+    return url
+
+
+def _redis_url(given: str | None, read_only: bool, notes: list[str]) -> str | None:
+    """Torch's Redis URL (given, else from the environment), checked; a notice in `notes`
+    when there is none or the run is read-only (Redis then stays off)."""
+    from ci_fxcache.store.remote import redis_cache
+
+    url = redis_cache.configured_url(given)
+    if url is None:
+        notes.append(
+            "store redis without a redis-url (--redis-url, FXCACHE_REDIS_URL; a fork's run "
+            "has no secrets): local only"
+        )
+        return None
+    redis_cache.check_url(url)
+    if read_only:
+        notes.append(
+            "read-only run: torch's Redis remote cache stays off, so nothing reaches the "
+            "shared cache (local only)"
+        )
+    return url
+
+
 def github_entry_key(scope_key: str, key_suffix: str) -> str:
     """This run's GitHub cache entry key for the scope: Actions cache entries are immutable, so
     a save writes a unique key (scope, suffix, run, attempt) and a restore takes the newest
@@ -85,10 +169,18 @@ def check_s3_url(url: str, what: str) -> None:
     client.parse_url(url, what)
 
 
+def check_object_url(url: str, what: str) -> None:
+    """UsageError (naming `what`, never repeating the value) unless `url` is an object-store
+    URL of a service the tier serves (s3://, gs://, az://)."""
+    from ci_fxcache.store.remote.s3 import client
+
+    client.parse_url(url, what, client.SCHEMES)
+
+
 def check_settings(choice: StoreChoice) -> None:
     """UsageError when the environment's settings of the choice's tier are malformed (for s3:
     FXCACHE_S3_TIMEOUT, FXCACHE_S3_DEADLINE): checked before anything is committed."""
-    if choice.kind == "s3":
+    if choice.kind in ("s3", "object"):
         from ci_fxcache.store.remote.s3 import client
 
         client.check_config()
@@ -104,6 +196,8 @@ def tier_for(choice: StoreChoice, scope_key: str | None = None) -> RemoteTier | 
             return None
         case "s3":
             tier = s3_tier(choice.url)
+        case "object":
+            tier = object_tier(choice.url)
         case "github":
             from ci_fxcache.store.remote.github import cache_service
             from ci_fxcache.store.remote.github import tier as github
@@ -147,6 +241,11 @@ def invalidator_for(
 
             grace = s3_invalidate.DEFAULT_GRACE_S if gc_grace_s is None else gc_grace_s
             return s3_invalidate.Bucket(s3_tier(choice.url), grace, signing_key)
+        case "object":
+            from ci_fxcache.store.remote.s3 import invalidate as s3_invalidate
+
+            grace = s3_invalidate.DEFAULT_GRACE_S if gc_grace_s is None else gc_grace_s
+            return s3_invalidate.Bucket(object_tier(choice.url), grace, signing_key)
         case "github":
             from ci_fxcache.store.remote.github import invalidate as github_invalidate
 
@@ -168,3 +267,17 @@ def s3_tier(url: str | None) -> S3Tier:
     from ci_fxcache.store.remote.s3 import tier as s3
 
     return s3.S3Tier(client.resolve_url(url))
+
+
+def object_tier(url: str | None) -> S3Tier:
+    """The tier of `--store object`: the service the URL's scheme names (s3://, gs://, az://),
+    `url`, else $FXCACHE_OBJECT_URL; the same tier as s3's on every service. Named `object`
+    in the restore's state (a save rebuilds it from there) unless the URL is s3://."""
+    from ci_fxcache.store.remote.s3 import client
+    from ci_fxcache.store.remote.s3 import tier as s3
+
+    where = client.resolve_object_url(url)
+    tier = s3.S3Tier(where)
+    if where.scheme != "s3":
+        tier.name = "object"
+    return tier

@@ -19,7 +19,8 @@ Signing covers the head, and the head names each segment by sha256, each segment
 sha256: a restore with the key refuses an unsigned or wrongly signed head, and a save with
 the key extends only a head signed with it (publish.py).
 
-    client.py      the S3 API as the tier uses it: bounded timeouts and retries, typed errors
+    client.py      the S3 API as the tier uses it, through obstore: bounded timeouts and
+                   retries, typed errors
     deadline.py    one time bound per restore, save or invalidate, honoured by every request
     index.py       head and segment schemas, their checks, (de)serialisation, signature
     objects.py     object keys, the client, reads of the index, this runner's memory

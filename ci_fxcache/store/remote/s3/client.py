@@ -1,32 +1,35 @@
 """The S3 API as the S3 tier uses it: a few calls, bounded timeouts and retries, and errors
 sorted into "the bucket is unusable" (warn, go local-only) and "an object is missing".
 
-Endpoint, region and credentials come from the standard AWS chain (`AWS_ENDPOINT_URL_S3` /
-`AWS_ENDPOINT_URL`, `AWS_REGION`, access keys, profiles, web identity): botocore (boto3's
-core, which reads the same chain) reads them, so AWS S3, R2, GCS's S3 API, MinIO, Ceph and
-SeaweedFS work without options of ours. The client is botocore's own, without boto3's layer:
-importing boto3 also imports its transfer manager (s3transfer), ~0.1 s of every restore for
-nothing the tier calls. Where the environment alone determines a request, the restore's GETs
-and plain PUTs go without botocore (lean.py), which is then made only when a request needs it.
-No message of this module carries a credential: errors are reported by their S3 code and HTTP
-status.
+Every request goes through obstore (the Rust object_store crate's Python bindings): one
+transport, ~0.02 s of CPU to import and make, SigV4, path-style custom endpoints, conditional
+PUT and GET, multipart uploads (aborted by obstore when a part fails), retries with backoff,
+and typed errors (a conflict, an unchanged object, a missing one, refused credentials are told
+by their exception's type, never by a message). Endpoint, region and credentials come from the
+standard AWS variables (`AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`, `AWS_REGION`, access keys
+and session token, web identity, container credentials, `AWS_CA_BUNDLE`); only a profile
+(`AWS_PROFILE` or a shared config or credentials file: SSO, credential_process, assumed
+roles) makes the client ask boto3's credential chain (obstore.auth.boto3, imported then), and
+only a versioned bucket's clean-up calls botocore (ListObjectVersions and deletes by version
+id, which obstore lacks). No message of this module carries a credential: errors are reported
+by their kind, S3 code and HTTP status.
 """
 
 from __future__ import annotations
 
 import contextlib
-import http.client
 import importlib.util
 import os
 import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 from urllib.parse import urlsplit
 
 from ci_fxcache.errors import UsageError
-from ci_fxcache.store.remote.s3 import lean
 from ci_fxcache.store.remote.s3.deadline import (
     DEADLINE_ENV,
     Deadline,
@@ -35,6 +38,10 @@ from ci_fxcache.store.remote.s3.deadline import (
 )
 
 URL_ENV = "FXCACHE_S3_URL"
+OBJECT_URL_ENV = "FXCACHE_OBJECT_URL"
+# The services an object-store URL may name (`--store object --object-url`): S3, GCS, Azure
+# Blob Storage, each through obstore's store of that service.
+SCHEMES = ("s3", "gs", "az")
 # Seconds for connecting and for each read of one request (never beyond what is left of the
 # operation's Deadline, deadline.py, which bounds the whole restore, save or invalidate).
 TIMEOUT_ENV = "FXCACHE_S3_TIMEOUT"
@@ -48,9 +55,8 @@ POOL = 24
 # each read from its file while it is sent: a save holds one part per upload, not the object.
 MULTIPART_BYTES = 64 * 1024 * 1024
 PART_BYTES = 8 * 1024 * 1024
-# Lean reads' buffers kept idle (one per concurrent range read of a restore; one frame each).
-_IDLE_BUFFERS = 16
-_BUFFER_BYTES = 4 * 1024 * 1024
+# A ranged GET's body arrives in pieces of at least this many bytes (one frame is read whole).
+_PIECE_BYTES = 1024 * 1024
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 T = TypeVar("T")
 Buffer = bytes | memoryview
@@ -83,36 +89,40 @@ class S3TooLarge(Exception):
 
 @dataclass(frozen=True)
 class Location:
-    """A bucket and a key prefix (no leading or trailing slash; may be empty)."""
+    """A bucket (a GCS bucket, an Azure container) and a key prefix (no leading or trailing
+    slash; may be empty); `scheme` names the service (SCHEMES)."""
 
     bucket: str
     prefix: str
+    scheme: str = "s3"
 
     def url(self) -> str:
-        """`s3://BUCKET/PREFIX` (never holds a credential: s3 URLs have none)."""
-        return f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+        """`SCHEME://BUCKET/PREFIX` (never holds a credential: these URLs have none)."""
+        return f"{self.scheme}://{self.bucket}/{self.prefix}".rstrip("/")
 
     def key(self, *parts: str) -> str:
         """An object key under the prefix."""
         return "/".join(p for p in (self.prefix, *parts) if p)
 
 
-def parse_url(url: str, what: str = "--s3-url") -> Location:
-    """`s3://BUCKET/PREFIX` -> Location; UsageError (the value is not repeated) otherwise."""
+def parse_url(url: str, what: str = "--s3-url", schemes: tuple[str, ...] = ("s3",)) -> Location:
+    """`SCHEME://BUCKET/PREFIX` (SCHEME one of `schemes`) -> Location; UsageError (the value
+    is not repeated) otherwise."""
     split = urlsplit(url)
-    if split.scheme != "s3" or not split.netloc or split.query or split.fragment:
-        raise UsageError(f"{what} is not an s3://BUCKET/PREFIX URL")
+    if split.scheme not in schemes or not split.netloc or split.query or split.fragment:
+        shown = " or ".join(f"{s}://BUCKET/PREFIX" for s in schemes)
+        raise UsageError(f"{what} is not an {shown} URL")
     if "@" in split.netloc or ":" in split.netloc:
         raise UsageError(
-            f"{what}: put no credentials or port in the URL; they come from the AWS "
-            "variables (AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, ...)"
+            f"{what}: put no credentials or port in the URL; they come from the service's "
+            "variables (AWS_*, GOOGLE_*, AZURE_*: docs/store.md)"
         )
     if not _BUCKET.match(split.netloc):
         raise UsageError(f"{what}: {split.netloc!r} is not a valid bucket name")
     prefix = split.path.strip("/")
     if any(part in ("", ".", "..") for part in prefix.split("/")) and prefix:
         raise UsageError(f"{what}: the prefix has an empty, '.' or '..' part")
-    return Location(split.netloc, prefix)
+    return Location(split.netloc, prefix, split.scheme)
 
 
 def resolve_url(url: str | None) -> Location:
@@ -122,6 +132,19 @@ def resolve_url(url: str | None) -> Location:
     if not url:
         raise UsageError("the s3 store needs --s3-url s3://BUCKET/PREFIX (or FXCACHE_S3_URL)")
     return parse_url(url, what)
+
+
+def resolve_object_url(url: str | None) -> Location:
+    """`--object-url`, else `$FXCACHE_OBJECT_URL`: any service of SCHEMES; UsageError when
+    unset or malformed."""
+    what = "--object-url" if url else OBJECT_URL_ENV
+    url = url or os.environ.get(OBJECT_URL_ENV) or None
+    if not url:
+        raise UsageError(
+            "the object store needs --object-url s3://, gs:// or az://BUCKET/PREFIX "
+            f"(or {OBJECT_URL_ENV})"
+        )
+    return parse_url(url, what, SCHEMES)
 
 
 def check_config() -> None:
@@ -144,101 +167,184 @@ def _timeouts() -> tuple[float, float]:
     return value, value
 
 
+# The S3 error code and HTTP status in obstore's message of a failure obstore has no type for
+# (a listing's failure, a 5xx after its retries): read only to phrase the warning ("does not
+# exist", "credentials refused", "throttled"); what the tier does is decided by the type.
+_CODE = re.compile(r"<Code>([A-Za-z]{1,64})</Code>")
+_STATUS = re.compile(r"status code: (\d{3})")
+# The variables a request header carries: a character no header may hold (a token read from a
+# file with its line break) is refused before obstore sees it, naming the variable only.
+_HEADER_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
 def _describe(exc: BaseException) -> str:
-    """One phrase for an S3 failure: its code and status, never the request's headers."""
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        error = response.get("Error") or {}
-        status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
-        code = error.get("Code") or "error"
-        return f"{code} (HTTP {status})" if status else str(code)
-    return type(exc).__name__
+    """One phrase for a failure: its kind, S3 code and HTTP status, never the request's
+    headers (obstore's messages carry none; the phrase carries nothing else of them)."""
+    text = str(exc)
+    code, status = _CODE.search(text), _STATUS.search(text)
+    parts = [code.group(1) if code else type(exc).__name__]
+    if status:
+        parts.append(f"(HTTP {status.group(1)})")
+    return " ".join(parts)
 
 
-def _code(exc: BaseException) -> tuple[str, int]:
-    response = getattr(exc, "response", None)
-    if not isinstance(response, dict):
-        return "", 0
-    status = int((response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0)
-    return str((response.get("Error") or {}).get("Code") or ""), status
+def _header_safe(name: str) -> None:
+    value = os.environ.get(name)
+    if value and not all(" " <= c <= "~" for c in value):
+        raise S3Unavailable(
+            f"{name} holds a line break or another character no request header can carry "
+            "(its value is not shown)"
+        )
+
+
+def _uses_profile() -> bool:
+    """Whether credentials are to come from an AWS profile (boto3's chain: SSO,
+    credential_process, assumed roles, the shared credentials file): `AWS_PROFILE`, or no key
+    nor web identity in the environment and a shared config or credentials file present."""
+    env = os.environ
+    if env.get("AWS_PROFILE"):
+        return True
+    if env.get("AWS_ACCESS_KEY_ID") or env.get("AWS_WEB_IDENTITY_TOKEN_FILE"):
+        return False
+    if env.get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI") or env.get(
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI"
+    ):
+        return False
+    files = (
+        env.get("AWS_CONFIG_FILE") or "~/.aws/config",
+        env.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials",
+    )
+    for name in files:
+        with contextlib.suppress(OSError):
+            if Path(name).expanduser().stat().st_size > 0:
+                return True
+    return False
+
+
+def _profile_credentials() -> Any:
+    """obstore's credential provider over boto3's chain (boto3 imported here only)."""
+    try:
+        import boto3
+        from obstore.auth.boto3 import Boto3CredentialProvider
+
+        return Boto3CredentialProvider(boto3.Session())
+    except Exception as exc:  # a profile that does not exist, no credentials, ...
+        raise S3Unavailable(f"S3 client not configured: {type(exc).__name__}") from None
+
+
+def make_store(where: Location, connect: float, read: float, total: float) -> Any:
+    """obstore's store of `where` (its scheme's service) from that service's variables;
+    S3Unavailable (one line, no value of a variable) when they cannot make one."""
+    if where.scheme != "s3":
+        return _other_store(where, _client_options(connect, read, total, None), _retry(total))
+    from obstore.store import S3Store
+
+    for name in _HEADER_VARIABLES:
+        _header_safe(name)
+    env = os.environ
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
+    client = _client_options(connect, read, total, endpoint)
+    bundle = env.get("AWS_CA_BUNDLE")
+    if bundle:
+        try:
+            client["root_certificate"] = Path(bundle).read_bytes()
+        except OSError as exc:
+            raise S3Unavailable(f"AWS_CA_BUNDLE cannot be read ({type(exc).__name__})") from None
+    config: Any = {
+        "region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
+        "conditional_put": "etag",
+    }
+    if endpoint:
+        config["endpoint"] = endpoint
+    provider = _profile_credentials() if _uses_profile() else None
+    try:
+        return S3Store(where.bucket, config=config, client_options=client,
+                       retry_config=_retry(total), credential_provider=provider)  # fmt: skip
+    except Exception as exc:  # obstore's configuration errors (a malformed endpoint, ...)
+        raise S3Unavailable(f"S3 client not configured: {_describe(exc)}") from None
+
+
+def _client_options(connect: float, read: float, total: float, endpoint: str | None) -> Any:
+    """The HTTP client's timeouts and pool (every service alike)."""
+    return {
+        "connect_timeout": timedelta(seconds=connect),
+        "read_timeout": timedelta(seconds=read),
+        "timeout": timedelta(seconds=max(total, connect)),
+        "pool_max_idle_per_host": str(POOL),
+        "user_agent": "fxcache",
+        "allow_http": bool(endpoint and endpoint.startswith("http://")),
+    }
+
+
+def _retry(total: float) -> Any:
+    """MAX_ATTEMPTS tries with backoff, never past the operation's bound."""
+    return {
+        "max_retries": MAX_ATTEMPTS - 1,
+        "retry_timeout": timedelta(seconds=total),
+        "backoff": {"init_backoff": timedelta(seconds=0.1), "max_backoff": timedelta(seconds=5)},
+    }
+
+
+def _other_store(where: Location, client: Any, retry: Any) -> Any:
+    """A GCS bucket (`gs://`: GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_SERVICE_ACCOUNT*,
+    GOOGLE_BEARER_TOKEN, GOOGLE_BASE_URL) or an Azure container (`az://`: AZURE_STORAGE_*,
+    AZURE_CLIENT_ID with AZURE_FEDERATED_TOKEN_FILE, AZURE_USE_AZURE_CLI, the emulator's
+    AZURE_STORAGE_USE_EMULATOR), each read by obstore itself."""
+    from obstore.store import AzureStore, GCSStore
+
+    env = os.environ
+    try:
+        if where.scheme == "gs":
+            base = env.get("GOOGLE_BASE_URL")
+            client["allow_http"] = bool(base and base.startswith("http://"))
+            return GCSStore(where.bucket, client_options=client, retry_config=retry)
+        emulated = (env.get("AZURE_STORAGE_USE_EMULATOR") or "").lower() == "true"
+        client["allow_http"] = emulated
+        return AzureStore(where.bucket, client_options=client, retry_config=retry)
+    except Exception as exc:  # obstore's configuration errors (no account, ...)
+        raise S3Unavailable(f"{where.scheme}:// client not configured: {_describe(exc)}") from None
+
+
+_OURS = (S3Unavailable, S3NotModified, S3Missing, S3Conflict, S3TooLarge)
 
 
 class Bucket:
-    """One bucket through one thread-safe botocore client; every request within `deadline`
-    (replaced per operation by `use`)."""
+    """One bucket through one thread-safe obstore store (an S3Store made from the AWS
+    variables, or `store`: any obstore store, the tests' in-memory one); every request
+    within `deadline` (replaced per operation by `use`)."""
 
-    def __init__(self, where: Location, deadline: Deadline | None = None) -> None:
-        if importlib.util.find_spec("botocore") is None:
+    def __init__(
+        self, where: Location, deadline: Deadline | None = None, store: Any = None
+    ) -> None:
+        if importlib.util.find_spec("obstore") is None:
             raise S3Unavailable("the S3 client is not installed (pip install 'ci-fxcache[s3]')")
+        import obstore
+
+        self._obs = obstore
         self.deadline = deadline or Deadline(configured_seconds())
         connect, read = _timeouts()
-        self._timeouts = self.deadline.capped(connect), self.deadline.capped(read)
-        self._region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         self.where = where
         self.requests: dict[str, int] = {}
         self._lock = threading.Lock()
         self.sent_bytes = 0
         self.received_bytes = 0
-        # The restore's requests without botocore where the environment determines them
-        # (lean.py); botocore's client is made on first need (~0.2 s of CPU).
-        self._lean = lean.from_env(where.bucket, self._region or "us-east-1", *self._timeouts,
-                                   MAX_ATTEMPTS)  # fmt: skip
-        self._botocore: Any = None
-        self._buffers: list[bytearray] = []  # the lean reads' idle buffers
+        # Only an S3 bucket has versions to clean up (versions(), through botocore).
+        self._s3_api = store is None and where.scheme == "s3"
+        self._store = store if store is not None else make_store(
+            where, self.deadline.capped(connect), self.deadline.capped(read),
+            self.deadline.seconds)  # fmt: skip
+        # The version (a GCS generation) of each (key, ETag) this client read or wrote: a
+        # conditional PUT on GCS names the generation, on S3 and Azure the ETag.
+        self._versions: dict[tuple[str, str], str] = {}
+        self._botocore: Any = None  # a versioned bucket's clean-up only (versions())
         self._making = threading.Lock()
-        if self._lean is None:  # needed at once (the caller makes this on a thread of its own)
-            self._botocore = self._make_client()
 
     def warm(self) -> None:
-        """Start making botocore's client on a thread of its own (an operation that will need
-        it, a save's conditional writes, need not wait for it later); errors are left for the
-        first request that needs it."""
-        if self._botocore is None:
-            threading.Thread(target=self._warm, name="fxcache-s3 botocore", daemon=True).start()
-
-    def _warm(self) -> None:
-        with contextlib.suppress(Exception):
-            self._s3  # noqa: B018 - made and kept
-
-    @property
-    def _s3(self) -> Any:
-        """botocore's client, made on first use (S3Unavailable when it cannot be)."""
-        with self._making:
-            if self._botocore is None:
-                self._botocore = self._make_client()
-        return self._botocore
-
-    def _make_client(self) -> Any:
-        import botocore.session
-        from botocore.config import Config
-
-        connect, read = self._timeouts
-        config = Config(
-            connect_timeout=connect,
-            read_timeout=read,
-            retries={"total_max_attempts": MAX_ATTEMPTS, "mode": "standard"},
-            max_pool_connections=POOL,
-            # Every byte is checked against the manifest's sha256: no CRC of 1 GiB besides.
-            request_checksum_calculation="when_required",
-            response_checksum_validation="when_required",
-            user_agent_extra="fxcache",
-        )
-        try:
-            made = botocore.session.get_session().create_client(
-                "s3", config=config, region_name=self._region or "us-east-1"
-            )
-        except Exception as exc:  # botocore's configuration errors (a bad profile, ...)
-            raise S3Unavailable(f"S3 client not configured: {_describe(exc)}") from exc
-        # No request, first try or retry, once the bound is spent.
-        made.meta.events.register("before-send.s3", self._before_send)
-        return made
+        """Nothing left to make ahead: kept for callers (the client is made with the bucket)."""
 
     def use(self, deadline: Deadline) -> None:
         """Bound every later request by `deadline` (one per restore, save or invalidate)."""
         self.deadline = deadline
-
-    def _before_send(self, **event: Any) -> None:
-        self.deadline.refuse_if_passed(**event)
 
     def within(self, work: Callable[[], T], what: str) -> T:
         """`work()` (network I/O: a call, a body's read) within the deadline; S3Unavailable
@@ -255,267 +361,113 @@ class Bucket:
             self.received_bytes += received
 
     def _fail(self, exc: BaseException, key: str) -> BaseException:
-        """The exception to raise for a failed request on `key`."""
-        code, status = _code(exc)
-        if status == 304:
+        """The exception to raise for a failed request on `key`, by the type obstore raised
+        (its message only phrases a warning: _describe)."""
+        from obstore import exceptions as ox
+
+        if isinstance(exc, ox.NotModifiedError):
             return S3NotModified(key)
-        if code in ("NoSuchKey", "NotFound", "InvalidRange") or (
-            status in (404, 416) and code != "NoSuchBucket"
-        ):
+        if isinstance(exc, FileNotFoundError):
             return S3Missing(key)
-        if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+        if isinstance(exc, ox.AlreadyExistsError | ox.PreconditionError):
             return S3Conflict(key)
-        if code == "NoSuchBucket":
+        described = _describe(exc)
+        if isinstance(exc, ox.PermissionDeniedError | ox.UnauthenticatedError):
+            return S3Unavailable(f"credentials refused: {described}")
+        if described.startswith("NoSuchBucket"):
             return S3Unavailable(f"bucket {self.where.bucket!r} does not exist")
-        if code in ("SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied") or status in (
-            401,
-            403,
-        ):
-            return S3Unavailable(f"credentials refused: {_describe(exc)}")
-        if code in ("SlowDown", "ServiceUnavailable") or status == 503:
-            return S3Unavailable(f"throttled: {_describe(exc)} after {MAX_ATTEMPTS} attempts")
-        return S3Unavailable(_describe(exc))
+        if described.startswith(("SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied")):
+            return S3Unavailable(f"credentials refused: {described}")
+        if described.startswith(("SlowDown", "ServiceUnavailable")) or "(HTTP 503)" in described:
+            return S3Unavailable(f"throttled: {described} after {MAX_ATTEMPTS} attempts")
+        return S3Unavailable(f"request failed: {described}")
 
-    def _call(self, what: str, key: str, **kwargs: Any) -> Any:
-        body = kwargs.get("Body")
-        self._count(what, sent=len(body) if isinstance(body, bytes) else 0)
-        return self.within(lambda: self._send(what, key, **kwargs), what)
+    def _call(self, what: str, key: str, work: Callable[[], T], sent: int = 0) -> T:
+        """One request (`work`, obstore's retries included) counted and within the deadline;
+        its failure as the tier's exception."""
+        self._count(what, sent=sent)
 
-    def _send(self, what: str, key: str, **kwargs: Any) -> Any:
-        s3 = self._s3
-        try:
-            return getattr(s3, what)(Bucket=self.where.bucket, **kwargs)
-        except DeadlinePassed:
-            raise
-        except Exception as exc:  # botocore raises ClientError, BotoCoreError and subclasses
-            raise self._fail(exc, key) from None
+        def request() -> T:
+            try:
+                return work()
+            except (DeadlinePassed, *_OURS):
+                raise
+            except Exception as exc:  # obstore's errors (BaseError, FileNotFoundError, ...)
+                raise self._fail(exc, key) from None
 
-    def _listing_page(self, prefix: str, extra: dict[str, Any]) -> Any:
-        """One ListObjectsV2 page: lean where it can (a restore lists its scope's references
-        beside reading the head), else, or where the lean answer is not one it reads,
-        botocore's."""
-        if self._lean is not None:
-            self._count("list_objects_v2")
-            query = lean.listing_query(prefix, extra.get("ContinuationToken"), extra.get("MaxKeys"))
-            page = self.within(lambda: self._lean_listing(prefix, query), "list_objects_v2")
-            if page is not None:
-                return page
-        return self._call("list_objects_v2", prefix, Prefix=prefix, **extra)  # counted again
-
-    def _lean_listing(self, prefix: str, query: dict[str, str]) -> Any:
-        """A lean listing page in botocore's shape; None when botocore is to ask instead."""
-        assert self._lean is not None
-        try:
-            conn, response = self._lean.request("GET", None, {}, stop=self.deadline.passed,
-                                                query=query)  # fmt: skip
-        except lean.Declined:
-            return None
-        except lean.Failed as exc:
-            raise self._fail(exc, prefix) from None
-        if response.status != 200:
-            self._lean.error_code(response)
-            self._lean.release(conn, response)
-            return None
-        try:
-            body = response.read(lean.LISTING_LIMIT + 1)
-        except (OSError, http.client.HTTPException):
-            conn.close()
-            return None
-        self._lean.release(conn, response)
-        with self._lock:
-            self.received_bytes += len(body)
-        if len(body) > lean.LISTING_LIMIT:
-            return None
-        with contextlib.suppress(lean.Declined):
-            return lean.parse_listing(body)
-        return None
+        return self.within(request, what)
 
     def get(
         self, key: str, if_none_match: str | None = None, *, limit: int
     ) -> tuple[bytes, str] | None:
         """(body, ETag) of `key`; None when it is unchanged from ETag `if_none_match`.
         S3Missing when absent; S3TooLarge when it is larger than `limit` bytes (refused by
-        its Content-Length before the body is read, and never read past `limit`)."""
-        extra = {"IfNoneMatch": if_none_match} if if_none_match else {}
-        self._count("get_object")
+        its size before the body is read)."""
+        options: Any = {"if_none_match": if_none_match} if if_none_match else None
 
         def request() -> tuple[bytes, str] | None:  # the body's read is inside the bound too
-            if self._lean is not None:
-                with contextlib.suppress(lean.Declined):
-                    return self._lean_get(key, if_none_match, limit)
-                self._count("get_object")  # botocore asks again, and decides
             try:
-                answer = self._send("get_object", key, Key=key, **extra)
-            except S3NotModified:
-                return None
-            etag = str(answer.get("ETag", ""))
-            with self._body(answer, key, limit, etag) as read:
-                return bytes(read(limit + 1)), etag
+                answer = self._obs.get(self._store, key, options=options)
+            except Exception as exc:
+                if isinstance(self._fail(exc, key), S3NotModified):
+                    return None
+                raise
+            etag = str(answer.meta.get("e_tag") or "")
+            self._seen(key, etag, answer.meta.get("version"))
+            if int(answer.meta["size"]) > limit:
+                raise S3TooLarge(key, etag)
+            return bytes(answer.bytes()), etag
 
-        got = self.within(request, "get_object")
-        if got is None:
-            return None
-        body, etag = got
-        if len(body) > limit:
-            raise S3TooLarge(key, etag)
-        return body, etag
-
-    def _lean_get(
-        self, key: str, if_none_match: str | None, limit: int
-    ) -> tuple[bytes, str] | None:
-        assert self._lean is not None
-        headers = {"If-None-Match": if_none_match} if if_none_match else {}
-        got = self._lean_open(key, headers)
-        if got is None:
-            raise lean.Declined("botocore asks")
-        conn, response = got
-        if response.status == 304:
-            response.read()
-            self._lean.release(conn, response)
-            return None
-        etag = response.getheader("ETag") or ""
-        with self._lean_body(conn, response, key, limit, etag) as read:
-            # What was announced (never more than `limit`: refused above), else up to the limit.
-            length = response.length if isinstance(response.length, int) else limit + 1
-            return bytes(read(length)), etag
+        got = self._call("get_object", key, request)
+        if got is not None:
+            with self._lock:
+                self.received_bytes += len(got[0])
+        return got
 
     @contextlib.contextmanager
     def get_range(self, key: str, start: int, end: int) -> Iterator[Callable[[int], Buffer]]:
         """Bytes `start` to `end` (exclusive) of `key`, streamed: yields `read(n)`, which
-        returns n bytes (fewer only where the object ends), valid until the next read (the
-        lean path reuses one buffer). S3Missing when `key` is absent or ends before `start`;
-        S3TooLarge when the answer would be longer than the range. The request and every read
-        are within the deadline: a server that freezes mid-body costs at most what is left
-        of it."""
-        span = f"bytes={start}-{end - 1}"
-        self._count("get_object")
-        with contextlib.ExitStack() as stack:
-            got = None
-            read: Callable[[int], Buffer]
-            if self._lean is not None:
-                got = self.within(lambda: self._lean_open(key, {"Range": span}), "get_object")
-                if got is None:
-                    self._count("get_object")  # declined: botocore asks again, and decides
-            if got is not None:
-                read = stack.enter_context(self._lean_body(*got, key, end - start))
-            else:
-                answer = self.within(lambda: self._send("get_object", key, Key=key, Range=span),
-                                     "get_object")  # fmt: skip
-                read = stack.enter_context(self._body(answer, key, end - start))
-            yield lambda n: self.within(lambda: read(n), "get_object body")
+        returns n bytes (fewer only where the object ends). S3Missing when `key` is absent or
+        ends before `start`; S3TooLarge when the answer would be longer than the range. The
+        request and every read are within the deadline: a server that freezes mid-body costs
+        at most what is left of it."""
 
-    def _lean_open(
-        self, key: str, headers: dict[str, str]
-    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse] | None:
-        """A lean GET's connection and answer (200, 206 or 304; headers read, the body not);
-        S3Missing as botocore would tell it; None when botocore is to ask instead."""
-        assert self._lean is not None
-        try:
-            conn, response = self._lean.request("GET", key, headers, stop=self.deadline.passed)
-        except lean.Declined:
-            return None
-        except lean.Failed as exc:
-            raise self._fail(exc, key) from None
-        if response.status in (200, 206, 304):
-            return conn, response
-        code = self._lean.error_code(response)
-        self._lean.release(conn, response)
-        if response.status == 416 or code in ("NoSuchKey", "InvalidRange"):
-            raise S3Missing(key)
-        return None
+        def request() -> Any:
+            try:
+                return self._obs.get(self._store, key, options={"range": (start, end)})
+            except FileNotFoundError:
+                raise
+            except self._obs.exceptions.GenericError:  # 416: the object ends before `start`?
+                if int(self._obs.head(self._store, key)["size"]) <= start:
+                    raise FileNotFoundError(key) from None
+                raise
 
-    @contextlib.contextmanager
-    def _lean_body(
-        self,
-        conn: http.client.HTTPConnection,
-        response: http.client.HTTPResponse,
-        key: str,
-        limit: int,
-        etag: str = "",
-    ) -> Iterator[Callable[[int], memoryview]]:
-        """_body for a lean answer: its reads go into one buffer reused from read to read,
-        taken from the client's idle buffers and given back after (so a restore zero-fills and
-        faults in one buffer per concurrent read, not one per range: at most one frame each,
-        FETCH_WORKERS in all, as before); the connection is kept for the next request when
-        the body was read to its end."""
-        assert self._lean is not None
-        reading = threading.Event()
-        with self._lock:
-            buffer = self._buffers.pop() if self._buffers else bytearray()
-        try:
-            length = response.length
-            if isinstance(length, int) and length > limit:
-                raise S3TooLarge(key, etag)
+        answer = self._call("get_object", key, request)
+        first, last = answer.range
+        if last - first > end - start:
+            raise S3TooLarge(key)
+        pieces = iter(answer.stream(min_chunk_size=_PIECE_BYTES))
+        held = bytearray()
 
-            def read(n: int) -> memoryview:
-                nonlocal buffer
-                if len(buffer) < n:
-                    buffer = bytearray(n)
-                view = memoryview(buffer)[:n]
-                got = 0
-                reading.set()
-                try:
-                    while got < n:
-                        try:
-                            piece = response.readinto(view[got:])
-                        except (OSError, http.client.HTTPException) as exc:
-                            raise S3Unavailable(f"reading {key}: {type(exc).__name__}") from None
-                        if not piece:
-                            break
-                        got += piece
-                finally:
-                    reading.clear()
-                with self._lock:
-                    self.received_bytes += got
-                return view[:got]
+        def next_piece() -> bytes | None:
+            try:
+                return next(pieces, None)
+            except Exception as exc:  # a connection dropped or timed out mid-body
+                raise S3Unavailable(f"reading {key}: {_describe(exc)}") from None
 
-            yield read
-        finally:
-            if not reading.is_set():  # else a read abandoned at the deadline still runs
-                self._lean.release(conn, response)
-                with self._lock:
-                    if len(self._buffers) < _IDLE_BUFFERS and len(buffer) <= _BUFFER_BYTES:
-                        self._buffers.append(buffer)
+        def read(n: int) -> Buffer:
+            while len(held) < n:
+                piece = self.within(next_piece, "get_object body")
+                if piece is None:
+                    break
+                held.extend(memoryview(piece))
+            out = bytes(held[:n])
+            del held[:n]
+            with self._lock:
+                self.received_bytes += len(out)
+            return out
 
-    @contextlib.contextmanager
-    def _body(
-        self, answer: dict[str, Any], key: str, limit: int, etag: str = ""
-    ) -> Iterator[Callable[[int], bytes]]:
-        """A reader of a GET's body that was announced no longer than `limit` bytes."""
-        body = answer["Body"]
-        reading = threading.Event()  # set while a read runs (maybe abandoned at the deadline)
-        try:
-            length = answer.get("ContentLength")
-            if isinstance(length, int) and length > limit:
-                raise S3TooLarge(key, etag)
-
-            def read(n: int) -> bytes:
-                pieces: list[bytes] = []
-                got = 0
-                reading.set()
-                try:
-                    while got < n:
-                        try:
-                            piece = body.read(n - got)
-                        except Exception as exc:  # a connection dropped or timed out mid-body
-                            raise S3Unavailable(f"reading {key}: {_describe(exc)}") from None
-                        if not piece:
-                            break
-                        pieces.append(piece)
-                        got += len(piece)
-                finally:
-                    reading.clear()
-                with self._lock:
-                    self.received_bytes += got
-                return pieces[0] if len(pieces) == 1 else b"".join(pieces)
-
-            yield read
-        finally:
-            # Closing waits for a read in progress (the stream's lock): a read abandoned at
-            # the deadline keeps its connection until it ends on its own.
-            if not reading.is_set():
-                with contextlib.suppress(Exception):
-                    body.close()
+        yield read
 
     def put(
         self,
@@ -528,75 +480,124 @@ class Bucket:
     ) -> str:
         """PUT `key`; with `if_match` (an ETag) or `if_absent`, only under that condition
         (S3Conflict when it does not hold). Its new ETag."""
-        if self._lean is not None and not (if_match or if_absent):
-            self._count("put_object", sent=len(body))
-            etag = self.within(lambda: self._lean_put(key, body, content_type), "put_object")
-            if etag is not None:
-                return etag
-        extra: dict[str, str] = {}
+        mode: Any = "create" if if_absent else None
         if if_match:
-            extra["IfMatch"] = if_match
-        elif if_absent:
-            extra["IfNoneMatch"] = "*"
-        answer = self._call(
-            "put_object", key, Key=key, Body=body, ContentType=content_type, **extra
-        )
-        return str(answer.get("ETag", ""))
+            mode = {"e_tag": if_match}
+            version = self._versions.get((key, if_match))
+            if version:
+                mode["version"] = version
+        answer = self._call("put_object", key, lambda: self._obs.put(
+            self._store, key, body, mode=mode, use_multipart=False,
+            attributes={"Content-Type": content_type}), sent=len(body))  # fmt: skip
+        etag = str(answer.get("e_tag") or "")
+        self._seen(key, etag, answer.get("version"))
+        return etag
 
-    def _lean_put(self, key: str, body: bytes, content_type: str) -> str | None:
-        """A plain PUT without botocore: its ETag, or None when botocore is to make it."""
-        assert self._lean is not None
-        try:
-            conn, response = self._lean.request(
-                "PUT", key, {"Content-Type": content_type}, body, stop=self.deadline.passed
-            )
-        except lean.Declined:
-            return None
-        except lean.Failed as exc:
-            raise self._fail(exc, key) from None
-        ok = response.status == 200
-        response.read()
-        self._lean.release(conn, response)
-        return (response.getheader("ETag") or "") if ok else None
+    def _seen(self, key: str, etag: str, version: str | None) -> None:
+        if etag and version:
+            with self._lock:
+                self._versions[(key, etag)] = version
 
     def put_file(self, key: str, f: BinaryIO, size: int) -> None:
         """PUT `key` from the `size` bytes of seekable file `f` (from its start), streamed:
         one request up to MULTIPART_BYTES, else a multipart upload of PART_BYTES parts (one
-        part in memory at a time); an upload that fails is aborted."""
-        if size <= MULTIPART_BYTES:
-            f.seek(0)
-            self._call("put_object", key, Key=key, Body=f)
-            with self._lock:
-                self.sent_bytes += size
-            return
-        started = self._call("create_multipart_upload", key, Key=key)
-        upload = started["UploadId"]
-        try:
-            parts = []
-            f.seek(0)
-            for number in range(1, -(-size // PART_BYTES) + 1):
-                body = f.read(PART_BYTES)
-                answer = self._call("upload_part", key, Key=key, UploadId=upload,
-                                    PartNumber=number, Body=body)  # fmt: skip
-                parts.append({"ETag": answer["ETag"], "PartNumber": number})
-                del body
-            self._call("complete_multipart_upload", key, Key=key, UploadId=upload,
-                       MultipartUpload={"Parts": parts})  # fmt: skip
-        except BaseException:
-            with contextlib.suppress(S3Unavailable, S3Missing, S3Conflict):
-                self._call("abort_multipart_upload", key, Key=key, UploadId=upload)
-            raise
+        part read at a time); obstore aborts an upload whose part fails."""
+        f.seek(0)
+        multipart = size > MULTIPART_BYTES
+        what = "create_multipart_upload" if multipart else "put_object"
+        self._call(what, key, lambda: self._obs.put(
+            self._store, key, f, use_multipart=multipart, chunk_size=PART_BYTES,
+            max_concurrency=1))  # fmt: skip
+        if multipart:  # the requests obstore made: its parts, and the completion
+            for _ in range(-(-size // PART_BYTES)):
+                self._count("upload_part")
+            self._count("complete_multipart_upload")
+        with self._lock:
+            self.sent_bytes += size
 
     def delete(self, key: str) -> None:
         """Delete `key` (absent is fine)."""
         with contextlib.suppress(S3Missing):
-            self._call("delete_object", key, Key=key)
+            self._call("delete_object", key, lambda: self._obs.delete(self._store, key))
+
+    def listing(self, prefix: str, first: int | None = None) -> list[dict[str, Any]]:
+        """Every object under `prefix` (a `/`-ended key prefix; with `first`: the first
+        `first` keys in key order, and one more when there are more): dicts with Key, Size,
+        LastModified (epoch seconds). Keys are the server's, as it sent them (obstore asks
+        for no URL encoding and decodes none)."""
+        limit = None if first is None else first + 1
+
+        def request() -> list[dict[str, Any]]:
+            found: list[dict[str, Any]] = []
+            for chunk in self._obs.list(self._store, prefix, chunk_size=1000):
+                for item in chunk:
+                    found.append({"Key": item["path"], "Size": int(item["size"]),
+                                  "LastModified": item["last_modified"].timestamp()})  # fmt: skip
+                    if limit is not None and len(found) >= limit:
+                        return found
+            return found
+
+        return self._call("list_objects_v2", prefix, request)
+
+    def listing_upto(self, prefix: str, most: int) -> tuple[list[dict[str, Any]], bool]:
+        """The first `most` objects under `prefix` in key order (as `listing` gives them),
+        page after page, and whether there are more: what a planted flood of keys costs a
+        reader is bounded, and never hides the keys after it within `most`."""
+        found = self.listing(prefix, first=most)
+        return (found[:most], True) if len(found) > most else (found, False)
+
+    # -- a versioned bucket's clean-up: botocore, which alone has these calls --------------------
+    @property
+    def _s3(self) -> Any:
+        """botocore's client (versioned-bucket clean-up only), made on first use."""
+        with self._making:
+            if self._botocore is None:
+                self._botocore = self._make_botocore()
+        return self._botocore
+
+    def _make_botocore(self) -> Any:
+        if importlib.util.find_spec("botocore") is None:
+            raise S3Unavailable("a versioned bucket's clean-up needs botocore (pip install boto3)")
+        import botocore.session
+        from botocore.config import Config
+
+        connect, read = _timeouts()
+        config = Config(connect_timeout=connect, read_timeout=read,
+                        retries={"total_max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+                        user_agent_extra="fxcache")  # fmt: skip
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        try:
+            made = botocore.session.get_session().create_client(
+                "s3", config=config, region_name=region or "us-east-1"
+            )
+        except Exception as exc:  # botocore's configuration errors (a bad profile, ...)
+            raise S3Unavailable(f"S3 client not configured: {type(exc).__name__}") from None
+        made.meta.events.register("before-send.s3", self._before_send)
+        return made
+
+    def _before_send(self, **event: Any) -> None:
+        self.deadline.refuse_if_passed(**event)
+
+    def _botocore_call(self, what: str, key: str, **kwargs: Any) -> Any:
+        def request() -> Any:
+            try:
+                return getattr(self._s3, what)(Bucket=self.where.bucket, **kwargs)
+            except (DeadlinePassed, S3Unavailable):
+                raise
+            except Exception as exc:  # botocore's ClientError, BotoCoreError
+                raise _botocore_fail(exc, key) from None
+
+        self._count(what)
+        return self.within(request, what)
 
     def versioning(self) -> str:
         """The bucket's versioning: `Enabled`, `Suspended`, `off` (never enabled), or
-        `unknown` when it may not be read (s3:GetBucketVersioning)."""
+        `unknown` when it may not be read (s3:GetBucketVersioning); `off` for a store
+        that is not S3."""
+        if not self._s3_api:
+            return "off"
         try:
-            answer = self._call("get_bucket_versioning", "")
+            answer = self._botocore_call("get_bucket_versioning", "")
         except S3Unavailable:  # refused, or not implemented by this server
             return "unknown"
         return str(answer.get("Status") or "off")
@@ -607,7 +608,7 @@ class Bucket:
         found: list[dict[str, Any]] = []
         markers: dict[str, str] = {}
         while True:
-            answer = self._call("list_object_versions", prefix, Prefix=prefix, **markers)
+            answer = self._botocore_call("list_object_versions", prefix, Prefix=prefix, **markers)
             for kind, marker in (("Versions", False), ("DeleteMarkers", True)):
                 for item in answer.get(kind) or []:
                     found.append({
@@ -624,27 +625,17 @@ class Bucket:
     def delete_version(self, key: str, version: str) -> None:
         """Delete one version (or delete marker) of `key` for good (absent is fine)."""
         with contextlib.suppress(S3Missing):
-            self._call("delete_object", key, Key=key, VersionId=version)
+            self._botocore_call("delete_object", key, Key=key, VersionId=version)
 
-    def listing(self, prefix: str, first: int | None = None) -> list[dict[str, Any]]:
-        """Every object under `prefix` (with `first`: the first `first` keys in key order,
-        one request, and one more when there are more): dicts with Key, Size, LastModified
-        (epoch seconds)."""
-        found: list[dict[str, Any]] = []
-        token: str | None = None
-        while True:
-            extra: dict[str, Any] = {"ContinuationToken": token} if token else {}
-            if first is not None:
-                extra["MaxKeys"] = first + 1
-            answer = self._listing_page(prefix, extra)
-            for item in answer.get("Contents") or []:
-                found.append(
-                    {
-                        "Key": item["Key"],
-                        "Size": int(item.get("Size") or 0),
-                        "LastModified": item["LastModified"].timestamp(),
-                    }
-                )
-            if first is not None or not answer.get("IsTruncated"):
-                return found
-            token = answer.get("NextContinuationToken")
+
+def _botocore_fail(exc: BaseException, key: str) -> BaseException:
+    """A botocore failure of the versioned clean-up: S3Missing for a 404, else S3Unavailable
+    by its S3 code and HTTP status (botocore's structured answer)."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return S3Unavailable(type(exc).__name__)
+    status = int((response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0)
+    code = str((response.get("Error") or {}).get("Code") or "error")
+    if status == 404 and code != "NoSuchBucket":
+        return S3Missing(key)
+    return S3Unavailable(f"{code} (HTTP {status})" if status else code)

@@ -9,6 +9,13 @@ segments go with the collection, unless a kept scope names them too (packs are n
 content, so scopes can share them): what a run frees is what the collection deletes, never
 the removed scopes' sizes added up.
 
+With the signing key the policies count only what the key signed (the head, the references
+whose name and body it made): a scope nothing of which it signed is neither counted nor
+removed, its bytes and last use are those of its signed objects (and its last-used marker),
+and every reference the key did not make is deleted; so planted scopes and references never
+make `--max-size` or `--keep-latest` remove a real scope. Without the key, over a bucket with
+signed scopes, the run does what it safely can and says what needs the key (`gc.needs_key`).
+
 Before the collection, each kept scope's references are folded into its head
 (publish.fold: one conditional PUT; signed ones only with the signing key) and deleted; a
 reference older than the grace that no reader would serve (unreadable, not signed with the
@@ -56,7 +63,6 @@ from ci_fxcache.store.remote.s3 import parallel, publish, refs
 from ci_fxcache.store.remote.s3.client import S3Missing, S3TooLarge, S3Unavailable
 from ci_fxcache.store.remote.s3.deadline import MAX_S
 from ci_fxcache.store.remote.s3.index import (
-    MAX_HEAD_BYTES,
     REF_SCHEMA,
     parse_head,
     signature_problem,
@@ -70,6 +76,15 @@ DEFAULT_GRACE_S = 24 * 3600.0
 # hour for clocks that disagree: a shorter grace could delete a pack a save is about to name.
 MIN_GRACE_S = MAX_S + ORPHAN_REUSE_S + 3600.0
 _SHA256 = re.compile(rb"[0-9a-f]{64}")
+# A keyed run's word on a scope nothing of which its key signed: neither counted by the
+# policies nor removed by them (its objects are kept like any head's).
+NOT_COUNTED = "not signed with the key: not counted, not removed"
+# A keyless run over a bucket with signed scopes says what only the key can do.
+NEEDS_KEY = (
+    "signed scopes: without FXCACHE_SIGNING_KEY their references are not folded, references "
+    "the key did not make are removed only when older than the grace and of no reference "
+    "format, and the policies count every scope and size anyone wrote (planted ones too)"
+)
 
 
 @dataclass
@@ -83,8 +98,15 @@ class _Scope:
     problem: str | None = None  # why the head could not be read
     names: set[str] = field(default_factory=set)  # object keys its head and references name
     refs: dict[str, float] = field(default_factory=dict)  # reference name -> LastModified
-    # References older than the grace that no reader serves or whose objects are gone.
+    # References no reader serves (with a key: at once; else once older than the grace) or
+    # whose objects are gone.
     dead: set[str] = field(default_factory=set)
+    times: dict[str, float] = field(default_factory=dict)  # head.json, last-used -> LastModified
+    # With a signing key: the object keys and LastModified of what it signed (the head, the
+    # references); the policies count only these.
+    signed_names: set[str] = field(default_factory=set)
+    signed_times: list[float] = field(default_factory=list)
+    signed: bool = False  # anything of the scope is signed (with the key: with that key)
 
 
 def run(
@@ -154,7 +176,8 @@ def _scopes(tier: S3Objects, listed: list[dict[str, Any]]) -> list[_Scope]:
         seen, own = times.get(key, {}), found_refs.get(key, {})
         parsed = scopekey.parse(key)
         if parsed is not None and ("head.json" in seen or own):
-            found.append(_Scope(key, parsed, max([*seen.values(), *own.values()]), refs=own))
+            last = max([*seen.values(), *own.values()])
+            found.append(_Scope(key, parsed, last, refs=own, times=seen))
     return found
 
 
@@ -170,9 +193,10 @@ def _mentioned(tier: S3Objects, body: bytes) -> set[str]:
     return {tier.segment_key(d) for d in digests} | {tier.pack_key(d) for d in digests}
 
 
-def _read_heads(tier: S3Objects, scopes: list[_Scope]) -> None:
+def _read_heads(tier: S3Objects, scopes: list[_Scope], signing_key: str | None) -> None:
     """Each scope's head and the object keys it names; an unreadable head names every
-    object whose sha256 appears in its bytes."""
+    object whose sha256 appears in its bytes. Whether it is signed (with a key: with that
+    key, and then what it names counts as signed)."""
     lock = threading.Lock()
     by_key = {s.key: s for s in scopes}
 
@@ -190,6 +214,12 @@ def _read_heads(tier: S3Objects, scopes: list[_Scope]) -> None:
             head = parse_head(body, key)
             with lock:
                 scope.head, scope.names = head, scope.names | _named(tier, head)
+                if signing_key is None:
+                    scope.signed = scope.signed or "signature" in head
+                elif signature_problem(head, signing_key) is None:
+                    scope.signed = True
+                    scope.signed_names |= _named(tier, head)
+                    scope.signed_times.append(scope.times["head.json"])
         except RemoteCorrupt as exc:
             with lock:
                 scope.problem, scope.names = str(exc), scope.names | _mentioned(tier, body)
@@ -204,31 +234,44 @@ def _read_refs(
     signing_key: str | None,
     old: float,
 ) -> None:
-    """What each scope's references name. One older than `old` (the grace's edge) that is
-    unreadable, not signed with the key (when there is one), or names an object that is
-    gone is dead: no reader serves it, and it keeps nothing."""
+    """What each scope's references name. Dead (no reader serves it, and it keeps nothing):
+    with a key, one whose name or signature that key did not make, at once; one older than
+    `old` (the grace's edge) that is unreadable, of no reference name's format, or names an
+    object that is gone."""
     lock = threading.Lock()
     work = [(s, name) for s in scopes for name in sorted(s.refs)]
 
     def read(item: tuple[_Scope, str]) -> None:
         scope, name = item
+        if not refs.taken(name, scope.key, signing_key):  # no GET: a flood costs no reads
+            with lock:
+                if signing_key or scope.refs[name] < old:
+                    scope.dead.add(name)
+            return
         try:
             got = tier.bucket.get(tier.where.key("scopes", scope.key, "refs", name),
-                                  limit=MAX_HEAD_BYTES)  # fmt: skip
+                                  limit=refs.MAX_REF_BYTES)  # fmt: skip
         except (S3Missing, S3TooLarge):
             got = None
         body = got[0] if got else b""
         try:
             ref = parse_head(body, scope.key, REF_SCHEMA)
             named = _named(tier, ref)
-            bad = bool(signing_key and signature_problem(ref, signing_key))
+            problem = bool(signing_key and refs.signature_problem(ref, name, signing_key))
+            signed = "signature" in ref and not problem
         except RemoteCorrupt:
-            named, bad = _mentioned(tier, body), True
+            named, problem, signed = _mentioned(tier, body), True, False
         with lock:
-            if scope.refs[name] < old and (bad or not named <= objects.keys()):
+            if (signing_key and problem) or (
+                scope.refs[name] < old and (problem or not named <= objects.keys())
+            ):
                 scope.dead.add(name)
-            else:
-                scope.names |= named
+                return
+            scope.names |= named
+            scope.signed = scope.signed or signed
+            if signing_key:
+                scope.signed_names |= named
+                scope.signed_times.append(scope.refs[name])
 
     parallel.run(read, work)
 
@@ -243,13 +286,9 @@ def _run(
 ) -> dict[str, Any]:
     scopes = _scopes(tier, _listing(tier, "scopes"))
     objects = {item["Key"]: item for kind in ("segments", "packs") for item in _listing(tier, kind)}
-    _read_heads(tier, scopes)
+    _read_heads(tier, scopes, signing_key)
     _read_refs(tier, scopes, objects, signing_key, now - grace_s)
-    stored = {s.key: sum(objects[n]["Size"] for n in s.names if n in objects) for s in scopes}
-    entries = [
-        Entry(name=s.key, key=s.parsed, last_used=s.last_used, size=stored[s.key], ident=s.key)
-        for s in scopes
-    ]
+    stored, entries = _counted(scopes, objects, signing_key)
     selected = {e.name: e for e in select(entries, policy, now)}
     action = "would remove" if dry_run else "removed"
     rows = []
@@ -270,11 +309,13 @@ def _run(
     folds = _fold(tier, kept, dry_run, signing_key)
     gc = _collect(tier, objects, {n for s in kept for n in s.names}, dry_run, grace_s, now)
     gc.update(folds)
+    if not signing_key and any(s.signed for s in scopes):
+        gc["needs_key"] = NEEDS_KEY
     versions = _versions(tier, gc, dry_run)
     gc["unreadable"] = [
         {"scope": s.key, "problem": s.problem, "kept_objects": len(s.names & objects.keys())}
         for s in scopes
-        if s.problem is not None
+        if s.problem is not None and s.problem != NOT_COUNTED
     ]
     return {
         "rows": rows,
@@ -288,6 +329,30 @@ def _run(
             **versions,
         },
     }
+
+
+def _counted(
+    scopes: list[_Scope], objects: dict[str, dict[str, Any]], signing_key: str | None
+) -> tuple[dict[str, int], list[Entry]]:
+    """Each scope's bytes in the bucket, and the entries the policies count. With a key,
+    only what the key signed counts (its objects' bytes, their times and the marker's), and
+    a scope nothing of which it signed is not counted: never what anyone planted."""
+    if signing_key:
+        for s in scopes:
+            s.last_used = max([*s.signed_times, s.times.get("last-used", 0.0)])
+            if not s.signed and s.problem is None:
+                s.problem = NOT_COUNTED
+    stored = {
+        s.key: sum(objects[n]["Size"] for n in (s.signed_names if signing_key else s.names)
+                   if n in objects)
+        for s in scopes
+    }  # fmt: skip
+    entries = [
+        Entry(name=s.key, key=s.parsed, last_used=s.last_used, size=stored[s.key], ident=s.key)
+        for s in scopes
+        if s.signed or not signing_key
+    ]
+    return stored, entries
 
 
 def _remove(tier: S3Objects, scope: _Scope) -> None:

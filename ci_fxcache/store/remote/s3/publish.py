@@ -125,10 +125,10 @@ def publish(
         if e["pack"] not in bad
     }
     current = _current(objects, key, signing_key)
-    listed, more = refs.names(objects, key, refs.MAX_REFS)
-    folds = refs.folds(listed)
+    listed = refs.names(objects, key, signing_key, refs.MAX_REFS)
+    folds = refs.folds(listed.names)
     found = (
-        refs.read_listed(objects, layout, key, signing_key, listed, more) if folds else refs.Found()
+        refs.read_listed(objects, layout, key, signing_key, listed) if folds else refs.Found()
     )  # a save that does not fold reads no reference: it writes its own
     index = _usable_index(objects, layout, current.head, bad)
     view = {**index.files, **{r: e for r, e in found.files().items() if e["pack"] not in bad}}
@@ -136,8 +136,9 @@ def publish(
         rel for rel, m in files.items() if view.get(rel, {}).get("sha256") != m["sha256"]
     )
     if not (lacking or current.head is None or index.unreadable or index.rewrite or found.refs):
-        return {"published": False, "reason": "the bucket has every file",
-                "attempts": 1, **objects.stats()}  # fmt: skip
+        return {"published": False, "reason": "the bucket has every file", "attempts": 1,
+                "refs_removed": _remove_junk(objects, key, listed, signing_key),
+                **objects.stats()}  # fmt: skip
     entries, upload = _reused(lacking, files, {e["sha256"]: e for e in view.values()}, orphans)
     uploaded: dict[str, dict[str, Any]] = {}
     sent: set[str] = set()
@@ -147,15 +148,15 @@ def publish(
     own = _put_segments(objects, entries) if entries else []
     composed = (
         _compose(objects, key, current, index, found, own, entries, local, signing_key)
-        if folds
-        else None
-    )
+        if folds else None
+    )  # fmt: skip
     _fault_pause()
     via = _put_once(objects, key, current, composed, own, entries, local, signing_key)
+    removed = _remove_junk(objects, key, listed, signing_key)
     if via == "none":
-        return {"published": False, "attempts": 1, "refs_listed": len(listed),
+        return {"published": False, "attempts": 1, "refs_listed": len(listed.names),
                 "reason": "the bucket has every file; its references wait for a later fold",
-                **objects.stats()}  # fmt: skip
+                "refs_removed": removed, **objects.stats()}  # fmt: skip
     head = composed or {}
     folded = refs.delete(objects, key, [r.name for r in found.refs]) if via == "head" else 0
     named = _settle(objects, layout, bad, sent, orphans, head if via == "head" else own, key)
@@ -168,9 +169,10 @@ def publish(
         "uploaded_files": len(uploaded),
         "reused_orphans": len({e["pack"] for e in orphans.values()} & named),
         "attempts": 1,
-        "refs_listed": len(listed),
+        "refs_listed": len(listed.names),
         "refs_read": len(found.refs),
         "refs_folded": folded,
+        "refs_removed": removed,
         "head_files": head.get("files"),
         "head_bytes": head.get("total_bytes"),
         "segments": len(head.get("segments", own)),
@@ -208,12 +210,21 @@ def _put_once(
         raise RemoteUnavailable(str(exc)) from None
     if not entries:
         return "none"
-    ref = new_head(key, None, own, local, entries, signing_key, REF_SCHEMA)
+    ref = new_head(key, None, own, local, entries, None, REF_SCHEMA)
     try:
-        refs.put(objects, key, encode_head(ref))
+        refs.put(objects, key, ref, signing_key)  # signed with its name
     except (S3Unavailable, S3Missing, S3Conflict) as exc:
         raise RemoteUnavailable(str(exc)) from None
     return "reference"
+
+
+def _remove_junk(objects: S3Objects, key: str, listed: refs.Listed, signing_key: str | None) -> int:
+    """A keyed save deletes (best-effort, up to refs.JUNK_DELETES) the references it listed
+    that its key did not make: no keyed reader takes them, and a flood of them would cost
+    every reader listing pages. A keyless save cannot tell a planted one: it deletes none."""
+    if not (signing_key and listed.junk):
+        return 0
+    return refs.delete(objects, key, listed.junk[: refs.JUNK_DELETES])
 
 
 def _reused(

@@ -3,7 +3,6 @@ objects (objects.py) with restore (fetch.py), save (publish.py) and the last-use
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +36,6 @@ class S3Tier(S3Objects):
         """Upload what the bucket lacks of committed scope `key` (store.remote.tier.RemoteTier),
         within one time bound (deadline.py)."""
         self.start()
-        with contextlib.suppress(RemoteUnavailable):  # else publish reports it
-            self.bucket.warm()  # its conditional writes are botocore's (client.py)
         return publish.publish(self, layout, key, committed, signing_key)
 
     def touch(self, key: str) -> None:

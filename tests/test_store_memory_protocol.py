@@ -1,0 +1,213 @@
+"""The object-store tier's protocol (packs, index, references, the collection) on obstore's
+in-memory store (`obstore.store.MemoryStore`, through the same client.Bucket every request of
+the tier goes through): fast, in-process, no server; and the same tests on a real Azure Blob
+Storage emulator (Azurite, tests/object_servers.py), an `az://` container made from the
+AZURE_* variables as a runner's would be. The transport against the real SeaweedFS is
+tests/test_store_s3_transport.py's; the whole restore and save through the CLI on it,
+tests/test_store_s3*.py's."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ci_fxcache.store import manifest as mf
+from ci_fxcache.store.layout import Layout
+from ci_fxcache.store.policies import Policy
+from ci_fxcache.store.remote.s3 import client, invalidate
+from ci_fxcache.store.remote.s3.tier import S3Tier
+from tests.conftest import RunFxcache
+from tests.store_helpers import Store, tree_digest, write_files
+
+obstore_store = pytest.importorskip("obstore.store")
+
+URL = "s3://memory-bucket/fleet/ci"
+# Scope keys as the toolkit makes them: a `+` in each (issue 48: listings keep it).
+NEW = "fxcache-v1-linux-x86_64-cp311-torch2.13.0+cpu-cpu-59b2e5fecf37"
+OLD = "fxcache-v1-linux-x86_64-cp311-torch2.12.0+cpu-cpu-0123456789ab"
+FILES = {f"inductor/fxgraph/a{i}/entry": f"graph {i} ".encode() * (50 + i) for i in range(6)}
+
+
+@pytest.fixture(scope="module")
+def azurite() -> Iterator[Any]:
+    """One Azurite for the module's azure tests; skipped where tests/emulators is not
+    installed, except under CI (the README's test command installs it)."""
+    from tests import object_servers
+
+    binary = object_servers.azurite_binary()
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("Azurite is not installed: npm ci --prefix tests/emulators")
+        pytest.skip("Azurite is not installed (npm ci --prefix tests/emulators)")
+    server = object_servers.start_azurite(binary)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["memory", "azure"])
+def memory(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """One bucket shared by every runner of a test: an in-memory store, or a fresh Azurite
+    container (None: each tier makes its store from the AZURE_* variables)."""
+    if request.param == "memory":
+        return obstore_store.MemoryStore()
+    server = request.getfixturevalue("azurite")
+    for name, value in server.env().items():
+        monkeypatch.setenv(name, value)
+    url = server.make_container(f"t{uuid.uuid4().hex[:16]}") + "/fleet/ci"
+    return client.parse_url(url, schemes=client.SCHEMES)
+
+
+def _tier(memory: Any) -> S3Tier:
+    if isinstance(memory, client.Location):
+        return S3Tier(memory)
+    where = client.parse_url(URL)
+    return S3Tier(where, client.Bucket(where, store=memory))
+
+
+def _committed(root: Path, key: str, files: dict[str, bytes]) -> mf.Committed:
+    """Scope `key` of runner `root` committed with `files`, as a save leaves it."""
+    layout = Layout(root)
+    write_files(layout.scope(key), files)
+    found, problems = mf.scan(layout.scope(key))
+    assert problems == []
+    entries = mf.file_entries(layout.scope(key), found)
+    stamp = "2026-12-06T00:00:00Z"
+    manifest = {"schema": mf.SCHEMA, "scope_key": key, "fingerprint": {}, "torch_paths": [],
+                "created_at": stamp, "updated_at": stamp, "last_used_at": stamp,
+                "verification": {"references": []}, "files": entries,
+                "total_bytes": sum(m["size"] for m in entries.values())}  # fmt: skip
+    (root / ".locks").mkdir(parents=True, exist_ok=True)
+    mf.write_atomic(layout.manifest(key), manifest, root / ".locks")
+    return mf.Committed.read(layout.manifest(key))
+
+
+def _publish(memory: Any, root: Path, key: str, files: dict[str, bytes]) -> dict[str, Any]:
+    got: dict[str, Any] = _tier(memory).publish(Layout(root), key, _committed(root, key, files),
+                                                None)  # fmt: skip
+    return got
+
+
+def _fetch(memory: Any, root: Path, key: str) -> dict[str, str]:
+    """An empty runner's fetch of `key`: path -> sha256 of every file it wrote."""
+    target = root / ".remote" / "fetch"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    got = _tier(memory).fetch(Layout(root), key, target, None)
+    assert got is not None
+    return {rel: digest for rel, digest in tree_digest(target).items()
+            if rel.startswith("inductor/")}  # fmt: skip
+
+
+def _digests(files: dict[str, bytes]) -> dict[str, str]:
+    import hashlib
+
+    return {rel: hashlib.sha256(body).hexdigest() for rel, body in files.items()}
+
+
+def _keys(memory: Any, kind: str) -> list[str]:
+    return [item["Key"] for item in _tier(memory).bucket.listing(f"fleet/ci/{kind}/")]
+
+
+def test_a_published_scope_is_fetched_whole_by_an_empty_runner(tmp_path: Path, memory: Any) -> None:
+    got = _publish(memory, tmp_path / "a", NEW, FILES)
+    assert got["published"], got
+    assert _keys(memory, "packs") and _keys(memory, "segments")
+    assert _fetch(memory, tmp_path / "b", NEW) == _digests(FILES)
+
+
+def test_a_second_save_uploads_only_what_the_bucket_lacks(tmp_path: Path, memory: Any) -> None:
+    _publish(memory, tmp_path / "a", NEW, FILES)
+    packs = set(_keys(memory, "packs"))
+    more = {**FILES, "inductor/fxgraph/zz/new": b"one more graph" * 40}
+    got = _publish(memory, tmp_path / "a", NEW, more)
+    assert got["published"], got
+    added = set(_keys(memory, "packs")) - packs
+    assert len(added) == 1  # the new file's pack only
+    assert _fetch(memory, tmp_path / "b", NEW) == _digests(more)
+
+
+def test_a_save_that_loses_the_head_publishes_a_reference_that_readers_merge(
+    tmp_path: Path, memory: Any
+) -> None:
+    _publish(memory, tmp_path / "a", NEW, FILES)
+    loser = _tier(memory)
+    real = loser.bucket.put
+    head = loser.head_key(NEW)
+
+    def put(key: str, body: bytes, **kw: Any) -> str:
+        if key == head:  # another writer rewrites the head just before this PUT
+            old = loser.bucket.get(head, limit=1 << 20)
+            assert old is not None
+            real(head, old[0] + b"\n")
+        return str(real(key, body, **kw))
+
+    loser.bucket.put = put  # type: ignore[method-assign]
+    mine = {**FILES, "inductor/fxgraph/b0/entry": b"runner b's own graph" * 30}
+    got = loser.publish(Layout(tmp_path / "b"), NEW, _committed(tmp_path / "b", NEW, mine), None)
+    assert got["published"] and got["via"] == "reference", got
+    assert len(_keys(memory, f"scopes/{NEW}/refs")) == 1
+    assert _fetch(memory, tmp_path / "c", NEW) == _digests(mine)
+
+
+def test_the_collection_removes_an_old_scope_and_only_its_unshared_objects(
+    tmp_path: Path, memory: Any
+) -> None:
+    shared = dict(list(FILES.items())[:2])
+    _publish(memory, tmp_path / "a", NEW, FILES)
+    _publish(memory, tmp_path / "o", OLD, {**shared, "inductor/fxgraph/o/old": b"old" * 100})
+    packs = set(_keys(memory, "packs"))
+    listed = invalidate.run(_tier(memory), Policy(older_torch_than="2.13"), dry_run=False)
+    assert [row["scope"] for row in listed["rows"]] == [OLD], listed["rows"]
+    assert set(_keys(memory, "packs")) == packs  # within the grace nothing is collected
+    later = time.time() + invalidate.DEFAULT_GRACE_S + 60
+    done = invalidate.run(_tier(memory), Policy(), dry_run=False, now=later)
+    assert done["rows"] == [] and "error" not in done["gc"], done["gc"]
+    assert set(_keys(memory, "packs")) < packs  # the old scope's own pack went
+    assert _keys(memory, f"scopes/{OLD}") == []
+    assert _fetch(memory, tmp_path / "b", NEW) == _digests(FILES)  # the `+` scope is whole
+    json.dumps(done)  # the inventory stays a JSON document
+
+
+def test_the_urls_scheme_names_the_service_and_s3_url_stays_s3_only() -> None:
+    from ci_fxcache.errors import UsageError
+
+    for url in ("s3://b-1/p/q", "gs://b-1/p/q", "az://b-1/p/q"):
+        where = client.parse_url(url, "--object-url", schemes=client.SCHEMES)
+        assert (where.url(), where.key("x")) == (url, "p/q/x")
+    with pytest.raises(UsageError, match="s3://BUCKET/PREFIX URL"):
+        client.parse_url("gs://b-1/p")  # --s3-url keeps its meaning
+    with pytest.raises(UsageError, match="no credentials"):
+        client.parse_url("az://key@b-1/p", "--object-url", schemes=client.SCHEMES)
+
+
+def test_store_object_with_an_az_url_saves_and_an_empty_runner_restores_it(
+    tmp_path: Path, run_fxcache: RunFxcache, azurite: Any
+) -> None:
+    """The CLI: `fxcache restore --store object --object-url az://...` and `fxcache save`
+    against Azurite, from the AZURE_* variables; the save rebuilds the tier from the state."""
+    url = azurite.make_container(f"t{uuid.uuid4().hex[:16]}") + "/fleet/ci"
+    stores = [Store(tmp_path / n / "root", run_fxcache, azurite.env()) for n in "ab"]
+    a, b = stores
+    first = a.restore("--store", "object", "--object-url", url)
+    assert first["remote"]["store"] == "object" and first["remote"]["url"] == url, first["remote"]
+    write_files(Path(first["inductor_dir"]).parent, FILES)
+    proc = a.save()
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["remote"]["published"], proc.stdout
+    got = b.restore("--store", "object", "--object-url", url)
+    assert got["hit"] and got["remote"]["fetched"] and got["files"] == len(FILES), got["remote"]
+    for rel, body in FILES.items():
+        assert (Path(got["scope_dir"]) / rel).read_bytes() == body
+    proc = run_fxcache("invalidate", "--s3", "--object-url", url, "--dry-run", "--json",
+                       env=azurite.env())  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    inventory = json.loads(proc.stdout)["s3"]
+    assert inventory["url"] == url and [s["scope"] for s in inventory["scopes"]] == [
+        first["scope_key"]
+    ], inventory
