@@ -158,10 +158,11 @@ def _render(
     return render.markdown(report, template, budget), report.report_id
 
 
-def _with_job(body: str, path: str, limit: int, results: str) -> str:
+def _with_job(body: str, path: str, limit: int, results: str | None = None) -> str:
     """The comment with the job's own figures under its status (job_line.under_status), when
     they fit; unchanged, with a warning, when the file is unreadable or holds no figures. The
-    figures are checked first (jobstats/figures.py), as results are read before a report."""
+    figures are checked first (jobstats/figures.py), as results are read before a report;
+    advice names only mechanisms the `results` verified safe (none without them)."""
     from ci_fxcache.jobstats import figures
     from ci_fxcache.report import job_line
 
@@ -175,7 +176,7 @@ def _with_job(body: str, path: str, limit: int, results: str) -> str:
         return body
     from ci_fxcache import report as report_pkg
 
-    verified = report_pkg.safe_mechanisms(report_pkg.build(results)[1])
+    verified = report_pkg.safe_mechanisms(report_pkg.build(results)[1]) if results else frozenset()
     with_job = job_line.under_status(body, doc, verified)
     return with_job if len(with_job) <= limit else body
 
