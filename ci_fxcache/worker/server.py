@@ -53,9 +53,10 @@ def _info() -> dict[str, Any]:
         for i in range(torch.cuda.device_count()):
             caps.append(list(torch.cuda.get_device_capability(i)))
             names.append(torch.cuda.get_device_name(i))
-    dist = torch.distributed
-    distributed = dist.is_available()
-    compiler_config = getattr(torch.compiler, "config", None)
+    # getattr: a torch built without distributed (or an old one) still answers with its version
+    dist = getattr(torch, "distributed", None)
+    distributed = bool(dist is not None and dist.is_available())
+    compiler_config = getattr(getattr(torch, "compiler", None), "config", None)
     return {
         "torch": torch.__version__,
         # what `--ranks` needs (ci_fxcache/verify/ranks.py skip)
