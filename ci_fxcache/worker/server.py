@@ -54,15 +54,17 @@ def _info() -> dict[str, Any]:
             caps.append(list(torch.cuda.get_device_capability(i)))
             names.append(torch.cuda.get_device_name(i))
     # getattr: a torch built without distributed (or an old one) still answers with its version
-    dist = getattr(torch, "distributed", None)
-    distributed = bool(dist is not None and dist.is_available())
+    dist: Any = getattr(torch, "distributed", None)
+    distributed = dist is not None and bool(dist.is_available())
+    gloo = distributed and bool(dist.is_gloo_available())
+    nccl = distributed and bool(caps) and bool(dist.is_nccl_available())
     compiler_config = getattr(getattr(torch, "compiler", None), "config", None)
     return {
         "torch": torch.__version__,
         # what `--ranks` needs (ci_fxcache/verify/ranks.py skip)
         "distributed": distributed,
-        "gloo": distributed and dist.is_gloo_available(),
-        "nccl": distributed and bool(caps) and dist.is_nccl_available(),
+        "gloo": gloo,
+        "nccl": nccl,
         "compile_on_one_rank": hasattr(compiler_config, "compile_on_one_rank"),
         "cuda_capabilities": caps,
         "cuda_names": names,
