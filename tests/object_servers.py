@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from email.utils import formatdate
 from pathlib import Path
 
+from tests.s3_server import stop_process
+
 ROOT = Path(__file__).resolve().parent
 # Azurite's one well-known development account (public, the emulator's own).
 AZURITE_ACCOUNT = "devstoreaccount1"
@@ -71,12 +73,7 @@ class Azurite:
         return f"az://{name}"
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc)
 
 
 def start_azurite(binary: str) -> Azurite:

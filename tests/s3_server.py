@@ -107,12 +107,17 @@ class SeaweedS3:
 
     def stop(self) -> None:
         """Terminate the server."""
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc)
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate a test server's process, killing it when it does not exit within 5 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def start(workdir: Path, attempts: int = 3) -> SeaweedS3:
