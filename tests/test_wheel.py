@@ -68,14 +68,17 @@ def test_the_sdist_and_the_wheel_hold_every_file_of_the_package(dist: Path) -> N
     with zipfile.ZipFile(wheel) as zf:
         in_wheel = {n for n in zf.namelist() if n.startswith("ci_fxcache/")}
         metadata = zf.read(f"ci_fxcache-{__version__}.dist-info/METADATA").decode()
+        licence = zf.read(f"ci_fxcache-{__version__}.dist-info/licenses/LICENSE").decode()
+    assert "Apache License" in licence and "Version 2.0" in licence
     assert in_wheel == wanted, (wanted - in_wheel, in_wheel - wanted)
     with tarfile.open(sdist) as tf:
         top = f"ci_fxcache-{__version__}/"
         in_sdist = {n.removeprefix(top) for n in tf.getnames()}
     assert wanted <= in_sdist, wanted - in_sdist
-    assert {"pyproject.toml", "README.md", "PKG-INFO"} <= in_sdist
+    assert {"pyproject.toml", "README.md", "PKG-INFO", "LICENSE"} <= in_sdist
     assert f"\nVersion: {__version__}\n" in metadata
     assert "\nRequires-Dist: jinja2>=3.1\n" in metadata
+    assert "\nLicense-Expression: Apache-2.0\nLicense-File: LICENSE\n" in metadata
 
 
 def _exports(stdout: str) -> dict[str, str]:
