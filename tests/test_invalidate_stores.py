@@ -137,8 +137,11 @@ def test_each_namespace_keeps_its_own_latest(tmp_path: Path, run_fxcache: RunFxc
     assert trusted.exists() and newer_read[1].exists() and not newer_read[0].exists()
 
 
-def _invalidate_step(tmp_path: Path, **inputs: str) -> subprocess.CompletedProcess[str]:
-    """The invalidate sub-action's step (`fxcache action invalidate`), as the runner starts it."""
+def invalidate_step(
+    tmp_path: Path, extra_env: dict[str, str] | None = None, **inputs: str
+) -> subprocess.CompletedProcess[str]:
+    """The invalidate sub-action's step (`fxcache action invalidate`), as the runner starts it
+    (`extra_env`: the cloud's variables a job sets)."""
     values = {i.name: "" for i in action_inputs.INVALIDATE}
     event = run_event("schedule", {"schedule": "0 3 * * *"})
     values.update({"python": sys.executable, "dry-run": "false", "run-event": event})
@@ -154,6 +157,7 @@ def _invalidate_step(tmp_path: Path, **inputs: str) -> subprocess.CompletedProce
         RUNNER_TEMP=str(tmp_path / "runner-temp"),
         FXCACHE_INPUTS=json.dumps(values),
     )
+    env.update(extra_env or {})
     return subprocess.run(
         [sys.executable, "-m", "ci_fxcache", "action", "invalidate"],
         env=env, capture_output=True, text=True, check=False, timeout=120,
@@ -163,7 +167,7 @@ def _invalidate_step(tmp_path: Path, **inputs: str) -> subprocess.CompletedProce
 def test_the_invalidate_sub_action_makes_the_same_typed_call(tmp_path: Path) -> None:
     root = tmp_path / "store"
     old, old_read = _plant(root, 1, 30), _plant(root / REMOTE_READERS, 2, 30)
-    step = _invalidate_step(tmp_path, **{"cache-root": str(root), "max-age": "14d",
+    step = invalidate_step(tmp_path, **{"cache-root": str(root), "max-age": "14d",
                                          "target": "local"})  # fmt: skip
     assert step.returncode == 0, step.stderr
     printed = json.loads(step.stdout)
@@ -183,6 +187,6 @@ def test_the_invalidate_sub_action_passes_the_redis_url_it_was_given(
 ) -> None:
     """The URL is an argument (no variable set for the toolkit to find): Redis down is exit 1."""
     url = f"redis://127.0.0.1:{refused_port}/0"
-    step = _invalidate_step(tmp_path, **{"redis-url": url, "max-age": "1d", "target": "redis"})
+    step = invalidate_step(tmp_path, **{"redis-url": url, "max-age": "1d", "target": "redis"})
     assert step.returncode == 1, step.stderr
     assert f"Redis at {url}" in step.stderr and "Traceback" not in step.stderr

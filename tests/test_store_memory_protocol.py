@@ -25,6 +25,7 @@ from ci_fxcache.store.remote.s3 import client, invalidate
 from ci_fxcache.store.remote.s3.tier import S3Tier
 from tests.conftest import RunFxcache
 from tests.store_helpers import Store, tree_digest, write_files
+from tests.test_invalidate_stores import invalidate_step
 
 obstore_store = pytest.importorskip("obstore.store")
 
@@ -211,3 +212,9 @@ def test_store_object_with_an_az_url_saves_and_an_empty_runner_restores_it(
     assert inventory["url"] == url and [s["scope"] for s in inventory["scopes"]] == [
         first["scope_key"]
     ], inventory
+    # the invalidate sub-action's `target: object` makes the same call with its object-url
+    step = invalidate_step(
+        tmp_path, azurite.env(), target="object", **{"object-url": url, "dry-run": "true"}
+    )
+    assert step.returncode == 0, step.stderr
+    assert json.loads(step.stdout)["s3"] == inventory

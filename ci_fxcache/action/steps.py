@@ -569,7 +569,8 @@ def invalidate() -> int:
     result, rc = invalidate_command.invalidate(
         stores=[values["target"]], policy=policy, dry_run=bool(values["dry-run"]),
         root=Path(values["cache-root"]) if values["cache-root"] else None,
-        urls={"redis": values["redis-url"] or None, "s3": values["s3-url"] or None},
+        urls={"redis": values["redis-url"] or None, "s3": values["s3-url"] or None,
+              "object": values["object-url"] or None},
         github_token=values["github-token"] or None,
     )  # fmt: skip
     text = json.dumps(result, indent=2) + "\n"
