@@ -123,6 +123,9 @@ class Tally:
         """Count one record."""
         self.processes.setdefault(record.process)
         head = record.head
+        if "chromium_event" in head:  # most records: a timed event carries nothing else used
+            self._event(record)
+            return
         artifact = head.get("artifact")
         name = artifact.get("name") if isinstance(artifact, dict) else None
         kind = keylines.lookup_kind(name) if isinstance(name, str) else None
@@ -130,8 +133,6 @@ class Tally:
             self._lookup(record, kind)
         elif name == "dynamo_graph_break_reason":
             self.breaks.add(_break_reason(record.payload))
-        elif "chromium_event" in head:
-            self._event(record)
         for which, field in (
             ("compilation_metrics", "entire_frame_compile_time_s"),
             ("bwd_compilation_metrics", "inductor_compile_time_s"),

@@ -10,6 +10,7 @@ for the backward."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 DYNAMO, GUARDS, AOT = "Dynamo tracing", "guard building", "AOTAutograd tracing"
@@ -27,6 +28,7 @@ _INDUCTOR_PREFIXES = ("inductor_compile", "fx_codegen_and_compile", "GraphLoweri
                       "TritonCodeCache", "cpp_")  # fmt: skip
 
 
+@lru_cache(maxsize=1024)  # a job's events repeat a few hundred names thousands of times
 def phase_of(name: str) -> str | None:
     """The phase an event's own time belongs to; None: that of the event it runs inside."""
     low = name.lower()

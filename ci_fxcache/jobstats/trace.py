@@ -151,38 +151,42 @@ def _header(line: bytes) -> tuple[int, dict[str, Any]] | None:
 
 def _records_of(path: Path, stream: BinaryIO, limits: Limits, notes: ReadNotes) -> Iterator[Record]:
     current: tuple[int, dict[str, Any]] | None = None
-    payload: list[bytes] = []
+    payload: list[bytes] = []  # the record's payload lines, each with its leading tab
     size = 0
     over = False
     readline, most, tab = stream.readline, limits.line_bytes, b"\t"
-    while True:
-        if notes.bytes > limits.total_bytes:
-            notes.stopped.append(f"read {limits.total_bytes} bytes, the limit")
+    done, total, most_payload = notes.bytes, limits.total_bytes, limits.payload_bytes
+    while True:  # the per-line work is kept small: a trace has millions of lines
+        if done > total:
+            notes.bytes = done
+            notes.stopped.append(f"read {total} bytes, the limit")
             break
         line = readline(most + 1)
         consumed = len(line)
         if consumed > most and not line.endswith(b"\n"):
-            line, _, consumed = _rest(stream, line, most, limits.total_bytes - notes.bytes)
-            notes.bytes += consumed
+            line, _, consumed = _rest(stream, line, most, total - done)
+            done += consumed
             notes.skipped_lines += 1
             over = over or current is not None
             continue
-        notes.bytes += consumed
+        done += consumed
         if line[:1] == tab:  # a payload line: kept only for a wanted record
             if current is not None and not over:
                 size += consumed
-                over = size > limits.payload_bytes
+                over = size > most_payload
                 if over:
                     payload = []
                 else:
-                    payload.append(line[1:])
+                    payload.append(line)
             continue
+        notes.bytes = done
         if current is not None:
             if over:  # still counted (a lookup without its key), its payload left unread
                 notes.skipped_payloads += 1
                 yield Record(path.name, current[0], current[1], "")
             else:
-                text = b"".join(payload).decode("utf-8", "replace")
+                # every line starts with its tab: drop the first, then each after a newline
+                text = b"".join(payload)[1:].replace(b"\n\t", b"\n").decode("utf-8", "replace")
                 payload = []
                 yield Record(path.name, current[0], current[1], text)
         if not line:

@@ -118,8 +118,9 @@ def _tier_url(kind: str, given: str | None, notes: list[str]) -> str | None:
     with a notice in `notes` when there is none."""
     from ci_fxcache.store.remote.s3 import client
 
-    flag, env = ("--s3-url", client.URL_ENV) if kind == "s3" else ("--object-url",
-                                                                   client.OBJECT_URL_ENV)
+    flag, env = (
+        ("--s3-url", client.URL_ENV) if kind == "s3" else ("--object-url", client.OBJECT_URL_ENV)
+    )
     url = given or os.environ.get(env) or None
     if url is None:
         notes.append(f"store {kind} without an {flag[2:]} ({flag}, {env}): local only")
