@@ -101,9 +101,9 @@ def test_code_tampered_for_one_rank_is_unsafe_naming_the_rank(
 def test_a_rank_that_hangs_is_unsafe_within_the_timeout_naming_the_rank(
     ranks_run: RanksRun, run_fxcache: RunFxcache
 ) -> None:
-    combo = _hot_fault(run_fxcache, ranks_run, "hang", "--timeout", "90")
+    combo = _hot_fault(run_fxcache, ranks_run, "hang", "--timeout", "45")
     assert (combo["verdict"], combo["cause"]) == ("unsafe", "timeout"), combo["reason"]
-    assert combo["reason"].startswith("on rank 1: hot phase timed out after 90 s")
+    assert combo["reason"].startswith("on rank 1: hot phase timed out after 45 s")
     ranks = combo["hot"]["ranks"]
     assert ranks[1]["status"] == "timeout"
     # rank 0 waited for it in a collective and ended on the process group's own timeout

@@ -23,9 +23,10 @@ from ci_fxcache import __version__
 from tests.conftest import ROOT, TORCH_PYTHON
 
 pytestmark = pytest.mark.slow
-# What a build needs of the tree (sources, metadata, README for the long description); a copy,
-# so a build never writes into the working tree (egg-info, build/) under other tests.
-SOURCES = ("ci_fxcache", "pyproject.toml", "README.md")
+# What a build needs of the tree (sources, metadata, README for the long description, the
+# licence); a copy, so a build never writes into the working tree (egg-info, build/) under
+# other tests.
+SOURCES = ("ci_fxcache", "pyproject.toml", "README.md", "LICENSE")
 ONE_COMBINATION = ("--workloads", "sin_matmul", "--device", "cpu", "--dtypes", "float32",
                    "--dynamic", "false", "--mechanisms", "fxgraph",
                    "--training", "false")  # fmt: skip
@@ -78,7 +79,7 @@ def test_the_sdist_and_the_wheel_hold_every_file_of_the_package(dist: Path) -> N
     assert {"pyproject.toml", "README.md", "PKG-INFO", "LICENSE"} <= in_sdist
     assert f"\nVersion: {__version__}\n" in metadata
     assert "\nRequires-Dist: jinja2>=3.1\n" in metadata
-    assert "\nLicense-Expression: Apache-2.0\nLicense-File: LICENSE\n" in metadata
+    assert {"License-Expression: Apache-2.0", "License-File: LICENSE"} <= set(metadata.split("\n"))
 
 
 def _exports(stdout: str) -> dict[str, str]:
