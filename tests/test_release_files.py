@@ -36,9 +36,7 @@ def _key(version: str) -> tuple[int, ...]:
 def test_the_version_has_one_home_and_is_semantic() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "version" not in project["project"] and project["project"]["dynamic"] == ["version"]
-    assert project["tool"]["setuptools"]["dynamic"]["version"] == {
-        "attr": "ci_fxcache.__version__"
-    }
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "ci_fxcache.__version__"}
     assert SEMVER.fullmatch(ci_fxcache.__version__), ci_fxcache.__version__
 
 
