@@ -345,6 +345,41 @@ def test_the_pr_comment_gets_the_job_line_under_its_status(
     assert "<img" not in body and "… 21 more" in body  # ten misses shown, the rest counted
 
 
+def test_the_job_summary_advises_only_what_the_jobs_own_matrix_verified(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The action's end-of-job summary (job_compiles.publish) reads the job's results.json:
+    advice where it verified the mechanism, none where it did not, ran no matrix, or wrote a
+    file that is not a results document (a warning says so)."""
+    from ci_fxcache.action import job_compiles
+    from tests.test_comment import RESULTS
+
+    doc = {"processes": 2, "compile_s": 27.0, "graphs": 2, "phases": {
+        "job": {"Dynamo tracing": 24.0, "Inductor compiling": 3.0},
+        "largest": "Dynamo tracing", "per_process_s": 12.0}}  # fmt: skip
+    results = json.loads(Path(RESULTS).read_text())
+    all_safe = tmp_path / "all-safe.json"
+    all_safe.write_text(json.dumps({**results, "combos": [
+        c for c in results["combos"] if c["mechanism"] != "precompile" or c["verdict"] == "safe"
+    ]}))  # fmt: skip
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    summaries = {}
+    for name, path in (("as ran", Path(RESULTS)), ("all safe", all_safe),
+                       ("no matrix", tmp_path / "absent.json"), ("broken", broken)):  # fmt: skip
+        out = tmp_path / f"summary-{name}"
+        out.write_text("")
+        monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(out))
+        job_compiles.publish(doc, path)
+        summaries[name] = out.read_text().replace("\\", "")
+        warned = capsys.readouterr().err
+        assert ("gives no advice" in warned) == (name == "broken"), (name, warned)
+    advice = "`precompile` is verified safe for this model here and skips tracing"
+    assert "where the compile time went: Dynamo tracing 24 s" in summaries["as ran"]
+    assert advice in summaries["all safe"]
+    assert all("verified safe" not in summaries[n] for n in ("as ran", "no matrix", "broken"))
+
+
 def test_the_comment_advises_only_a_mechanism_the_matrix_verified(
     fake_github: Any, run_fxcache: Any, tmp_path: Path
 ) -> None:

@@ -29,12 +29,28 @@ def at_save(
     return _at_save(state, s.state_file, may_record=may_write, signing_key=signing_key)
 
 
-def publish(doc: dict[str, Any] | None) -> None:
-    """The job summary's section and the log line."""
+def verified_by(results: Path) -> frozenset[str]:
+    """The mechanisms this job's matrix found safe (its results, read and checked as a report
+    reads them); none when the job ran no matrix or its results cannot be read."""
+    if not results.is_file():
+        return frozenset()
+    from ci_fxcache import report
+    from ci_fxcache.errors import UsageError
+
+    try:
+        return report.safe_mechanisms(report.build(str(results))[1])
+    except (UsageError, OSError, ValueError) as exc:
+        gha.warn(f"the job summary gives no advice: {results} not read ({exc})")
+        return frozenset()
+
+
+def publish(doc: dict[str, Any] | None, results: Path) -> None:
+    """The job summary's section (advice only for what the job's matrix in `results`
+    verified) and the log line."""
     if doc is None:
         return
     from ci_fxcache.report import job_line
     from ci_fxcache.report.render import plain
 
-    gha.append_summary(job_line.summary(doc))
+    gha.append_summary(job_line.summary(doc, verified_by(results)))
     gha.print_untrusted(f"fxcache: {plain(job_line.headline(doc))}\n")

@@ -547,7 +547,7 @@ def save(post: bool = False) -> int:
     gha.set_output("saved", str(outcome.saved).lower())
     # the new entries' figures from the manifest this save committed, not a re-read of the disk
     job_stats.publish(job_stats.compute(outcome, record.timings), s.job_stats)
-    job_compiles.publish(compiles)
+    job_compiles.publish(compiles, s.results)
     return 0
 
 

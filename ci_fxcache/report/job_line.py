@@ -280,15 +280,16 @@ def history(rows: list[dict[str, Any]]) -> str:
     return "\n".join([*chart, *table, ""])
 
 
-def summary(doc: dict[str, Any]) -> str:
-    """The job summary's section: the line, the detail collapsed, the history."""
+def summary(doc: dict[str, Any], verified: frozenset[str] = frozenset()) -> str:
+    """The job summary's section: the line, the detail collapsed (advice only for the
+    mechanisms in `verified`, those this run's matrix found safe), the history."""
     return "\n".join(
         [
             f"**{md_text(headline(doc))}**",
             "",
             f"<details><summary>{html_text('detail of the job')}</summary>",
             "",
-            detail(doc),
+            detail(doc, verified=verified),
             "</details>",
             "",
             history(doc.get("history") or []),
