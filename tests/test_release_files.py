@@ -129,3 +129,25 @@ def test_the_package_metadata_names_the_repository_and_what_it_runs_on() -> None
     assert f"Programming Language :: Python :: {oldest}" in classifiers
     assert ("Typing :: Typed" in classifiers) == (ROOT / "ci_fxcache" / "py.typed").is_file()
     assert not [c for c in classifiers if c.startswith("License ::")]  # `license` says it (SPDX)
+
+
+@pytest.mark.parametrize(
+    ("path", "key"),
+    [("ci/gitlab/fxcache.gitlab-ci.yml", ".fxcache"), ("ci/buildkite/pipeline.yml", None)],
+)
+def test_other_ci_installs_the_wheel_this_versions_release_carries(
+    path: str, key: str | None
+) -> None:
+    """The package is not on PyPI: the examples install the wheel the release workflow attaches
+    to the GitHub release of pyproject's version (a release that forgets to move it fails here)."""
+    from ci_fxcache import __version__
+
+    doc = yaml.safe_load((ROOT / path).read_text(encoding="utf-8"))
+    variables = doc[key]["variables"] if key else doc["env"]
+    wheel = f"ci_fxcache-{__version__}-py3-none-any.whl"
+    assert variables["FXCACHE_INSTALL"] == (
+        f"ci-fxcache @ {REPOSITORY}/releases/download/v{__version__}/{wheel}"
+    )
+    assert "ci_fxcache-${TAG#v}-py3-none-any.whl" in (
+        ROOT / ".github/workflows/release.yml"
+    ).read_text(encoding="utf-8")
