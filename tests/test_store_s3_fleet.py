@@ -571,26 +571,12 @@ def test_gc_grace_below_the_safe_minimum_is_a_usage_error(
 
 
 def _invalidate_step(tmp_path: Path, env: dict[str, str], **inputs: str) -> tuple[Any, str]:
-    """The invalidate sub-action's step (`fxcache action invalidate`) with its own inputs;
-    (the process, the job summary it wrote)."""
-    import yaml
+    """The invalidate sub-action's step with its own inputs; (the process, the job summary it
+    wrote)."""
+    from tests.test_invalidate_stores import invalidate_step
 
-    from tests.conftest import ROOT
-    from tests.runner_sim import run_event
-
-    spec = yaml.safe_load((ROOT / "invalidate" / "action.yml").read_text())["inputs"]
-    values = {name: str(s.get("default", "")) for name, s in spec.items()}
-    values.update(inputs, **{"github-token": "", "run-event": run_event("schedule", {})})
-    summary = tmp_path / "summary.md"
-    (tmp_path / "out").write_text("")
-    proc = subprocess.run(
-        [sys.executable, "-m", "ci_fxcache", "action", "invalidate"],
-        env={**{k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "FXCACHE_"))},
-             **env, "GITHUB_ACTIONS": "true", "GITHUB_OUTPUT": str(tmp_path / "out"),
-             "GITHUB_STEP_SUMMARY": str(summary), "RUNNER_TEMP": str(tmp_path / "rt"),
-             "FXCACHE_INPUTS": json.dumps(values)},
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+    proc = invalidate_step(tmp_path, env, **inputs)
+    summary = tmp_path / "summary"
     return proc, summary.read_text() if summary.exists() else ""
 
 
