@@ -67,13 +67,13 @@ def comment(
     job_stats: str | None,
     gitlab: bool,
 ) -> int:
-    """The GitHub pull-request comment (pr_comment.run), or with `gitlab` the merge-request
-    note (mr_note.post), which takes no GitHub-only option."""
+    """The GitHub pull-request comment (pr_comment.post, its token read from $`token_env`),
+    or with `gitlab` the merge-request note (mr_note.post), which takes no GitHub-only option."""
     if not gitlab:
-        return pr_comment.run(
+        return pr_comment.post(
             results=results, report_id=report_id, token_env=token_env or "GITHUB_TOKEN", pr=pr,
             repo=repo, author=author, from_artifact=from_artifact, template=template,
-            job_stats=job_stats,
+            job_stats=job_stats, token=None,
         )  # fmt: skip
     given = [f"--{n}" for n, v in (("repo", repo), ("author", author),
                                     ("from-artifact", from_artifact)) if v]  # fmt: skip

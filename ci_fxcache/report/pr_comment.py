@@ -250,27 +250,6 @@ def _token(token_env: str) -> str:
     return token
 
 
-def run(
-    *,
-    results: str,
-    report_id: str | None,
-    token_env: str,
-    pr: int | None,
-    repo: str | None,
-    author: str | None,
-    from_artifact: str | None,
-    template: str | None,
-    job_stats: str | None,
-) -> int:
-    """The `fxcache comment` command (its options, as `fxcache comment --help` describes them):
-    `post` with the token read from $`token_env`."""
-    return post(
-        results=results, report_id=report_id, token_env=token_env, pr=pr, repo=repo,
-        author=author, from_artifact=from_artifact, template=template, job_stats=job_stats,
-        token=None,
-    )  # fmt: skip
-
-
 def post(
     *,
     results: str,
