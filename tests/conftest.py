@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import venv
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -33,6 +35,16 @@ class TorchBuild:
     version: str  # torch.__version__: "2.13.0+cpu", "2.13.0+cu130", ...
     cuda: str | None  # torch.version.cuda: None for a CPU build
     triton: str | None  # the installed Triton's version: None without Triton
+
+
+def load_script(path: Path, name: str) -> ModuleType:
+    """A repository script (not a package module) imported as module `name`, to test its
+    functions."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @functools.cache

@@ -81,6 +81,19 @@ def _standins(src: Path) -> list[str]:
     return [arg for ref, path in maps.items() for arg in ("--local-repository", f"{ref}={path}")]
 
 
+def act_events(raw: str) -> list[dict[str, Any]]:
+    """The JSON objects of act's `--json` log, one per line (other lines skipped)."""
+    events = []
+    for line in raw.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    return events
+
+
 def _act() -> str:
     exe = Path(sys.executable).with_name("act")
     found = str(exe) if exe.exists() else shutil.which("act")
@@ -266,15 +279,8 @@ class Harness:
         proc = subprocess.run(
             argv, cwd=self.src, env=env, capture_output=True, text=True, timeout=900, check=False
         )
-        events = []
-        for line in (proc.stdout + proc.stderr).splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(event, dict):
-                events.append(event)
-        return ActRun(name, proc.returncode, events, out, proc.stdout + proc.stderr)
+        raw = proc.stdout + proc.stderr
+        return ActRun(name, proc.returncode, act_events(raw), out, raw)
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, load_script
 
 SCRIPT = ROOT / ".github/scripts/release_notes.py"
 SAMPLE = """# Changelog
@@ -41,11 +40,7 @@ All notable changes to this project are documented in this file.
 
 
 def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("release_notes", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "release_notes")
 
 
 def test_a_versions_section_up_to_the_next_heading() -> None:

@@ -8,7 +8,6 @@ on wrong outputs below, without act."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -16,14 +15,13 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, TORCH_PYTHON
+from tests.conftest import ROOT, TORCH_PYTHON, load_script
 from tests.fake_cache_service import FakeCacheService
 from tests.fake_github import FakeGitHub
-from tests.test_action_e2e import SHIPPED, _act, _pin
+from tests.test_action_e2e import SHIPPED, _act, _pin, act_events
 
 WORKFLOW = ".github/workflows/self-test.yml"
 CHECKER = ROOT / ".github/scripts/selftest_check.py"
@@ -32,11 +30,7 @@ COMBO = "sin_matmul-cpu-float32-static-fxgraph-infer"
 
 
 def _checker() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("selftest_check", CHECKER)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(CHECKER, "selftest_check")
 
 
 def _outputs(tmp_path: Path, **changes: str) -> dict[str, str]:
@@ -108,18 +102,6 @@ def _repo(base: Path) -> Path:
     return src
 
 
-def _events(raw: str) -> list[dict[str, Any]]:
-    events = []
-    for line in raw.splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
-            events.append(event)
-    return events
-
-
 @pytest.mark.slow
 def test_self_test_workflow_under_act(
     tmp_path: Path, servers: tuple[FakeGitHub, FakeCacheService]
@@ -146,7 +128,7 @@ def test_self_test_workflow_under_act(
         argv, cwd=src, env=env, capture_output=True, text=True, timeout=900, check=False
     )
     raw = proc.stdout + proc.stderr
-    events = _events(raw)
+    events = act_events(raw)
     log = "\n".join(str(e.get("msg", "")).rstrip() for e in events)[-8000:] or raw[-8000:]
     results = {str(e["job"]): e["jobResult"] for e in events if "jobResult" in e}
     assert proc.returncode == 0 and sorted(results.values()) == ["success"] * 2, log
