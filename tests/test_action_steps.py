@@ -229,10 +229,15 @@ def test_store_github_keys(tmp_path: Path) -> None:
     settings = s.settings()
     # A run that may not upload keeps its commits in its own namespace (issue 39).
     root = tmp_path / "store" / ("" if _upload(settings) else ".remote-readers")
-    assert settings["gha_path"] == str(root / scope)
+    assert settings["root"] == str(root)
     choice = settings["choice"]  # the store, decided once (issue 39)
     assert (choice["kind"], choice["key_suffix"]) == ("github", "llama")
-    assert choice["entry_key"] == f"{scope}-llama-run4242.2"
+    # The entry key is the tier's, from the scope key each call passes (issue 48).
+    from ci_fxcache.store.remote.github import tier
+
+    run = {"GITHUB_RUN_ID": "4242", "GITHUB_RUN_ATTEMPT": "2"}
+    assert tier.entry_key(scope, "llama", run) == f"{scope}-llama-run4242.2"
+    assert tier.entry_prefix(scope, "llama") == f"{scope}-llama-"
 
 
 @pytest.mark.parametrize(
@@ -482,6 +487,12 @@ def _post(runner: Path, settings: Path | str, **env: str) -> Step:
     return run_step(runner, "post-save", **POST_STATE[str(settings)], **env)
 
 
+def _scope_dir(settings: Path) -> Path:
+    """The scope directory the restore of the job whose setup wrote `settings` handed out."""
+    state = json.loads((settings.parent / "restore-state.json").read_text())
+    return Path(state["scope_dir"])
+
+
 def _github_job(
     runner: Path, fake: FakeCacheService, save: str = "always", **env: str
 ) -> tuple[Path, Step]:
@@ -507,26 +518,25 @@ def test_store_github_end_of_job_save_uploads_and_the_next_runner_restores_it(
     with FakeCacheService() as fake:
         settings, first = _github_job(tmp_path / "a", fake)
         assert first.outputs["cache-hit"] == "false"
-        s = json.loads(settings.read_text())
-        compiled = Path(s["gha_path"]) / "inductor" / "fxgraph" / "graph.bin"
+        compiled = _scope_dir(settings) / "inductor" / "fxgraph" / "graph.bin"
         compiled.parent.mkdir(parents=True, exist_ok=True)
         compiled.write_bytes(b"compiled by the job")
         post = _post(tmp_path / "a", settings, **fake.env())  # fmt: skip
         assert post.proc.returncode == 0 and post.errors == [], post.lines
-        assert [e.key for e in fake.committed()] == [s["choice"]["entry_key"]], post.lines
+        key = f"{first.outputs['cache-key']}-run4242.2"
+        assert [e.key for e in fake.committed()] == [key], post.lines
         assert "GitHub cache entry" in post.proc.stdout and "saved" in post.proc.stdout
 
         settings_b, second = _github_job(tmp_path / "b", fake)
         assert second.outputs["cache-hit"] == "true", second.lines
-        s_b = json.loads(settings_b.read_text())
-        again = Path(s_b["gha_path"]) / "inductor" / "fxgraph" / "graph.bin"
+        again = _scope_dir(settings_b) / "inductor" / "fxgraph" / "graph.bin"
         assert again.read_bytes() == b"compiled by the job"
         post_b = _post(tmp_path / "b", settings_b, **fake.env())  # fmt: skip
         assert "this run added nothing to the cache" in post_b.proc.stdout, post_b.lines
         assert len(fake.committed()) == 1
 
         settings_c, _ = _github_job(tmp_path / "c", fake, save="never")
-        added = Path(json.loads(settings_c.read_text())["gha_path"]) / "inductor" / "new.bin"
+        added = _scope_dir(settings_c) / "inductor" / "new.bin"
         added.write_bytes(b"new")
         _post(tmp_path / "c", settings_c, **fake.env())  # fmt: skip
         assert len(fake.committed()) == 1
@@ -536,12 +546,12 @@ def test_store_github_end_of_job_save_uploads_and_the_next_runner_restores_it(
 def test_store_github_upload_without_the_service_variables_warns(tmp_path: Path) -> None:
     with FakeCacheService() as fake:
         settings, _ = _github_job(tmp_path, fake)
-        added = Path(json.loads(settings.read_text())["gha_path"]) / "inductor" / "new.bin"
+        added = _scope_dir(settings) / "inductor" / "new.bin"
         added.write_bytes(b"new")
         post = _post(tmp_path, settings)  # fmt: skip
         assert post.proc.returncode == 0, post.lines
         warnings = [line for line in post.lines if line.startswith("::warning::")]
-        assert any("nothing was uploaded" in w and "JavaScript" in w for w in warnings), post.lines
+        assert any("kept locally" in w and "JavaScript" in w for w in warnings), post.lines
         assert fake.committed() == []
 
 
@@ -552,7 +562,7 @@ def test_store_github_save_sub_action_decides_then_its_javascript_step_uploads(
     commits, decides and uploads; the end-of-job save then has nothing left to do."""
     with FakeCacheService() as fake:
         settings, _ = _github_job(tmp_path, fake)
-        added = Path(json.loads(settings.read_text())["gha_path"]) / "inductor" / "new.bin"
+        added = _scope_dir(settings) / "inductor" / "new.bin"
         added.write_bytes(b"new")
         saved = run_step(tmp_path, "save", FXCACHE_INPUTS=save_inputs(),
                          FXCACHE_ACTION_SETTINGS=str(settings), **fake.env())  # fmt: skip
@@ -566,7 +576,7 @@ def test_store_github_save_sub_action_decides_then_its_javascript_step_uploads(
 def test_store_github_a_corrupt_entry_is_a_warning_and_a_cold_start(tmp_path: Path) -> None:
     with FakeCacheService() as fake:
         settings, _ = _github_job(tmp_path / "a", fake)
-        added = Path(json.loads(settings.read_text())["gha_path"]) / "inductor" / "new.bin"
+        added = _scope_dir(settings) / "inductor" / "new.bin"
         added.write_bytes(os.urandom(4096))
         _post(tmp_path / "a", settings, **fake.env())
         (entry,) = fake.committed()

@@ -49,7 +49,6 @@ class Settings:
     comment: bool
     save: str
     timeout_s: int
-    gha_path: str = ""  # store github: the scope directory its entries hold
     notes: list[str] = field(default_factory=list)
     nonce: str = ""  # this job's setup; restore records it in its state file
     schema: str = SCHEMA

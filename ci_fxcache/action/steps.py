@@ -8,7 +8,7 @@ import os
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -226,28 +226,6 @@ def _root(store: str, cache_root: str, read_only: bool, upload: bool) -> Path:
     return root
 
 
-def _github_scope(python: str, root: Path, key_suffix: str) -> tuple[str, Path]:
-    """Store github: this run's entry key (factory.github_entry_key) and the scope directory
-    its entries hold."""
-    from ci_fxcache.env import fingerprint, scopekey
-    from ci_fxcache.store.remote.factory import github_entry_key
-
-    scope = scopekey.scope_key(fingerprint.collect(python))
-    return github_entry_key(scope, key_suffix), root / scope
-
-
-def _store_choice(
-    values: dict[str, Any], python: str, root: Path, read_only: bool, upload: bool
-) -> tuple[StorePolicy, str]:
-    """The store this run uses, decided once (store_policy_of); the GitHub tier with this
-    run's entry key. With the GitHub scope's directory."""
-    policy = store_policy_of(values, read_only=read_only, upload=upload)
-    if policy.choice.kind != "github":
-        return policy, ""
-    key, path = _github_scope(python, root, values["key-suffix"])
-    return replace(policy, choice=replace(policy.choice, entry_key=key)), str(path)
-
-
 def _work_dir(report_id: str, number: int | None) -> Path:
     work = runner_temp() / "fxcache" / report_id
     work.mkdir(parents=True, exist_ok=True)
@@ -267,7 +245,7 @@ def _decide(values: dict[str, Any]) -> Settings:
     upload = remote_write_decision(values["save"], store, read_only, event)
     root = _root(store, values["cache-root"], read_only, upload)
     python = values["python"] or "python3"
-    policy, scope_dir = _store_choice(values, python, root, read_only, upload)
+    policy = store_policy_of(values, read_only=read_only, upload=upload)
     notes = list(policy.notes)
     for note in notes:
         gha.say("notice", note)
@@ -279,7 +257,7 @@ def _decide(values: dict[str, Any]) -> Settings:
         untrusted=untrusted, comment=comment_decision(values["comment"], event.name, fork,
                                                       event.number),
         save=values["save"], timeout_s=max(1, round(values["timeout-minutes"] * 60)),
-        gha_path=scope_dir, notes=notes, nonce=secrets.token_hex(16),
+        notes=notes, nonce=secrets.token_hex(16),
     )  # fmt: skip
 
 
@@ -509,7 +487,7 @@ def _say_remote(s: Settings, outcome: tiered.Saved) -> None:
     elif s.choice.kind == "github" and not s.upload:
         print("fxcache: no new GitHub cache entry: the save policy does not upload this run")
     elif s.choice.kind == "github" and sent is not None and sent.get("published"):
-        print(f"fxcache: GitHub cache entry {s.choice.entry_key} saved "
+        print(f"fxcache: GitHub cache entry {sent.get('key')} saved "
               f"({sent.get('bytes', 0)} bytes)")  # fmt: skip
     elif s.choice.kind == "github" and sent is not None and "reason" in sent:
         print(f"fxcache: no new GitHub cache entry: {sent['reason']}")

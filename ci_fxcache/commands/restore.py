@@ -249,13 +249,13 @@ def restore(
 
 
 def _first_tier(choice: StoreChoice, signing_key: str | None) -> RemoteTier | None:
-    """The tier, but the GitHub tier: it needs the scope key (its entries' keys), so it is
-    made once the key is known. The signing key is masked in the log first."""
+    """The remote tier (factory.tier_for), made before anything is restored, so that a
+    malformed setting is a usage error first. The signing key is masked in the log first."""
     from ci_fxcache.store.remote.factory import tier_for
 
     if signing_key:
         gha.mask(signing_key)
-    return tier_for(choice) if choice.kind != "github" else None
+    return tier_for(choice)
 
 
 def _redis_url(

@@ -24,7 +24,7 @@ from ci_fxcache.store import save as store_save
 from ci_fxcache.store import scopes
 from ci_fxcache.store.layout import Layout
 from ci_fxcache.store.remote.factory import StoreChoice, check_settings, tier_for
-from ci_fxcache.store.remote.tier import RemoteTier, RemoteUnavailable
+from ci_fxcache.store.remote.tier import RemoteTier
 from ci_fxcache.store.remote.transfer import publish_scope
 from ci_fxcache.store.state_file import Restored, RestoreState
 
@@ -94,19 +94,11 @@ def save(
     The tier is `choice`'s (the action's setup decided it), else the one the restore used; it
     is made first, so that a malformed setting is a usage error before anything is committed.
     A run that may only read the remote tier publishes nothing."""
-    tier, unusable = _tier(state, choice)
+    tier = _tier(state, choice)
     layout = Layout(root if root is not None else state.root)
     result, committed, added = store_save.save_state(layout, state, signing_key)
     outcome = Saved(result, committed, added)
-    if not outcome.saved or committed is None:
-        return outcome
-    if unusable is not None:
-        if outcome.added:
-            kind = state.remote_use.store if state.remote_use else "remote"
-            gha.warn(f"store {kind}: this run added to the cache, but nothing was uploaded: "
-                     f"{unusable}")  # fmt: skip
-        return outcome
-    if tier is None:
+    if not outcome.saved or committed is None or tier is None:
         return outcome
     if not (tier.publishes_every_save or outcome.added):
         remote = {"store": tier.name, "url": tier.describe(), "published": False,
@@ -136,19 +128,17 @@ def _choice_of(state: RestoreState, choice: StoreChoice | None) -> StoreChoice |
     return StoreChoice(kind=use.store, url=use.url, key_suffix=use.key_suffix)
 
 
-def _tier(state: RestoreState, choice: StoreChoice | None) -> tuple[RemoteTier | None, str | None]:
-    """The tier to publish to (None: none), or why it cannot be reached from this step."""
+def _tier(state: RestoreState, choice: StoreChoice | None) -> RemoteTier | None:
+    """The tier to publish to (None: none)."""
     chosen = _choice_of(state, choice)
     if chosen is None:
-        return None, None
+        return None
     check_settings(chosen)
     try:
-        return tier_for(chosen, state.scope_key), None
-    except RemoteUnavailable as exc:  # no Actions cache service in this step
-        return None, str(exc)
+        return tier_for(chosen)
     except Exception as exc:  # a state file edited by hand: not a reason to fail the job
         gha.warn(f"remote tier of the restore unusable ({exc}); kept locally")
-        return None, None
+        return None
 
 
 def _fault_stop() -> None:
@@ -184,8 +174,6 @@ def restore(
 
     remote_info = None
     try:
-        if choice.kind == "github":
-            tier, remote_info = _github_tier(choice, key)
         if tier is not None:
             remote_info = fetch_scope(layout, key, tier, signing_key=options.signing_key)
         restored = store_restore.restore(layout, key, fp, options)
@@ -200,18 +188,6 @@ def restore(
     if remote_info is None:
         return restored, None
     extra: dict[str, Any] = {"read_only": not choice.may_write_remote}
-    if choice.kind == "github":
+    if choice.key_suffix:
         extra["key_suffix"] = choice.key_suffix
     return restored, {**remote_info, **extra}
-
-
-def _github_tier(choice: StoreChoice, key: str) -> tuple[RemoteTier | None, dict[str, Any] | None]:
-    """The GitHub tier of scope `key`, or None and the state's `remote` object saying why
-    not (no Actions cache service in this step: one warning, local only)."""
-    try:
-        return tier_for(choice, key), None
-    except RemoteUnavailable as exc:
-        gha.warn(f"restoring from the GitHub cache failed ({exc}); continuing with the local "
-                 "store only")  # fmt: skip
-        return None, {"store": "github", "url": "the GitHub cache", "fetched": False,
-                      "error": str(exc)}  # fmt: skip

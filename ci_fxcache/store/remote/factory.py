@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ci_fxcache.errors import UsageError
-from ci_fxcache.store.remote.tier import ReadOnly, RemoteTier, RemoteUnavailable
+from ci_fxcache.store.remote.tier import ReadOnly, RemoteTier
 
 if TYPE_CHECKING:
     from ci_fxcache.store.invalidate import Invalidator
@@ -28,15 +28,12 @@ TIER_KINDS = ("s3", "github", "object")  # the kinds with a tier 2 (object: s3, 
 @dataclass(frozen=True, kw_only=True)
 class StoreChoice:
     """Which store a run uses: the kind, the bucket URL (s3; None: $FXCACHE_S3_URL), the
-    key suffix (github: entries of one scope told apart), the key this run's GitHub entry is
-    saved under when it was decided already (the action's setup; None: from the scope, the
-    suffix and $GITHUB_RUN_ID / $GITHUB_RUN_ATTEMPT) and whether this run may write the
+    key suffix (github: entries of one scope told apart) and whether this run may write the
     remote tier (False: it reads it only)."""
 
     kind: str
     url: str | None = None
     key_suffix: str = ""
-    entry_key: str | None = None
     may_write_remote: bool = True
 
     def __post_init__(self) -> None:
@@ -56,13 +53,12 @@ def choose(
     key_suffix: str = "",
     read_only: bool,
     remote_read_only: bool,
-    entry_key: str | None = None,
 ) -> StoreChoice:
     """The one decision of which store a run uses, for the CLI's flags and the action's setup
-    alike: `kind` with its URL, key suffix and entry key, and whether the run may write the
-    remote tier (neither a read-only run nor one told to only read the remote may)."""
+    alike: `kind` with its URL and key suffix, and whether the run may write the remote tier
+    (neither a read-only run nor one told to only read the remote may)."""
     return StoreChoice(
-        kind=kind, url=url or None, key_suffix=key_suffix, entry_key=entry_key,
+        kind=kind, url=url or None, key_suffix=key_suffix,
         may_write_remote=not (read_only or remote_read_only),
     )  # fmt: skip
 
@@ -152,17 +148,6 @@ def _redis_url(given: str | None, read_only: bool, notes: list[str]) -> str | No
     return url
 
 
-def github_entry_key(scope_key: str, key_suffix: str) -> str:
-    """This run's GitHub cache entry key for the scope: Actions cache entries are immutable, so
-    a save writes a unique key (scope, suffix, run, attempt) and a restore takes the newest
-    entry of the scope by prefix (store/remote/github/cache_service.py)."""
-    from ci_fxcache.store.remote.github import cache_service
-    from ci_fxcache.store.remote.github import tier as github
-
-    run = os.environ.get("GITHUB_RUN_ID", "0"), os.environ.get("GITHUB_RUN_ATTEMPT", "1")
-    return cache_service.entry_key(github.entry_prefix(scope_key, key_suffix), *run)
-
-
 def check_s3_url(url: str, what: str) -> None:
     """UsageError (naming `what`, never repeating the value) unless `url` is s3://BUCKET/PREFIX."""
     from ci_fxcache.store.remote.s3 import client
@@ -187,10 +172,9 @@ def check_settings(choice: StoreChoice) -> None:
         client.check_config()
 
 
-def tier_for(choice: StoreChoice, scope_key: str | None = None) -> RemoteTier | None:
+def tier_for(choice: StoreChoice) -> RemoteTier | None:
     """The backend of the choice (None for stores without tier 2), wrapped in ReadOnly when
-    this run may not write it. The GitHub tier needs the scope key (its entries' keys);
-    RemoteUnavailable when this step has no Actions cache service."""
+    this run may not write it. Every backend takes the scope key on each call."""
     tier: RemoteTier
     match choice.kind:
         case "local" | "redis":
@@ -200,17 +184,9 @@ def tier_for(choice: StoreChoice, scope_key: str | None = None) -> RemoteTier | 
         case "object":
             tier = object_tier(choice.url)
         case "github":
-            from ci_fxcache.store.remote.github import cache_service
             from ci_fxcache.store.remote.github import tier as github
 
-            if scope_key is None:
-                raise ValueError("the GitHub tier needs the scope key")
-            where, problem = cache_service.runtime()
-            if where is None:
-                raise RemoteUnavailable(str(problem))
-            prefix = github.entry_prefix(scope_key, choice.key_suffix)
-            key = choice.entry_key or github_entry_key(scope_key, choice.key_suffix)
-            tier = github.GitHubTier(cache_service.CacheService(where), key, prefix)
+            tier = github.GitHubTier(choice.key_suffix)
         case other:
             raise UsageError(f"unknown store {other!r}")
     return tier if choice.may_write_remote else ReadOnly(tier)

@@ -2,13 +2,15 @@
 the Actions cache client (store.remote.github.cache_service), which keeps the protocol.
 
 An entry is one archive of the whole scope directory (manifest included) under an immutable
-key: fetch downloads the newest entry of the scope by key prefix, publish uploads the
-committed scope as this run's entry. GitHub records each entry's last access itself, so
-`touch` sends nothing.
+key made from the scope key each call passes: fetch downloads the newest entry of the scope
+by key prefix, publish uploads the committed scope as this run's entry. GitHub records each
+entry's last access itself, so `touch` sends nothing.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,24 +23,42 @@ from ci_fxcache.store.remote.tier import Fetched, RemoteCorrupt, RemoteUnavailab
 def entry_prefix(scope_key: str, key_suffix: str) -> str:
     """The key prefix of scope `scope_key`'s entries (the one a restore looks up): the scope,
     then the key suffix. Entries are immutable: each run saves under the prefix plus
-    `run<id>.<attempt>` (cache_service.entry_key)."""
+    `run<id>.<attempt>` (entry_key)."""
     return f"{scope_key}-{key_suffix + '-' if key_suffix else ''}"
 
 
+def entry_key(scope_key: str, key_suffix: str, env: Mapping[str, str] | None = None) -> str:
+    """This run's entry key for the scope: the prefix, then $GITHUB_RUN_ID and
+    $GITHUB_RUN_ATTEMPT (a re-run attempt saves its own entry)."""
+    env = os.environ if env is None else env
+    run = env.get("GITHUB_RUN_ID", "0"), env.get("GITHUB_RUN_ATTEMPT", "1")
+    return cache_service.entry_key(entry_prefix(scope_key, key_suffix), *run)
+
+
 class GitHubTier:
-    """The Actions cache as tier 2: save under `save_key`, restore by `restore_prefix`."""
+    """The Actions cache as tier 2. Like every tier it takes the scope key on each call: a
+    save uploads entry `entry_key(key, key_suffix)`, a restore takes the newest entry under
+    `entry_prefix(key, key_suffix)`. The cache service is looked up at the first request:
+    RemoteUnavailable there when this step has none (a step that is not a JavaScript
+    action's), which the transfer turns into one warning and local-only operation."""
 
     name = "github"
     read_only = False
     publishes_every_save = False  # each publish is a new immutable entry
 
     def __init__(
-        self, service: cache_service.CacheService, save_key: str, restore_prefix: str
+        self, key_suffix: str = "", service: cache_service.CacheService | None = None
     ) -> None:
+        self.key_suffix = key_suffix
         self._service = service
-        self.save_key = save_key
-        self.restore_prefix = restore_prefix
-        self.matched: str | None = None
+
+    def _client(self) -> cache_service.CacheService:
+        if self._service is None:
+            where, problem = cache_service.runtime()
+            if where is None:
+                raise RemoteUnavailable(str(problem))
+            self._service = cache_service.CacheService(where)
+        return self._service
 
     def describe(self) -> str:
         """For messages."""
@@ -47,30 +67,31 @@ class GitHubTier:
     def fetch(
         self, layout: Layout, key: str, target: Path, signing_key: str | None
     ) -> Fetched | None:
-        """Download the newest entry of the scope into `target`, every file checked against
+        """Download the newest entry of scope `key` into `target`, every file checked against
         the archive's manifest as it is written (the local restore that follows checks the
         manifest itself: its signature with a signing key)."""
         try:
             restored = cache_service.restore_directory(
-                self._service, target, self.save_key, [self.restore_prefix]
-            )
+                self._client(), target, entry_key(key, self.key_suffix),
+                [entry_prefix(key, self.key_suffix)],
+            )  # fmt: skip
         except cache_service.ArchiveUnusable as exc:
             raise RemoteCorrupt(str(exc)) from None
         except cache_service.CacheServiceError as exc:
             raise RemoteUnavailable(str(exc)) from None
         if restored is None:
             return None
-        self.matched = restored.matched
         done = restored.unpacked
-        return Fetched(done.files, done.total_bytes, {"matched_key": self.matched}, done.seal)
+        return Fetched(done.files, done.total_bytes, {"matched_key": restored.matched}, done.seal)
 
     def publish(
         self, layout: Layout, key: str, committed: Committed, signing_key: str | None
     ) -> dict[str, Any]:
-        """Upload the committed scope (`committed`, its save's manifest) as entry `save_key`."""
+        """Upload committed scope `key` (`committed`, its save's manifest) as this run's entry
+        (its key is the result's `key`)."""
         try:
             sent = cache_service.save_directory(
-                self._service, layout.scope(key), self.save_key, committed
+                self._client(), layout.scope(key), entry_key(key, self.key_suffix), committed
             )
         except cache_service.CacheServiceError as exc:
             raise RemoteUnavailable(str(exc)) from None
