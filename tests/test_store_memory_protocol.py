@@ -52,12 +52,18 @@ def azurite() -> Iterator[Any]:
     server.stop()
 
 
-@pytest.fixture(params=["memory", "azure"])
-def memory(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """One bucket shared by every runner of a test: an in-memory store, or a fresh Azurite
-    container (None: each tier makes its store from the AZURE_* variables)."""
+@pytest.fixture(params=["memory", "azure", "file"])
+def memory(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: Any
+) -> Any:
+    """One bucket shared by every runner of a test: an in-memory store, a fresh Azurite
+    container (each tier makes its store from the AZURE_* variables), or a directory as a
+    shared mount would hold it (`file:///PATH`)."""
     if request.param == "memory":
         return obstore_store.MemoryStore()
+    if request.param == "file":
+        mount = tmp_path_factory.mktemp("shared-mount")
+        return client.parse_url(f"file://{mount}", schemes=client.SCHEMES)
     server = request.getfixturevalue("azurite")
     for name, value in server.env().items():
         monkeypatch.setenv(name, value)
@@ -112,7 +118,8 @@ def _digests(files: dict[str, bytes]) -> dict[str, str]:
 
 
 def _keys(memory: Any, kind: str) -> list[str]:
-    return [item["Key"] for item in _tier(memory).bucket.listing(f"fleet/ci/{kind}/")]
+    bucket = _tier(memory).bucket
+    return [item["Key"] for item in bucket.listing(bucket.where.key(kind) + "/")]
 
 
 def test_a_published_scope_is_fetched_whole_by_an_empty_runner(tmp_path: Path, memory: Any) -> None:
@@ -185,15 +192,79 @@ def test_the_urls_scheme_names_the_service_and_s3_url_stays_s3_only() -> None:
         client.parse_url("gs://b-1/p")  # --s3-url keeps its meaning
     with pytest.raises(UsageError, match="no credentials"):
         client.parse_url("az://key@b-1/p", "--object-url", schemes=client.SCHEMES)
+    # a directory on a shared mount: file:///PATH, the path its bucket
+    where = client.parse_url("file:///mnt/fx cache/ci", "--object-url", schemes=client.SCHEMES)
+    assert (where.bucket, where.prefix, where.url()) == (
+        "/mnt/fx cache/ci", "", "file:///mnt/fx cache/ci")  # fmt: skip
+    assert client.parse_url("file://localhost/mnt/c", schemes=client.SCHEMES).bucket == "/mnt/c"
+    for bad, why in (("file://nas/mnt/c", "not a host"), ("file:mnt/c", "absolute path"),
+                     ("file:///mnt/../etc", "'..'"), ("file:///", "absolute path")):  # fmt: skip
+        with pytest.raises(UsageError, match=why):
+            client.parse_url(bad, "--object-url", schemes=client.SCHEMES)
+    with pytest.raises(UsageError, match="s3://BUCKET/PREFIX URL"):
+        client.parse_url("file:///mnt/c")  # --s3-url: S3 only
 
 
-def test_store_object_with_an_az_url_saves_and_an_empty_runner_restores_it(
-    tmp_path: Path, run_fxcache: RunFxcache, azurite: Any
+def test_a_directory_that_is_not_there_is_unavailable_not_made(tmp_path: Path) -> None:
+    """A shared mount that is not mounted: the tier is unavailable (one warning, local
+    only), never a directory made on the runner's own disk."""
+    missing = tmp_path / "not-mounted"
+    with pytest.raises(client.S3Unavailable, match="is not a directory"):
+        client.Bucket(client.parse_url(f"file://{missing}", schemes=client.SCHEMES))
+    assert not missing.exists()
+
+
+_RACER = """
+import sys
+from ci_fxcache.store.remote.s3 import client
+where = client.parse_url(sys.argv[1], schemes=client.SCHEMES)
+bucket = client.Bucket(where)
+try:
+    bucket.put("scope/head.json", sys.argv[3].encode(), if_match=sys.argv[2])
+    print("won")
+except client.S3Conflict:
+    print("lost")
+"""
+
+
+def test_a_directorys_conditional_update_lets_one_of_many_writers_win(tmp_path: Path) -> None:
+    """LocalStore has no compare-and-swap on an existing object: the client's own, under a
+    lock file, lets exactly one of 6 processes that read the same ETag replace the object,
+    refuses a stale ETag, and its lock files never show in a listing."""
+    import subprocess
+    import sys
+
+    mount = tmp_path / "mount"
+    mount.mkdir()
+    url = f"file://{mount}"
+    bucket = client.Bucket(client.parse_url(url, schemes=client.SCHEMES))
+    etag = bucket.put("scope/head.json", b"first", if_absent=True)
+    racers = [subprocess.Popen([sys.executable, "-c", _RACER, url, etag, f"writer {i}"],
+                               stdout=subprocess.PIPE, text=True) for i in range(6)]  # fmt: skip
+    said = [r.communicate(timeout=120)[0].strip() for r in racers]
+    assert sorted(said) == ["lost"] * 5 + ["won"], said
+    body, now = bucket.get("scope/head.json", limit=100) or (b"", "")
+    assert body == f"writer {said.index('won')}".encode() and now != etag
+    with pytest.raises(client.S3Conflict):
+        bucket.put("scope/head.json", b"stale", if_match=etag)
+    assert [item["Key"] for item in bucket.listing("")] == ["scope/head.json"]
+    assert (mount / client.FILE_LOCKS).is_dir()
+
+
+@pytest.mark.parametrize("service", ["az", "file"])
+def test_store_object_saves_and_an_empty_runner_restores_it(
+    tmp_path: Path, run_fxcache: RunFxcache, request: pytest.FixtureRequest, service: str
 ) -> None:
-    """The CLI: `fxcache restore --store object --object-url az://...` and `fxcache save`
-    against Azurite, from the AZURE_* variables; the save rebuilds the tier from the state."""
-    url = azurite.make_container(f"t{uuid.uuid4().hex[:16]}") + "/fleet/ci"
-    stores = [Store(tmp_path / n / "root", run_fxcache, azurite.env()) for n in "ab"]
+    """The CLI: `fxcache restore --store object --object-url az://...` (Azurite, from the
+    AZURE_* variables) or `file:///PATH` (a directory, as a shared mount holds it) and
+    `fxcache save`; the save rebuilds the tier from the state."""
+    if service == "az":
+        azurite = request.getfixturevalue("azurite")
+        url, env = azurite.make_container(f"t{uuid.uuid4().hex[:16]}") + "/fleet/ci", azurite.env()
+    else:
+        (tmp_path / "mount").mkdir()
+        url, env = f"file://{tmp_path / 'mount'}", {}
+    stores = [Store(tmp_path / n / "root", run_fxcache, env) for n in "ab"]
     a, b = stores
     first = a.restore("--store", "object", "--object-url", url)
     assert first["remote"]["store"] == "object" and first["remote"]["url"] == url, first["remote"]
@@ -206,15 +277,13 @@ def test_store_object_with_an_az_url_saves_and_an_empty_runner_restores_it(
     for rel, body in FILES.items():
         assert (Path(got["scope_dir"]) / rel).read_bytes() == body
     proc = run_fxcache("invalidate", "--s3", "--object-url", url, "--dry-run", "--json",
-                       env=azurite.env())  # fmt: skip
+                       env=env)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     inventory = json.loads(proc.stdout)["s3"]
     assert inventory["url"] == url and [s["scope"] for s in inventory["scopes"]] == [
         first["scope_key"]
     ], inventory
     # the invalidate sub-action's `target: object` makes the same call with its object-url
-    step = invalidate_step(
-        tmp_path, azurite.env(), target="object", **{"object-url": url, "dry-run": "true"}
-    )
+    step = invalidate_step(tmp_path, env, target="object", **{"object-url": url, "dry-run": "true"})
     assert step.returncode == 0, step.stderr
     assert json.loads(step.stdout)["s3"] == inventory

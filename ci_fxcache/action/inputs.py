@@ -116,7 +116,7 @@ def s3_url(name: str, value: str) -> str:
 
 
 def object_url(name: str, value: str) -> str:
-    """Empty (local only), or s3://, gs:// or az://BUCKET/PREFIX."""
+    """Empty (local only), s3://, gs:// or az://BUCKET/PREFIX, or file:///PATH."""
     if value:
         factory.check_object_url(value, f"input {name}")
     return value

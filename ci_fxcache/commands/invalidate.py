@@ -66,6 +66,7 @@ def register(sub: Any, parent: argparse.ArgumentParser) -> None:
         default=None,
         metavar="URL",
         help="with --s3: the bucket of `--store object`, s3://, gs:// or az://BUCKET/PREFIX, "
+        "or file:///PATH, "
         "in place of --s3-url (env FXCACHE_OBJECT_URL; default: none)",
     )
     parser.add_argument(

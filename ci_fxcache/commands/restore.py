@@ -78,8 +78,8 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
         default="local",
         help="local (default): the store on this runner's disk; redis: also torch's Redis "
         "remote cache; s3: a bucket behind the local store (--s3-url); object: an S3, GCS "
-        "or Azure bucket chosen by its URL's scheme (--object-url); github: the "
-        "repository's Actions cache behind it (inside a JavaScript action's step)",
+        "or Azure bucket or a shared directory, chosen by its URL's scheme (--object-url); "
+        "github: the repository's Actions cache behind it (inside a JavaScript action's step)",
     )
     parser.add_argument(
         "--key-suffix",
@@ -93,7 +93,8 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
         "--object-url",
         default=None,
         metavar="URL",
-        help="--store object: s3://, gs:// or az://BUCKET/PREFIX (env FXCACHE_OBJECT_URL; "
+        help="--store object: s3://, gs:// or az://BUCKET/PREFIX, or file:///PATH (a shared "
+        "mount; env FXCACHE_OBJECT_URL; "
         "default: none); "
         "credentials come from that service's variables (docs/store.md)",
     )

@@ -157,7 +157,7 @@ def check_s3_url(url: str, what: str) -> None:
 
 def check_object_url(url: str, what: str) -> None:
     """UsageError (naming `what`, never repeating the value) unless `url` is an object-store
-    URL of a service the tier serves (s3://, gs://, az://)."""
+    URL of a service the tier serves (s3://, gs://, az://, file:///PATH)."""
     from ci_fxcache.store.remote.s3 import client
 
     client.parse_url(url, what, client.SCHEMES)
@@ -247,7 +247,7 @@ def s3_tier(url: str | None) -> S3Tier:
 
 
 def object_tier(url: str | None) -> S3Tier:
-    """The tier of `--store object`: the service the URL's scheme names (s3://, gs://, az://),
+    """The tier of `--store object`: the service the URL's scheme names (s3://, gs://, az://, file://),
     `url`, else $FXCACHE_OBJECT_URL; the same tier as s3's on every service. Named `object`
     in the restore's state (a save rebuilds it from there) unless the URL is s3://."""
     from ci_fxcache.store.remote.s3 import client

@@ -40,8 +40,12 @@ from ci_fxcache.store.remote.s3.deadline import (
 URL_ENV = "FXCACHE_S3_URL"
 OBJECT_URL_ENV = "FXCACHE_OBJECT_URL"
 # The services an object-store URL may name (`--store object --object-url`): S3, GCS, Azure
-# Blob Storage, each through obstore's store of that service.
-SCHEMES = ("s3", "gs", "az")
+# Blob Storage, each through obstore's store of that service, and a directory on a shared
+# mount (`file:///PATH`: obstore's LocalStore).
+SCHEMES = ("s3", "gs", "az", "file")
+# file://: the lock files of conditional writes (LocalStore has no compare-and-swap on an
+# existing object), a directory of the store root that listings leave out.
+FILE_LOCKS = ".fxcache-locks"
 # Seconds for connecting and for each read of one request (never beyond what is left of the
 # operation's Deadline, deadline.py, which bounds the whole restore, save or invalidate).
 TIMEOUT_ENV = "FXCACHE_S3_TIMEOUT"
@@ -97,7 +101,8 @@ class Location:
     scheme: str = "s3"
 
     def url(self) -> str:
-        """`SCHEME://BUCKET/PREFIX` (never holds a credential: these URLs have none)."""
+        """`SCHEME://BUCKET/PREFIX` (never holds a credential: these URLs have none);
+        `file:///PATH` for a directory (its path is the bucket)."""
         return f"{self.scheme}://{self.bucket}/{self.prefix}".rstrip("/")
 
     def key(self, *parts: str) -> str:
@@ -109,8 +114,12 @@ def parse_url(url: str, what: str = "--s3-url", schemes: tuple[str, ...] = ("s3"
     """`SCHEME://BUCKET/PREFIX` (SCHEME one of `schemes`) -> Location; UsageError (the value
     is not repeated) otherwise."""
     split = urlsplit(url)
+    if split.scheme == "file" and "file" in schemes and not (split.query or split.fragment):
+        return _directory(split.netloc, split.path, what)
     if split.scheme not in schemes or not split.netloc or split.query or split.fragment:
-        shown = " or ".join(f"{s}://BUCKET/PREFIX" for s in schemes)
+        shown = " or ".join(
+            "file:///PATH" if s == "file" else f"{s}://BUCKET/PREFIX" for s in schemes
+        )
         raise UsageError(f"{what} is not an {shown} URL")
     if "@" in split.netloc or ":" in split.netloc:
         raise UsageError(
@@ -123,6 +132,19 @@ def parse_url(url: str, what: str = "--s3-url", schemes: tuple[str, ...] = ("s3"
     if any(part in ("", ".", "..") for part in prefix.split("/")) and prefix:
         raise UsageError(f"{what}: the prefix has an empty, '.' or '..' part")
     return Location(split.netloc, prefix, split.scheme)
+
+
+def _directory(host: str, path: str, what: str) -> Location:
+    """`file:///PATH` (a directory, absolute, on this machine) -> Location with the path as
+    its bucket and no prefix."""
+    if host not in ("", "localhost"):
+        raise UsageError(f"{what}: a file:// URL names a directory on this machine "
+                         "(file:///PATH), not a host")  # fmt: skip
+    parts = path.strip("/").split("/")
+    if not path.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise UsageError(f"{what}: file:///PATH needs an absolute path without empty, '.' or "
+                         "'..' parts")  # fmt: skip
+    return Location("/" + "/".join(parts), "", "file")
 
 
 def resolve_url(url: str | None) -> Location:
@@ -141,7 +163,8 @@ def resolve_object_url(url: str | None) -> Location:
     url = url or os.environ.get(OBJECT_URL_ENV) or None
     if not url:
         raise UsageError(
-            "the object store needs --object-url s3://, gs:// or az://BUCKET/PREFIX "
+            "the object store needs --object-url s3://, gs:// or az://BUCKET/PREFIX, or "
+            "file:///PATH "
             f"(or {OBJECT_URL_ENV})"
         )
     return parse_url(url, what, SCHEMES)
@@ -293,6 +316,8 @@ def _other_store(where: Location, client: Any, retry: Any) -> Any:
     from obstore.store import AzureStore, GCSStore
 
     env = os.environ
+    if where.scheme == "file":
+        return _directory_store(where)
     try:
         if where.scheme == "gs":
             base = env.get("GOOGLE_BASE_URL")
@@ -303,6 +328,19 @@ def _other_store(where: Location, client: Any, retry: Any) -> Any:
         return AzureStore(where.bucket, client_options=client, retry_config=retry)
     except Exception as exc:  # obstore's configuration errors (no account, ...)
         raise S3Unavailable(f"{where.scheme}:// client not configured: {_describe(exc)}") from None
+
+
+def _directory_store(where: Location) -> Any:
+    """obstore's LocalStore on directory `where.bucket`, which must exist (a shared mount that
+    is not mounted is unavailable, never a directory made on the runner's own disk)."""
+    from obstore.store import LocalStore
+
+    if not os.path.isdir(where.bucket):
+        raise S3Unavailable(f"{where.url()} is not a directory (is the shared mount there?)")
+    try:
+        return LocalStore(where.bucket)
+    except Exception as exc:  # a directory it cannot canonicalize (permissions)
+        raise S3Unavailable(f"{where.url()} cannot be used: {_describe(exc)}") from None
 
 
 _OURS = (S3Unavailable, S3NotModified, S3Missing, S3Conflict, S3TooLarge)
@@ -330,6 +368,9 @@ class Bucket:
         self.received_bytes = 0
         # Only an S3 bucket has versions to clean up (versions(), through botocore).
         self._s3_api = store is None and where.scheme == "s3"
+        # A directory (file://): conditional updates under a lock file (_put_locked), listings
+        # sorted here (a directory walk has no key order).
+        self._directory = where.scheme == "file"
         self._store = store if store is not None else make_store(
             where, self.deadline.capped(connect), self.deadline.capped(read),
             self.deadline.seconds)  # fmt: skip
@@ -480,18 +521,48 @@ class Bucket:
     ) -> str:
         """PUT `key`; with `if_match` (an ETag) or `if_absent`, only under that condition
         (S3Conflict when it does not hold). Its new ETag."""
+        if if_match and self._directory:
+            return self._put_locked(key, body, if_match)
         mode: Any = "create" if if_absent else None
         if if_match:
             mode = {"e_tag": if_match}
             version = self._versions.get((key, if_match))
             if version:
                 mode["version"] = version
+        # LocalStore keeps no attributes (a Content-Type is for the services' consoles only)
+        attributes = None if self._directory else {"Content-Type": content_type}
         answer = self._call("put_object", key, lambda: self._obs.put(
             self._store, key, body, mode=mode, use_multipart=False,
-            attributes={"Content-Type": content_type}), sent=len(body))  # fmt: skip
+            attributes=attributes), sent=len(body))  # fmt: skip
         etag = str(answer.get("e_tag") or "")
         self._seen(key, etag, answer.get("version"))
         return etag
+
+    def _put_locked(self, key: str, body: bytes, if_match: str) -> str:
+        """A directory's conditional update, which LocalStore lacks: under an exclusive lock
+        (a file of FILE_LOCKS, per key; fcntl locks, which NFSv4 and local disks honour),
+        S3Conflict unless `key`'s ETag is still `if_match`, else an atomic replace (LocalStore
+        writes a staging file and renames it: a new inode, so a new ETag)."""
+        import fcntl
+        import hashlib
+
+        locks = Path(self.where.bucket) / FILE_LOCKS
+        locks.mkdir(exist_ok=True)
+        name = hashlib.sha256(key.encode()).hexdigest()[:32]
+
+        def update() -> Any:
+            fd = os.open(locks / name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX)
+                current = str(self._obs.head(self._store, key).get("e_tag") or "")
+                if current != if_match:
+                    raise S3Conflict(key)
+                return self._obs.put(self._store, key, body, use_multipart=False)
+            finally:
+                os.close(fd)  # closing releases the lock
+
+        answer = self._call("put_object", key, update, sent=len(body))
+        return str(answer.get("e_tag") or "")
 
     def _seen(self, key: str, etag: str, version: str | None) -> None:
         if etag and version:
@@ -526,16 +597,21 @@ class Bucket:
         LastModified (epoch seconds). Keys are the server's, as it sent them (obstore asks
         for no URL encoding and decodes none)."""
         limit = None if first is None else first + 1
+        ordered = not self._directory  # a directory is walked whole, then sorted
 
         def request() -> list[dict[str, Any]]:
             found: list[dict[str, Any]] = []
-            for chunk in self._obs.list(self._store, prefix, chunk_size=1000):
+            for chunk in self._obs.list(self._store, prefix or None, chunk_size=1000):
                 for item in chunk:
+                    if not ordered and item["path"].startswith(FILE_LOCKS + "/"):
+                        continue
                     found.append({"Key": item["path"], "Size": int(item["size"]),
                                   "LastModified": item["last_modified"].timestamp()})  # fmt: skip
-                    if limit is not None and len(found) >= limit:
+                    if ordered and limit is not None and len(found) >= limit:
                         return found
-            return found
+            if not ordered:
+                found.sort(key=lambda item: item["Key"])
+            return found if limit is None else found[:limit]
 
         return self._call("list_objects_v2", prefix, request)
 
