@@ -64,14 +64,33 @@ CACHE_SERVICE_ENV = (
 )
 # OIDC: a token request turns into cloud credentials (aws-actions/configure-aws-credentials).
 OIDC_ENV = ("ACTIONS_ID_TOKEN_REQUEST_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_URL")
-# Object-storage credentials in the job's environment (store s3): only the steps that move the
-# scope (restore, save) get them.
+# Object-storage credentials in the job's environment (store s3 / object, as obstore reads
+# them for S3, GCS and Azure): only the steps that move the scope (restore, save, invalidate)
+# get them, and a run that may execute unreviewed code is refused when it holds one. Their
+# settings that are no secret (AWS_REGION, AZURE_STORAGE_ACCOUNT_NAME, GOOGLE_BASE_URL, ...)
+# reach every step.
 OBJECT_STORE_ENV = (
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
     "AWS_WEB_IDENTITY_TOKEN_FILE",
     "AWS_ROLE_ARN",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GOOGLE_SERVICE_ACCOUNT",
+    "GOOGLE_SERVICE_ACCOUNT_PATH",
+    "GOOGLE_SERVICE_ACCOUNT_KEY",
+    "GOOGLE_BEARER_TOKEN",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_ACCESS_KEY",
+    "AZURE_STORAGE_MASTER_KEY",
+    "AZURE_STORAGE_CLIENT_SECRET",
+    "AZURE_CLIENT_SECRET",
+    "AZURE_STORAGE_SAS_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "AZURE_STORAGE_TOKEN",
+    "AZURE_FEDERATED_TOKEN_FILE",
+    "AZURE_ENCRYPTION_KEY",
+    "AZURE_FABRIC_SESSION_TOKEN",
 )
 # The runner's file commands: whoever can append to them sets the job's variables, PATH,
 # outputs or the post step's state.

@@ -220,3 +220,22 @@ def test_the_run_event_is_the_runners_not_the_event_file(tmp_path: Path) -> None
     other = run_step(tmp_path / "x", "setup", {"run-event": json.dumps({"event_name": "push"})})
     assert other.proc.returncode == 2 and len(other.errors) == 1
     assert "names event 'push', the runner says 'pull_request'" in other.errors[0]
+
+
+def test_gcs_and_azure_credentials_are_secrets_like_aws_keys() -> None:
+    """Issue 48: a bucket on GCS or Azure has its own credential variables. Each counts as a
+    secret as AWS's keys do: a fork's run holding one is refused, and no program fxcache did
+    not write (the user's interpreter) gets it; the services' settings stay."""
+    from ci_fxcache import names
+    from ci_fxcache.store import trust
+    from tests.runner_sim import run_event
+
+    settings = {"AZURE_STORAGE_ACCOUNT_NAME": "acct", "GOOGLE_BASE_URL": "http://gcs.internal"}
+    env = {"AZURE_STORAGE_ACCOUNT_KEY": "k", "GOOGLE_BEARER_TOKEN": "t", **settings}
+    given = trust.given_secrets({}, env)
+    assert given == ["GOOGLE_BEARER_TOKEN", "AZURE_STORAGE_ACCOUNT_KEY"]
+    fork = trust.RunEvent.from_input(
+        run_event("pull_request", pull_request_event(head_id=REPO_ID + 1)), "pull_request"
+    )
+    assert trust.refusal(fork, given) is not None
+    assert names.without_secrets(env) == settings

@@ -158,7 +158,12 @@ RUNS: dict[str, Run] = {
         inp.INVALIDATE,
         (
             _admit(inp.INVALIDATE),
-            StepSpec("invalidate", "Invalidate", ("redis-url", "github-token")),
+            StepSpec(
+                "invalidate",
+                "Invalidate",
+                ("redis-url", "github-token"),
+                names.OBJECT_STORE_ENV,  # target s3 / object: the bucket's credentials
+            ),
         ),
     ),
 }

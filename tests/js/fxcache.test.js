@@ -37,6 +37,9 @@ exit "\${FAIL_AT_STEP_RC:-0}"
     ACTIONS_RESULTS_URL: "http://results.invalid/",
     ACTIONS_ID_TOKEN_REQUEST_TOKEN: "oidc-token",
     AWS_SECRET_ACCESS_KEY: "aws-secret-key",
+    AZURE_STORAGE_ACCOUNT_KEY: "azure-account-key",
+    GOOGLE_SERVICE_ACCOUNT_KEY: "gcs-service-account-key",
+    AZURE_STORAGE_ACCOUNT_NAME: "devstoreaccount1",  // a setting, not a secret
     "INPUT_PYTHON": "python3",
     "INPUT_STORE": "local",
     "INPUT_GITHUB-TOKEN": "ghs_secret_token",
@@ -78,7 +81,7 @@ test("main runs the steps in order, each in its own group, with only its secrets
     assert.ok(text.includes(`::add-mask::${line}\n`), line);
   }
   const secrets = ["ghs_secret_token", "line of the key", "hunter2", "runtime-token", "oidc-token",
-                   "aws-secret-key"];
+                   "aws-secret-key", "azure-account-key", "gcs-service-account-key"];
   const seen = {};
   for (const step of ["admit", "setup", "restore", "verify", "report", "comment", "conclude"]) {
     const env = box.stepEnv(step);
@@ -91,9 +94,11 @@ test("main runs the steps in order, each in its own group, with only its secrets
     assert.equal("GITHUB_STATE" in env, step === "setup", step);
   }
   assert.deepEqual(seen, {
-    admit: ["ghs_secret_token", "line of the key", "hunter2", "oidc-token", "aws-secret-key"],
+    admit: ["ghs_secret_token", "line of the key", "hunter2", "oidc-token", "aws-secret-key",
+            "azure-account-key", "gcs-service-account-key"],
     setup: ["hunter2"],
-    restore: ["line of the key", "hunter2", "runtime-token", "aws-secret-key"],
+    restore: ["line of the key", "hunter2", "runtime-token", "aws-secret-key",
+              "azure-account-key", "gcs-service-account-key"],
     verify: ["hunter2"],
     report: [],
     comment: ["ghs_secret_token"],
@@ -103,6 +108,26 @@ test("main runs the steps in order, each in its own group, with only its secrets
   // real setup keeps the toolkit's path there too: test_action_steps.py).
   const state = js.readFileCommand(box.env.GITHUB_STATE);
   assert.deepEqual(state, { fxcache_kept_LD_LIBRARY_PATH: "" });
+});
+
+test("every step gets the object store's settings; only restore sees its credentials", () => {
+  const box = sandbox();
+  assert.equal(js.main(box.env, box.io), 0);
+  for (const step of ["setup", "restore", "verify", "report"]) {
+    assert.equal(box.stepEnv(step).AZURE_STORAGE_ACCOUNT_NAME, "devstoreaccount1", step);
+  }
+});
+
+test("the invalidate sub-action's step gets the bucket's credentials, no other secret", () => {
+  const box = sandbox();
+  assert.equal(js.subAction("invalidate", box.env, box.io), 0);
+  const env = box.stepEnv("invalidate");
+  assert.ok(env, "invalidate did not run");
+  assert.equal(env.AWS_SECRET_ACCESS_KEY, "aws-secret-key");
+  assert.equal(env.AZURE_STORAGE_ACCOUNT_KEY, "azure-account-key");
+  assert.equal(env.GOOGLE_SERVICE_ACCOUNT_KEY, "gcs-service-account-key");
+  assert.equal(env.ACTIONS_RUNTIME_TOKEN, undefined);
+  assert.equal(env.ACTIONS_ID_TOKEN_REQUEST_TOKEN, undefined);
 });
 
 test("main stops at the first failing step and fails with its status", () => {
