@@ -47,8 +47,12 @@ def _record(pid: int, head: dict[str, object], payload: str | None = None) -> st
 
 
 def _event(pid: int, name: str, ph: str, ts: float, frame: int) -> str:
+    """A timed event as torch writes it (torch._dynamo.utils' chromium events: these keys in
+    this order, the payload dumped with `indent=0` by torch._logging.trace_structured)."""
     head = {"chromium_event": {}, "rank": 0, "frame_id": frame, "frame_compile_id": 0}
-    return _record(pid, head, json.dumps({"name": name, "ph": ph, "ts": ts, "args": {}}))
+    event = {"name": name, "ts": ts, "args": {"compile_id": f"{frame}/0"}, "ph": ph,
+             "cat": "dynamo_timed", "tid": 0, "pid": 0}  # fmt: skip
+    return _record(pid, head, json.dumps(event, indent=0))
 
 
 def write_trace(directory: Path, processes: int, graphs: int, components: int = 120) -> int:

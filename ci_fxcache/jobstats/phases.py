@@ -67,13 +67,19 @@ class Phases:
         ts, name = event.get("ts"), event.get("name")
         if not isinstance(ts, int | float) or not isinstance(name, str):
             return
-        stack = self._open.setdefault(process, [])
-        if event.get("ph") == "B":
+        stack = self._open.get(process)
+        if stack is None:
+            stack = self._open[process] = []
+        ph = event.get("ph")
+        if ph == "B":
             if len(stack) < DEPTH:
                 parent = stack[-1][2] if stack else OTHER
                 stack.append([name, float(ts), phase_of(name) or parent, {}])
-        elif event.get("ph") == "E":
-            at = next((i for i in range(len(stack) - 1, -1, -1) if stack[i][0] == name), None)
+        elif ph == "E":
+            if stack and stack[-1][0] == name:  # the usual case: the innermost event ends
+                at: int | None = len(stack) - 1
+            else:
+                at = next((i for i in range(len(stack) - 1, -1, -1) if stack[i][0] == name), None)
             if at is None:
                 return
             opened = stack[at]
