@@ -101,6 +101,8 @@ class SimBucket:
         keys = keys if first is None else keys[: first + 1]
         return [{"Key": k, "Size": len(self.store.objects[k][0]), "LastModified": 0} for k in keys]
 
+    listing_upto = client.Bucket.listing_upto  # the client's own, over this listing
+
     def versioning(self) -> str:
         return "off"
 

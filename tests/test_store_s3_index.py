@@ -141,7 +141,9 @@ def test_a_scope_over_the_old_segment_limit_restores_complete_on_an_empty_runner
     saved = _first_job(a, files)
     _key, head = _head(seaweed, bucket)
     assert head["files"] == count and len(head["segments"]) >= 4, head["segments"]
-    merged = _reader(seaweed, bucket, monkeypatch).index(Layout(tmp_path / "r"), head)
+    merged = _reader(seaweed, bucket, monkeypatch).index(
+        Layout(tmp_path / "r"), index.Head.of(head)
+    )
     assert len(merged) == count
     assert len(index.encode_segment(merged)) > index.MAX_SEGMENT_OBJECT  # one would be refused
     b = _store(tmp_path, "b", run_fxcache, seaweed, bucket)
@@ -214,7 +216,7 @@ def test_a_segment_an_older_writer_made_too_large_is_split_by_the_next_save(
     _first_job(a)
     head_key, head = _head(seaweed, bucket)
     reader = _reader(seaweed, bucket, monkeypatch)
-    entries = reader.index(Layout(tmp_path / "r"), head)
+    entries = reader.index(Layout(tmp_path / "r"), index.Head.of(head))
     (pack,) = {e["pack"] for e in entries.values()}
     extent = packs.decoded_size(next(iter(entries.values()))["frames"])
     rng = random.Random(2)
@@ -241,5 +243,5 @@ def test_a_segment_an_older_writer_made_too_large_is_split_by_the_next_save(
     for seg in repaired["segments"]:
         raw = s3.get_object(Bucket=name, Key=f"{prefix}/segments/{seg['sha256']}")["Body"]
         assert index.within_bounds(raw.read())
-    after = reader.index(Layout(tmp_path / "r2"), repaired)  # the readers' bounds
+    after = reader.index(Layout(tmp_path / "r2"), index.Head.of(repaired))  # the readers' bounds
     assert after.keys() == {*entries, "inductor/fxgraph/cc/from-c"}

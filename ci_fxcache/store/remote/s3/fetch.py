@@ -94,12 +94,12 @@ def _fetch(
     manifest: dict[str, Any] = {
         "schema": mf.SCHEMA,
         "scope_key": key,
-        "fingerprint": head.get("fingerprint"),
-        "torch_paths": head.get("torch_paths") or [],
-        "created_at": head.get("created_at") or now,
-        "updated_at": head.get("updated_at") or now,
+        "fingerprint": head.fingerprint,
+        "torch_paths": list(head.torch_paths),
+        "created_at": head.created_at or now,
+        "updated_at": head.updated_at or now,
         "last_used_at": now,
-        "verification": head.get("verification") or {"references": []},
+        "verification": head.verification,
         "files": files,
         "total_bytes": sum(e["size"] for e in files.values()),
     }

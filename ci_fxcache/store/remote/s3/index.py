@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import zstandard
@@ -130,6 +132,71 @@ def head_problem(head: object, key: str, schema: str = HEAD_SCHEMA) -> str | Non
     return None
 
 
+@dataclass(frozen=True)
+class SegmentRef:
+    """A segment as a head lists it: its object's sha256, its file count, the packs it names."""
+
+    sha256: str
+    files: int
+    packs: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sha256": self.sha256, "files": self.files, "packs": list(self.packs)}
+
+
+@dataclass(frozen=True)
+class Head:
+    """A scope's head, or (schema REF_SCHEMA) a save's reference: what a restore writes
+    (fingerprint, torch paths, times, verification) and the segments that index its files.
+    Made only from what head_problem accepted (parse_head) or a save composed (new_head);
+    `signature` None when unsigned."""
+
+    schema: str
+    scope_key: str
+    fingerprint: dict[str, Any]
+    torch_paths: tuple[str, ...]
+    created_at: str
+    updated_at: str
+    verification: dict[str, Any]
+    segments: tuple[SegmentRef, ...]
+    files: int
+    total_bytes: int
+    signature: dict[str, str] | None = None
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> Head:
+        """From a dict with exactly the fields a save writes (checked: head_problem)."""
+        return cls(
+            schema=raw["schema"], scope_key=raw["scope_key"], fingerprint=raw["fingerprint"],
+            torch_paths=tuple(raw["torch_paths"]), created_at=raw["created_at"],
+            updated_at=raw["updated_at"], verification=raw["verification"],
+            segments=tuple(
+                SegmentRef(s["sha256"], s["files"], tuple(s["packs"])) for s in raw["segments"]
+            ),
+            files=raw["files"], total_bytes=raw["total_bytes"], signature=raw.get("signature"),
+        )  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        """The object's JSON fields (what is signed and stored)."""
+        out: dict[str, Any] = {
+            "schema": self.schema, "scope_key": self.scope_key, "fingerprint": self.fingerprint,
+            "torch_paths": list(self.torch_paths), "created_at": self.created_at,
+            "updated_at": self.updated_at, "verification": self.verification,
+            "segments": [s.to_json() for s in self.segments], "files": self.files,
+            "total_bytes": self.total_bytes,
+        }  # fmt: skip
+        if self.signature is not None:
+            out["signature"] = self.signature
+        return out
+
+    @property
+    def signed(self) -> bool:
+        return self.signature is not None
+
+    def with_signature(self, signature: dict[str, str]) -> Head:
+        return replace(self, signature=signature)
+
+
 def segment_problem(data: object, packs_of_head: set[str]) -> str | None:
     """Why a parsed segment is not one a save wrote referencing only `packs_of_head`, or
     None."""
@@ -162,7 +229,7 @@ def segment_problem(data: object, packs_of_head: set[str]) -> str | None:
     return None
 
 
-def parse_head(body: bytes, key: str, schema: str = HEAD_SCHEMA) -> dict[str, Any]:
+def parse_head(body: bytes, key: str, schema: str = HEAD_SCHEMA) -> Head:
     """The head of scope `key` (or, with REF_SCHEMA, a reference) from its object's bytes;
     RemoteCorrupt when it is not one a save wrote."""
     try:
@@ -172,37 +239,36 @@ def parse_head(body: bytes, key: str, schema: str = HEAD_SCHEMA) -> dict[str, An
     problem = head_problem(head, key, schema)
     if problem:
         raise RemoteCorrupt(problem)
-    parsed: dict[str, Any] = head
-    return parsed
+    return Head.of(head)
 
 
-def encode_head(head: dict[str, Any]) -> bytes:
+def encode_head(head: Head) -> bytes:
     """The head object's bytes."""
-    return (json.dumps(head, indent=1, sort_keys=True) + "\n").encode()
+    return (json.dumps(head.to_json(), indent=1, sort_keys=True) + "\n").encode()
 
 
-def signature_problem(head: dict[str, Any], signing_key: str) -> str | None:
+def signature_problem(head: Head, signing_key: str) -> str | None:
     """Why `head` is not signed with `signing_key`, or None."""
-    reason = mf.signature_problem(head, signing_key)
+    reason = mf.signature_problem(head.to_json(), signing_key)
     return reason.replace("manifest", "remote head", 1) if reason else None
 
 
-def check_signature(head: dict[str, Any], signing_key: str) -> None:
+def check_signature(head: Head, signing_key: str) -> None:
     """RemoteCorrupt unless `head` is signed with `signing_key`."""
-    reason = mf.signature_problem(head, signing_key)
+    reason = mf.signature_problem(head.to_json(), signing_key)
     if reason:
         raise RemoteCorrupt(f"remote head: {reason}")
 
 
 def new_head(
     key: str,
-    head: dict[str, Any] | None,
-    segments: list[dict[str, Any]],
-    local: dict[str, Any],
+    head: Head | None,
+    segments: list[SegmentRef],
+    local: Mapping[str, Any],
     index: dict[str, dict[str, Any]],
     signing_key: str | None,
     schema: str = HEAD_SCHEMA,
-) -> dict[str, Any]:
+) -> Head:
     """The head (or, with REF_SCHEMA, the reference) that lists `segments` (whose merged
     files are `index`) after a save of committed local manifest `local` over the current
     `head` (None: the scope has none, or it was replaced), signed when there is a key.
@@ -213,17 +279,17 @@ def new_head(
         "schema": schema,
         "scope_key": key,
         "fingerprint": local["fingerprint"],
-        "torch_paths": sorted(set(local["torch_paths"]) | set((head or {}).get("torch_paths", []))),
-        "created_at": (head or {}).get("created_at") or now,
+        "torch_paths": sorted(set(local["torch_paths"]) | set(head.torch_paths if head else ())),
+        "created_at": (head.created_at if head else None) or now,
         "updated_at": now,
         "verification": local["verification"],
-        "segments": segments,
+        "segments": [s.to_json() for s in segments],
         "files": len(index),
         "total_bytes": sum(e["size"] for e in index.values()),
     }
     if signing_key:
         mf.sign(composed, signing_key)
-    return composed
+    return Head.of(composed)
 
 
 class SegmentTooLarge(RemoteCorrupt):
@@ -237,9 +303,9 @@ class Segment(NamedTuple):
     files: int
     packs: list[str]
 
-    def ref(self) -> dict[str, Any]:
+    def ref(self) -> SegmentRef:
         """How a head lists it."""
-        return {"sha256": packs.sha256_hex(self.raw), "files": self.files, "packs": self.packs}
+        return SegmentRef(packs.sha256_hex(self.raw), self.files, tuple(self.packs))
 
 
 def encode_segments(entries: dict[str, dict[str, Any]]) -> list[Segment]:

@@ -64,6 +64,7 @@ from ci_fxcache.store.remote.s3.client import S3Missing, S3TooLarge, S3Unavailab
 from ci_fxcache.store.remote.s3.deadline import MAX_S
 from ci_fxcache.store.remote.s3.index import (
     REF_SCHEMA,
+    Head,
     parse_head,
     signature_problem,
 )
@@ -94,7 +95,7 @@ class _Scope:
     key: str
     parsed: scopekey.ParsedKey
     last_used: float
-    head: dict[str, Any] | None = None
+    head: Head | None = None
     problem: str | None = None  # why the head could not be read
     names: set[str] = field(default_factory=set)  # object keys its head and references name
     refs: dict[str, float] = field(default_factory=dict)  # reference name -> LastModified
@@ -181,10 +182,10 @@ def _scopes(tier: S3Objects, listed: list[dict[str, Any]]) -> list[_Scope]:
     return found
 
 
-def _named(tier: S3Objects, doc: dict[str, Any]) -> set[str]:
+def _named(tier: S3Objects, doc: Head) -> set[str]:
     """The object keys a head or reference names."""
-    names = {tier.segment_key(seg["sha256"]) for seg in doc["segments"]}
-    return names | {tier.pack_key(p) for seg in doc["segments"] for p in seg["packs"]}
+    names = {tier.segment_key(seg.sha256) for seg in doc.segments}
+    return names | {tier.pack_key(p) for seg in doc.segments for p in seg.packs}
 
 
 def _mentioned(tier: S3Objects, body: bytes) -> set[str]:
@@ -215,7 +216,7 @@ def _read_heads(tier: S3Objects, scopes: list[_Scope], signing_key: str | None) 
             with lock:
                 scope.head, scope.names = head, scope.names | _named(tier, head)
                 if signing_key is None:
-                    scope.signed = scope.signed or "signature" in head
+                    scope.signed = scope.signed or head.signed
                 elif signature_problem(head, signing_key) is None:
                     scope.signed = True
                     scope.signed_names |= _named(tier, head)
@@ -258,7 +259,7 @@ def _read_refs(
             ref = parse_head(body, scope.key, REF_SCHEMA)
             named = _named(tier, ref)
             problem = bool(signing_key and refs.signature_problem(ref, name, signing_key))
-            signed = "signature" in ref and not problem
+            signed = ref.signed and not problem
         except RemoteCorrupt:
             named, problem, signed = _mentioned(tier, body), True, False
         with lock:
@@ -428,15 +429,15 @@ def _versions(tier: S3Objects, gc: dict[str, Any], dry_run: bool) -> dict[str, A
 def _inventory_row(
     scope: _Scope, stored: int, selected: Entry | None, action: str
 ) -> dict[str, Any]:
-    head = scope.head or {}
+    head = scope.head
     return {
         "scope": scope.key,
         "torch": scope.parsed.torch,
         "accel": scope.parsed.accel,
         "archs": list(scope.parsed.archs),
         "pool": scope.parsed.runner_pool,
-        "files": head.get("files"),
-        "bytes": head.get("total_bytes"),
+        "files": head.files if head else None,
+        "bytes": head.total_bytes if head else None,
         "stored_bytes": stored,
         "last_used": scope.last_used,
         "action": action if selected is not None else "keep",

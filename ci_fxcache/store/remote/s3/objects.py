@@ -34,6 +34,7 @@ from ci_fxcache.store.remote.s3.deadline import Deadline, configured_seconds
 from ci_fxcache.store.remote.s3.index import (
     MAX_HEAD_BYTES,
     MAX_SEGMENT_OBJECT,
+    Head,
     decode_segment,
     encode_segment,
     parse_head,
@@ -278,7 +279,7 @@ class S3Objects:
         assert got is not None
         return got
 
-    def read_head(self, key: str) -> tuple[dict[str, Any] | None, str | None]:
+    def read_head(self, key: str) -> tuple[Head | None, str | None]:
         """(head, ETag) of scope `key`, (None, None) when it has none; RemoteCorrupt when the
         head is not one a save wrote."""
         got = self.head_object(key)
@@ -322,14 +323,14 @@ class S3Objects:
         os.replace(tmp, copy)
         return raw
 
-    def index(self, layout: Layout, head: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    def index(self, layout: Layout, head: Head) -> dict[str, dict[str, Any]]:
         """Every file of the head's segments (a later segment's entry wins); the segments
         are read at once (one round trip, not one per segment)."""
-        segments = head["segments"]
+        segments = head.segments
         found: dict[int, dict[str, Any]] = {}
 
         def read(i: int) -> None:
-            found[i] = self.segment(layout, segments[i]["sha256"], set(segments[i]["packs"]))
+            found[i] = self.segment(layout, segments[i].sha256, set(segments[i].packs))
 
         parallel.run(read, list(range(len(segments))))
         merged: dict[str, dict[str, Any]] = {}

@@ -39,6 +39,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,8 @@ from ci_fxcache.store.remote.s3.index import (
     REPAIR_SEGMENT_JSON,
     REPAIR_SEGMENT_OBJECT,
     SEGMENT_FILES,
+    Head,
+    SegmentRef,
     decode_segment,
     encode_head,
     encode_segments,
@@ -89,7 +92,7 @@ class _Head:
     """The scope's head as this save may extend it: `head` None when there is none or it is
     foreign (`replaced` says why); `etag` the object's, for the conditional PUT."""
 
-    head: dict[str, Any] | None
+    head: Head | None
     etag: str | None
     replaced: str | None = None
 
@@ -157,9 +160,9 @@ def publish(
         return {"published": False, "attempts": 1, "refs_listed": len(listed.names),
                 "reason": "the bucket has every file; its references wait for a later fold",
                 "refs_removed": removed, **objects.stats()}  # fmt: skip
-    head = composed or {}
-    folded = refs.delete(objects, key, [r.name for r in found.refs]) if via == "head" else 0
-    named = _settle(objects, layout, bad, sent, orphans, head if via == "head" else own, key)
+    head = composed if via == "head" else None
+    folded = refs.delete(objects, key, [r.name for r in found.refs]) if head else 0
+    named = _settle(objects, layout, bad, sent, orphans, head.segments if head else own, key)
     dropped = _warn_dropped(objects, key, index, len(entries)) if via == "head" else []
     return {
         "published": True,
@@ -173,9 +176,9 @@ def publish(
         "refs_read": len(found.refs),
         "refs_folded": folded,
         "refs_removed": removed,
-        "head_files": head.get("files"),
-        "head_bytes": head.get("total_bytes"),
-        "segments": len(head.get("segments", own)),
+        "head_files": composed.files if composed else None,
+        "head_bytes": composed.total_bytes if composed else None,
+        "segments": len(composed.segments if composed else own),
         "rewrote_index": index.rewrite and via == "head",
         "replaced": current.replaced if via == "head" else None,
         **({"dropped_segments": dropped} if dropped else {}),
@@ -187,8 +190,8 @@ def _put_once(
     objects: S3Objects,
     key: str,
     current: _Head,
-    composed: dict[str, Any] | None,
-    own: list[dict[str, Any]],
+    composed: Head | None,
+    own: list[SegmentRef],
     entries: dict[str, dict[str, Any]],
     local: dict[str, Any],
     signing_key: str | None,
@@ -248,7 +251,7 @@ def _reused(
     return entries, upload
 
 
-def _head_body(composed: dict[str, Any]) -> bytes:
+def _head_body(composed: Head) -> bytes:
     """The head's bytes; RemoteUnavailable when a restore would refuse them (never
     published)."""
     body = encode_head(composed)
@@ -266,16 +269,15 @@ def _settle(
     bad: set[str],
     sent: set[str],
     orphans: dict[str, dict[str, Any]],
-    published: dict[str, Any] | list[dict[str, Any]],
+    segments: tuple[SegmentRef, ...] | list[SegmentRef],
     key: str,
 ) -> set[str]:
     """After the head's (or the reference's) PUT: packs uploaded again, whole, are good from
-    now on; the sent records the published segments now name are forgotten. The packs they
-    name."""
+    now on; the sent records the published `segments` now name are forgotten. The packs
+    they name."""
     if bad & sent:
         objects.set_bad(layout, bad - sent)
-    segments = published["segments"] if isinstance(published, dict) else published
-    named = {p for seg in segments for p in seg["packs"]}
+    named = {p for seg in segments for p in seg.packs}
     objects.forget_sent(layout, key, named & (sent | {e["pack"] for e in orphans.values()}))
     return named
 
@@ -322,9 +324,7 @@ def _current(objects: S3Objects, key: str, signing_key: str | None) -> _Head:
     return _Head(head, etag)
 
 
-def _usable_index(
-    objects: S3Objects, layout: Layout, head: dict[str, Any] | None, bad: set[str]
-) -> _Index:
+def _usable_index(objects: S3Objects, layout: Layout, head: Head | None, bad: set[str]) -> _Index:
     """The head's index without entries in bad packs, and the segments that could not be
     read (left out of the next head). A segment beyond the readers' bounds (an older writer
     made it) is read up to the repair bounds and written anew within them."""
@@ -333,13 +333,13 @@ def _usable_index(
     merged: dict[str, dict[str, Any]] = {}
     unreadable: dict[str, tuple[int, str]] = {}
     oversize = False
-    for seg in head["segments"]:
-        digest = seg["sha256"]
+    for seg in head.segments:
+        digest = seg.sha256
         try:
             raw = objects.segment_bytes(layout, digest, REPAIR_SEGMENT_OBJECT)
-            merged.update(decode_segment(raw, digest, set(seg["packs"]), REPAIR_SEGMENT_JSON))
+            merged.update(decode_segment(raw, digest, set(seg.packs), REPAIR_SEGMENT_JSON))
         except RemoteCorrupt as exc:
-            unreadable[digest] = (seg["files"], str(exc))
+            unreadable[digest] = (seg.files, str(exc))
             continue
         oversize = oversize or not within_bounds(raw)
     usable = {rel: e for rel, e in merged.items() if e["pack"] not in bad}
@@ -387,13 +387,13 @@ def _upload_packs(
     return entries, names
 
 
-def _put_segments(objects: S3Objects, entries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def _put_segments(objects: S3Objects, entries: dict[str, dict[str, Any]]) -> list[SegmentRef]:
     """Upload `entries` as segments within the readers' bounds; how the head lists them."""
     refs = []
     try:
         for segment in encode_segments(entries):
             ref = segment.ref()
-            objects.bucket.put(objects.segment_key(ref["sha256"]), segment.raw)
+            objects.bucket.put(objects.segment_key(ref.sha256), segment.raw)
             refs.append(ref)
     except (S3Unavailable, S3Missing, S3Conflict) as exc:
         raise RemoteUnavailable(str(exc)) from None
@@ -406,18 +406,18 @@ def _compose(
     current: _Head,
     index: _Index,
     found: refs.Found,
-    own: list[dict[str, Any]],
+    own: list[SegmentRef],
     entries: dict[str, dict[str, Any]],
-    local: dict[str, Any],
+    local: Mapping[str, Any],
     signing_key: str | None,
-) -> dict[str, Any]:
+) -> Head:
     """The next head: the current one's readable segments, then the references' (oldest
     first), then ours, with the merged index's true file count and bytes. Past MAX_SEGMENTS
     more than the index needs, the references' and our entries go into new segments of their
     own; if that is still too many, or the index must be rewritten, all are merged anew."""
     head = current.head
-    kept = [s for s in (head or {}).get("segments", []) if s["sha256"] not in index.unreadable]
-    added = [s for ref in found.refs for s in ref.body["segments"]] + own
+    kept = [s for s in (head.segments if head else ()) if s.sha256 not in index.unreadable]
+    added = [s for ref in found.refs for s in ref.body.segments] + own
     later = {**found.files(), **entries}
     merged = {**index.files, **later}
     needed = -(-len(merged) // SEGMENT_FILES)
@@ -429,11 +429,11 @@ def _compose(
     return new_head(key, head, segments, local, merged, signing_key)
 
 
-def _unique(segments: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _unique(segments: list[SegmentRef]) -> list[SegmentRef]:
     """Segments listed once each (a reference folded twice names the same ones)."""
-    by_digest: dict[str, dict[str, Any]] = {}
+    by_digest: dict[str, SegmentRef] = {}
     for seg in segments:
-        by_digest.setdefault(seg["sha256"], seg)
+        by_digest.setdefault(seg.sha256, seg)
     return list(by_digest.values())
 
 
@@ -445,7 +445,7 @@ def fold(objects: S3Objects, layout: Layout, key: str, signing_key: str | None) 
     not fold."""
     current = _current(objects, key, signing_key)
     found = refs.read(objects, layout, key, signing_key, None, warn=False)
-    signed = any("signature" in r.body for r in found.refs) or "signature" in (current.head or {})
+    signed = any(r.body.signed for r in found.refs) or bool(current.head and current.head.signed)
     why = (
         "no reference to fold" if not found.refs
         else f"the head is foreign ({current.replaced})" if current.replaced
@@ -455,7 +455,7 @@ def fold(objects: S3Objects, layout: Layout, key: str, signing_key: str | None) 
     if why:
         return {"folded": 0, "why": why, "left_out": len(found.ignored)}
     index = _usable_index(objects, layout, current.head, objects.bad_packs(layout))
-    meta = found.refs[-1].body
+    meta = found.refs[-1].body.to_json()
     composed = _compose(objects, key, current, index, found, [], {}, meta, signing_key)
     try:
         objects.bucket.put(objects.head_key(key), _head_body(composed), if_match=current.etag,

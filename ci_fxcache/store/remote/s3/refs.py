@@ -59,6 +59,7 @@ from ci_fxcache.store.remote.s3.client import S3Missing, S3TooLarge, S3Unavailab
 from ci_fxcache.store.remote.s3.index import (
     MAX_SEGMENT_OBJECT,
     REF_SCHEMA,
+    Head,
     check_signature,
     decode_segment,
     encode_head,
@@ -114,16 +115,17 @@ def taken(name: str, key: str, signing_key: str | None) -> bool:
     return mac is not None and hmac.compare_digest(mac, _name_mac(signing_key, key, match[1]))
 
 
-def sign(body: dict[str, Any], name: str, signing_key: str) -> None:
-    """Sign reference `body` together with its `name` (so its order)."""
-    named = {**body, "reference": name}
+def sign(body: Head, name: str, signing_key: str) -> Head:
+    """Reference `body` signed together with its `name` (so its order)."""
+    named = {**body.to_json(), "reference": name}
+    named.pop("signature", None)
     mf.sign(named, signing_key)
-    body["signature"] = named["signature"]
+    return body.with_signature(named["signature"])
 
 
-def signature_problem(body: dict[str, Any], name: str, signing_key: str) -> str | None:
+def signature_problem(body: Head, name: str, signing_key: str) -> str | None:
     """Why reference `body` is not signed with `signing_key` under `name`, or None."""
-    reason = mf.signature_problem({**body, "reference": name}, signing_key)
+    reason = mf.signature_problem({**body.to_json(), "reference": name}, signing_key)
     return reason.replace("manifest", "reference", 1) if reason else None
 
 
@@ -132,7 +134,7 @@ class Ref:
     """One readable, trusted reference: its name, its body and the files its segments give."""
 
     name: str
-    body: dict[str, Any]
+    body: Head
     files: dict[str, dict[str, Any]]
 
 
@@ -385,18 +387,18 @@ def _checked(
         if problem:
             raise RemoteCorrupt(problem)
     files: dict[str, dict[str, Any]] = {}
-    for seg in parsed["segments"]:
-        raw = _segment(objects, layout, seg["sha256"], budget)
-        files.update(decode_segment(raw, seg["sha256"], set(seg["packs"])))
+    for seg in parsed.segments:
+        raw = _segment(objects, layout, seg.sha256, budget)
+        files.update(decode_segment(raw, seg.sha256, set(seg.packs)))
     return Ref(name, parsed, files)
 
 
-def put(objects: S3Objects, key: str, body: dict[str, Any], signing_key: str | None) -> str:
+def put(objects: S3Objects, key: str, body: Head, signing_key: str | None) -> str:
     """Write reference `body` of scope `key` under a new name (never overwrites one), signed
     together with its name when there is a key; its name."""
     name = new_name(key, signing_key)
     if signing_key:
-        sign(body, name, signing_key)
+        body = sign(body, name, signing_key)
     objects.bucket.put(objects.where.key("scopes", key, "refs", name), encode_head(body),
                        if_absent=True, content_type="application/json")  # fmt: skip
     return name
@@ -420,7 +422,7 @@ def delete(objects: S3Objects, key: str, folded: list[str]) -> int:
 
 def view(
     objects: S3Objects, layout: Layout, key: str, signing_key: str | None
-) -> tuple[dict[str, Any] | None, dict[str, dict[str, Any]]]:
+) -> tuple[Head | None, dict[str, dict[str, Any]]]:
     """What a restore of scope `key` writes: the fields of its head (else of its newest
     reference; None when it has neither) and the head's index with the references' entries
     over it. RemoteCorrupt when the head is not one a save wrote or, with a key, is not signed
