@@ -8,8 +8,8 @@ For each link (default: the issue's 320 Mbit/s, 1 Gbit/s and 10 Gbit/s):
   actions/cache way (one tar.zst object of the scope made with `zstd -T0 --long=30 -3`;
   downloaded with 8 parallel 128 MiB ranged GETs into a file, then `tar` with
   `zstd -d -T0 --long=30`); the contenders take turns within each round, each on a fresh
-  directory after a `sync`; medians; targets: >= 1.5x at 320 Mbit/s and 1 Gbit/s, > 1x at
-  10 Gbit/s; CPU seconds (user + system of every process of the contender);
+  directory after a `sync`; medians; targets (issue 48): >= 2x at 320 Mbit/s and 1 Gbit/s,
+  > 1x at 10 Gbit/s; CPU seconds (user + system of every process of the contender);
 And once:
 - bytes in the bucket (packs + segments) versus the tar.zst (target <= 1.15x);
 - save after one new compile (real torch compiles a small function into the restored
@@ -75,6 +75,10 @@ with torch.no_grad():
     f(torch.rand(64, 64), torch.rand(64, 64))
 """
 ARCHIVE_KEY = "archive/cache.tzst"
+# Issue 48's goals: an empty runner's restore at least LINK_GOAL x the actions/cache way at
+# 320 Mbit/s and 1 Gbit/s; restore CPU per GiB at most CPU_GOAL x `zstd -d -T0 | tar -x`'s.
+LINK_GOAL = 2.0
+CPU_GOAL = 0.8
 # Kernel microseconds per empty file created at most, for --cpu-per-gib's pairs to count as
 # run on a quiet file system: 14-39 us on this machine when nothing had been removed for
 # minutes, 60-580 us within minutes of a large removal (docs/store.md).
@@ -457,7 +461,7 @@ def _report(args: argparse.Namespace, files: int, size: int, archives: tuple[int
     rows = []
     for r in results:
         ratio = r.times["archive"] / r.times["s3"]
-        goal = 1.5 if r.mbit < 5000 else 1.0
+        goal = LINK_GOAL if r.mbit < 5000 else 1.0
         shown = math.floor(ratio * 1000) / 1000  # truncated: 1.4996x never reads as 1.50x
         rows.append((f"{r.mbit:g} Mbit/s", f"{r.times['s3']:.2f} s", f"{r.times['archive']:.2f} s",
                      f"{shown:.3f}x", f"{'>=' if goal > 1 else '>'} {goal:g}x: "
@@ -724,8 +728,8 @@ def _cpu_per_gib(
     ratio = statistics.median(r.cpu for r in runs["fxcache"]) / statistics.median(
         r.cpu for r in runs["zstd | tar"]
     )
-    verdict = "met" if ratio <= 1 else "MISSED"
-    print(f"  fxcache / zstd | tar: {ratio:.2f}x (target <= 1x: {verdict}); try by try "
+    verdict = "met" if ratio <= CPU_GOAL else "MISSED"
+    print(f"  fxcache / zstd | tar: {ratio:.2f}x (target <= {CPU_GOAL:g}x: {verdict}); try by try "
           f"{', '.join(tries)}; load {_load()}")  # fmt: skip
 
 
