@@ -251,6 +251,24 @@ def test_a_directorys_conditional_update_lets_one_of_many_writers_win(tmp_path: 
     assert (mount / client.FILE_LOCKS).is_dir()
 
 
+def test_a_directory_that_refuses_a_write_says_why_in_one_line(tmp_path: Path) -> None:
+    """A file system's refusal (here a file where a directory must be: ENOTDIR, whoever
+    runs it) is the tier unavailable with the OS's reason and the path, no credential being
+    involved; a conditional replace of an object removed meanwhile is a conflict, as S3's
+    412 is (the save then writes a reference)."""
+    mount = tmp_path / "mount"
+    mount.mkdir()
+    (mount / "packs").write_bytes(b"not a directory")
+    bucket = client.Bucket(client.parse_url(f"file://{mount}", schemes=client.SCHEMES))
+    with pytest.raises(client.S3Unavailable) as refused:
+        bucket.put("packs/abc", b"pack", if_absent=True)
+    message = str(refused.value)
+    assert message.startswith(f"file://{mount}: ") and "Not a directory" in message, message
+    assert "\n" not in message
+    with pytest.raises(client.S3Conflict):
+        bucket.put("scopes/k/head.json", b"head", if_match='"gone"')
+
+
 @pytest.mark.parametrize("service", ["az", "file"])
 def test_store_object_saves_and_an_empty_runner_restores_it(
     tmp_path: Path, run_fxcache: RunFxcache, request: pytest.FixtureRequest, service: str

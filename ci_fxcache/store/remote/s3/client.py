@@ -211,6 +211,18 @@ def _describe(exc: BaseException) -> str:
     return " ".join(parts)
 
 
+_OS_ERROR = re.compile(r"([^:\n]*: [^:\n]*\(os error \d+\))")
+
+
+def _file_error(exc: BaseException) -> str:
+    """A LocalStore failure in one line: the OS's reason and the path (its message holds the
+    path and `... (os error N)`), else the exception's kind."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror} ({exc.filename or 'the directory'})"
+    found = _OS_ERROR.search(str(exc))
+    return found.group(1).strip() if found else type(exc).__name__
+
+
 def _header_safe(name: str) -> None:
     value = os.environ.get(name)
     if value and not all(" " <= c <= "~" for c in value):
@@ -412,6 +424,8 @@ class Bucket:
             return S3Missing(key)
         if isinstance(exc, ox.AlreadyExistsError | ox.PreconditionError):
             return S3Conflict(key)
+        if self._directory:  # no credential in a file system's errors: its reason is shown
+            return S3Unavailable(f"{self.where.url()}: {_file_error(exc)}")
         described = _describe(exc)
         if isinstance(exc, ox.PermissionDeniedError | ox.UnauthenticatedError):
             return S3Unavailable(f"credentials refused: {described}")
@@ -547,14 +561,17 @@ class Bucket:
         import hashlib
 
         locks = Path(self.where.bucket) / FILE_LOCKS
-        locks.mkdir(exist_ok=True)
         name = hashlib.sha256(key.encode()).hexdigest()[:32]
 
         def update() -> Any:
+            locks.mkdir(exist_ok=True)
             fd = os.open(locks / name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX)
-                current = str(self._obs.head(self._store, key).get("e_tag") or "")
+                try:
+                    current = str(self._obs.head(self._store, key).get("e_tag") or "")
+                except FileNotFoundError:  # removed meanwhile: S3 answers 412 too
+                    raise S3Conflict(key) from None
                 if current != if_match:
                     raise S3Conflict(key)
                 return self._obs.put(self._store, key, body, use_multipart=False)
