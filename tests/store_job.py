@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 
 def _fxcache(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -47,7 +48,11 @@ def main() -> int:
     parser.add_argument("--store", default="local", help="restore's --store (s3: FXCACHE_S3_URL)")
     parser.add_argument("--read-only", action="store_true")
     args = parser.parse_args()
-    fd, state_file = tempfile.mkstemp(prefix="job-state-", suffix=".json")
+    # Beside the store root (the test's own directory), never in the machine's /tmp: the
+    # restore keeps the job's trace and figures beside its state file.
+    where = Path(args.root).resolve().parent
+    where.mkdir(parents=True, exist_ok=True)
+    fd, state_file = tempfile.mkstemp(prefix="job-state-", suffix=".json", dir=where)
     os.close(fd)
     restore = _fxcache(
         "restore", "--root", args.root, "--python", args.python, "--json",
