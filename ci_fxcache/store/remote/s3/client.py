@@ -352,7 +352,7 @@ def _directory_store(where: Location) -> Any:
     try:
         return LocalStore(where.bucket)
     except Exception as exc:  # a directory it cannot canonicalize (permissions)
-        raise S3Unavailable(f"{where.url()} cannot be used: {_describe(exc)}") from None
+        raise S3Unavailable(f"{where.url()} cannot be used: {_file_error(exc)}") from None
 
 
 _OURS = (S3Unavailable, S3NotModified, S3Missing, S3Conflict, S3TooLarge)
