@@ -155,17 +155,22 @@ class Tally:
             self.failures.add(_short(f"{metrics['fail_type']}: {metrics.get('fail_reason')}"))
 
     def _event(self, record: Record) -> None:
-        event = _event_fields(record.payload)
-        if event is None:
+        fields = _event_fields(record.payload)
+        if fields is not None:
+            name, ph, ts = fields
+        else:
             try:
                 event = json.loads(record.payload)
             except (ValueError, RecursionError):
                 return
-        if not isinstance(event, dict) or not isinstance(event.get("name"), str):
-            return
-        if event["name"] == CPP_BUILD and event.get("ph") == "B":
+            if not isinstance(event, dict) or not isinstance(event.get("name"), str):
+                return
+            name, ph, ts = event["name"], event.get("ph"), event.get("ts")
+            if not isinstance(ts, int | float):
+                return
+        if name == CPP_BUILD and ph == "B":
             self.cpp_builds += 1
-        self.phases.add(record.process, event)
+        self.phases.timed(record.process, name, ph, ts)
 
     def _components_of(self, key: str | None, info: dict[str, Any]) -> Mapping[str, list[Any]]:
         if key is not None and key in self._components:
@@ -297,20 +302,25 @@ class Tally:
         return list(rows.values())
 
 
-_EVENT_NAME = re.compile(r'^\{\s*"name": "([^"\\]{1,200})",')
+_EVENT_NAME = re.compile(
+    r'^\{\s*"name": "([^"\\]{1,200})",(?:\s*"ts": ([0-9][0-9.e+]{0,30})[,\s}])?'
+)
 _EVENT_PH = re.compile(r'"ph": "([A-Za-z])"')
 _EVENT_TS = re.compile(r'"ts": ([0-9][0-9.e+]{0,30})[,\s}]')
 
 
-def _event_fields(payload: str) -> dict[str, Any] | None:
+def _event_fields(payload: str) -> tuple[str, str, float] | None:
     """A timed event's name (torch writes it first), phase and time without decoding the
     rest; None when it is not so written (then it is decoded)."""
-    name = _EVENT_NAME.match(payload)
-    ph, ts = _EVENT_PH.search(payload), _EVENT_TS.search(payload)
-    if name is None or ph is None or ts is None:
+    head = _EVENT_NAME.match(payload)  # torch writes the time next: one search spared
+    if head is None:
+        return None
+    ph = _EVENT_PH.search(payload)
+    ts = head if head[2] is not None else _EVENT_TS.search(payload)
+    if ph is None or ts is None:
         return None
     try:
-        return {"name": name[1], "ph": ph[1], "ts": float(ts[1])}
+        return head[1], ph[1], float(ts[2] if ts is head else ts[1])
     except ValueError:
         return None
 

@@ -65,12 +65,14 @@ class Phases:
     def add(self, process: str, event: dict[str, Any]) -> None:
         """One timed event of `process` (begin or end; anything else is ignored)."""
         ts, name = event.get("ts"), event.get("name")
-        if not isinstance(ts, int | float) or not isinstance(name, str):
-            return
+        if isinstance(ts, int | float) and isinstance(name, str):
+            self.timed(process, name, event.get("ph"), ts)
+
+    def timed(self, process: str, name: str, ph: object, ts: float) -> None:
+        """One event already checked: its name, phase ("B" begins, "E" ends) and time (us)."""
         stack = self._open.get(process)
         if stack is None:
             stack = self._open[process] = []
-        ph = event.get("ph")
         if ph == "B":
             if len(stack) < DEPTH:
                 parent = stack[-1][2] if stack else OTHER

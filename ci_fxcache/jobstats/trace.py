@@ -17,7 +17,7 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 from ci_fxcache import names
 
@@ -35,7 +35,8 @@ WANTED = (
     b'"chromium_event"',  # timed phases; their payload names them (`compile_file`: a C++ build)
 )
 _WANTED = re.compile(b"|".join(re.escape(w) for w in WANTED))
-_HEADER = re.compile(rb"^[VIWEC]\d{4} [\d:.]+ +(?P<pid>\d+) [^\]\n]*\] (?P<json>\{.*)$", re.S)
+# glog's prefix up to the header's opening brace; the JSON object is the rest of the line.
+_HEADER = re.compile(rb"[VIWEC]\d{4} [\d:.]+ +(?P<pid>\d+) [^\]\n]*\] \{")
 
 
 @dataclass(frozen=True)
@@ -51,9 +52,9 @@ class Limits:
     payload_bytes: int = 16 << 20
 
 
-@dataclass(frozen=True)
-class Record:
-    """One record the figures use: the process, its header object, its payload text."""
+class Record(NamedTuple):
+    """One record the figures use: the process, its header object, its payload text (a
+    tuple: a trace gives hundreds of thousands, and a frozen dataclass costs 3x to build)."""
 
     process: str  # file name: one per process
     pid: int
@@ -119,86 +120,137 @@ def trace_files(directory: Path, limits: Limits, notes: ReadNotes) -> list[Path]
     return files[: limits.files]
 
 
-def _rest(stream: BinaryIO, line: bytes, limit: int, budget: int) -> tuple[bytes, bool, int]:
-    """The rest of an overlong line (`line`, `limit` + 1 bytes without its end) read through
-    and dropped, never held, and never past `budget`: the line cut, and the bytes consumed."""
-    consumed = len(line)
-    while consumed <= budget:
-        more = stream.readline(1 << 20)
-        consumed += len(more)
-        if not more or more.endswith(b"\n"):
-            break
-    return line[:limit], True, consumed
+# Bytes read at a time: lines are found by searching blocks, not read one by one (a trace has
+# millions of lines and a Python step per line was most of `fxcache stats`' time).
+BLOCK_BYTES = 1 << 20
+_RECORD_START = re.compile(rb"\n(?=[^\t])")  # a line that is not a payload line begins after it
+OVERLONG = None  # what _blocks yields in place of a line over `line_bytes`
 
 
-_EVENT_HEAD = b'] {"chromium_event": {}, '  # a timed event's header: nothing else in it is used
+def _overlong_split(block: bytes, most: int) -> Iterator[bytes | None]:
+    """`block` (complete lines) with each line over `most` bytes replaced by OVERLONG."""
+    start = pos = 0
+    while pos < len(block):
+        end = block.find(b"\n", pos)
+        end = len(block) if end < 0 else end
+        if end - pos > most:
+            if pos > start:
+                yield block[start:pos]
+            yield OVERLONG
+            start = end + 1
+        pos = end + 1
+    if start < len(block):
+        yield block[start:]
+
+
+def _blocks(stream: BinaryIO, limits: Limits, notes: ReadNotes) -> Iterator[bytes | None]:
+    """The stream as blocks of whole lines (the last one may lack its newline), each line
+    over `limits.line_bytes` skipped whole (read through, never held) and given as OVERLONG;
+    stops once `limits.total_bytes` are read (all files together, from `notes.bytes`)."""
+    most, total = limits.line_bytes, limits.total_bytes
+    pending = b""  # the start of a line not yet ended
+    skipping = False  # inside an overlong line: dropped up to its newline
+    while True:
+        if notes.bytes > total:
+            notes.stopped.append(f"read {total} bytes, the limit")
+            return
+        data = stream.read(min(BLOCK_BYTES, total + 1 - notes.bytes))
+        notes.bytes += len(data)
+        if not data:
+            if pending:
+                yield from _overlong_split(pending, most)
+            return
+        if skipping:
+            newline = data.find(b"\n")
+            if newline < 0:
+                continue
+            data, skipping = data[newline + 1 :], False
+        data = pending + data if pending else data
+        cut = data.rfind(b"\n") + 1
+        block, pending = data[:cut], data[cut:]
+        if block:
+            if len(block) <= most:  # no line in it can be over the limit
+                yield block
+            else:
+                yield from _overlong_split(block, most)
+        if len(pending) > most:
+            yield OVERLONG
+            pending, skipping = b"", True
+
+
+_EVENT_HEAD = b'"chromium_event": {}, '  # a timed event's header: nothing else in it is used
 
 
 def _header(line: bytes) -> tuple[int, dict[str, Any]] | None:
-    event = _EVENT_HEAD in line  # most records: tested first, it spares the search below
-    if not event and _WANTED.search(line) is None:
-        return None
-    match = _HEADER.match(line.rstrip(b"\n"))
+    match = _HEADER.match(line)
     if match is None:
         return None
-    if event:
+    at = match.end()  # just past the header object's opening brace
+    if line.startswith(_EVENT_HEAD, at):  # most records
         return int(match["pid"]), {"chromium_event": {}}
+    if _WANTED.search(line, at) is None:  # anything else is skipped without decoding
+        return None
     try:
-        head = json.loads(match["json"])
+        head = json.loads(line[at - 1 :])
     except (ValueError, RecursionError):
         return None
     return (int(match["pid"]), head) if isinstance(head, dict) else None
 
 
 def _records_of(path: Path, stream: BinaryIO, limits: Limits, notes: ReadNotes) -> Iterator[Record]:
-    current: tuple[int, dict[str, Any]] | None = None
-    payload: list[bytes] = []  # the record's payload lines, each with its leading tab
+    """Each wanted record of one process's file: its header decoded, its payload (the lines
+    after it that start with a tab) joined, or left out when over `limits.payload_bytes` or
+    cut by an overlong line (the record still counts, with an empty payload). The loop is
+    kept small: a trace has hundreds of thousands of records."""
+    process = path.name
+    most_payload = limits.payload_bytes
+    current: tuple[int, dict[str, Any]] | None = None  # the record being read: pid, header
+    payload: list[bytes] = []  # its payload so far, each line with its leading tab
     size = 0
-    over = False
-    readline, most, tab = stream.readline, limits.line_bytes, b"\t"
-    done, total, most_payload = notes.bytes, limits.total_bytes, limits.payload_bytes
-    while True:  # the per-line work is kept small: a trace has millions of lines
-        if done > total:
-            notes.bytes = done
-            notes.stopped.append(f"read {total} bytes, the limit")
-            break
-        line = readline(most + 1)
-        consumed = len(line)
-        if consumed > most and not line.endswith(b"\n"):
-            line, _, consumed = _rest(stream, line, most, total - done)
-            done += consumed
+    over = False  # its payload is left out
+    for block in _blocks(stream, limits, notes):
+        if block is OVERLONG:
             notes.skipped_lines += 1
-            over = over or current is not None
+            if current is not None:
+                over, payload = True, []
             continue
-        done += consumed
-        if line[:1] == tab:  # a payload line: kept only for a wanted record
-            if current is not None and not over:
-                size += consumed
-                over = size > most_payload
-                if over:
-                    payload = []
-                else:
-                    payload.append(line)
-            continue
-        notes.bytes = done
-        if current is not None:
-            if over:  # still counted (a lookup without its key), its payload left unread
-                notes.skipped_payloads += 1
-                yield Record(path.name, current[0], current[1], "")
-            else:
-                # every line starts with its tab: drop the first, then each after a newline
-                joined = payload[0] if len(payload) == 1 else b"".join(payload)
-                text = joined[1:].replace(b"\n\t", b"\n").decode("utf-8", "replace")
-                payload = []
-                yield Record(path.name, current[0], current[1], text)
-        if not line:
-            return
-        current, payload, size, over = None, [], 0, False
-        notes.records += 1
-        if notes.records > limits.records:
-            notes.stopped.append(f"read {limits.records} records, the limit")
-            return
-        current = _header(line)
+        starts = [m.end() for m in _RECORD_START.finditer(block)]
+        if block[:1] != b"\t":
+            starts.insert(0, 0)
+        first = starts[0] if starts else len(block)
+        if first and current is not None and not over:  # the current record's payload goes on
+            size += first
+            over = size > most_payload
+            payload = [] if over else [*payload, block[:first]]
+        starts.append(len(block))
+        for at in range(len(starts) - 1):
+            if current is not None:
+                yield _record(process, current, payload, over, notes)
+            notes.records += 1
+            if notes.records > limits.records:
+                notes.stopped.append(f"read {limits.records} records, the limit")
+                return
+            start, end = starts[at], starts[at + 1]
+            newline = block.find(b"\n", start, end)
+            head_end = end if newline < 0 else newline + 1
+            current = _header(block[start:head_end])
+            size = end - head_end
+            over = size > most_payload
+            payload = [block[head_end:end]] if size and not over else []
+    if current is not None and not notes.stopped:
+        yield _record(process, current, payload, over, notes)
+
+
+def _record(
+    process: str, current: tuple[int, dict[str, Any]], payload: list[bytes], over: bool,
+    notes: ReadNotes,
+) -> Record:  # fmt: skip
+    if over:  # still counted (a lookup without its key), its payload left unread
+        notes.skipped_payloads += 1
+        return Record(process, current[0], current[1], "")
+    # every line starts with its tab: drop the first, then each after a newline
+    joined = payload[0] if len(payload) == 1 else b"".join(payload)
+    return Record(process, *current, joined[1:].replace(b"\n\t", b"\n").decode("utf-8", "replace"))
 
 
 def stream(directory: Path, limits: Limits, notes: ReadNotes) -> Iterator[Record]:
