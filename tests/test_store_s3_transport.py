@@ -9,17 +9,21 @@ from __future__ import annotations
 import io
 import json
 import os
+import ssl
 import subprocess
 import sys
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
 from ci_fxcache.store.remote.s3 import client
 from tests.conftest import TORCH_PYTHON, RunFxcache, _clean_env
+from tests.local_server import LocalServer
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3
-from tests.store_helpers import SAMPLE, write_files
+from tests.store_helpers import SAMPLE, Store, write_files
 from tests.test_store_s3 import _compiles_into, _first_job, _store
 from tests.test_store_s3 import bucket as bucket  # the fixture
 
@@ -199,3 +203,109 @@ def test_a_conditional_write_on_a_versioned_bucket_names_the_etag(
     with pytest.raises(client.S3Conflict):
         b.put(key, b"three", if_match=first)
     assert b.get(key, limit=10) == (b"two", second)
+
+
+class _Sts(LocalServer):
+    """AWS STS's AssumeRoleWithWebIdentity over HTTPS (obstore asks STS only over HTTPS), as
+    its API reference describes the call: a POST whose query names the action, version,
+    role, session and the web identity token, unsigned; the answer, XML credentials. It
+    hands out the bucket's keys for the one token it knows and AccessDenied for any other.
+    Its session token is empty: SeaweedFS refuses a request that carries a session token it
+    did not issue itself, so how a real one travels (X-Amz-Security-Token) is obstore's,
+    not checked here."""
+
+    def __init__(self, token: str, role: str, cert: Path, key: Path) -> None:
+        super().__init__()
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+        self.token, self.role = token, role
+        self.calls: list[dict[str, str]] = []
+
+    @property
+    def https(self) -> str:
+        return self.url.replace("http://", "https://")
+
+    def _handle(self, h: BaseHTTPRequestHandler) -> None:
+        query = dict(parse_qsl(urlsplit(h.path).query))
+        with self._lock:
+            self.calls.append({**query, "method": h.command,
+                               "signed": str("Authorization" in h.headers)})  # fmt: skip
+        known = (h.command == "POST" and query.get("Action") == "AssumeRoleWithWebIdentity"
+                 and query.get("Version") == "2011-06-15" and query.get("RoleArn") == self.role
+                 and query.get("RoleSessionName") and "Authorization" not in h.headers)  # fmt: skip
+        if not known or query.get("WebIdentityToken") != self.token:
+            body = (b"<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code>"
+                    b"<Message>Not authorized</Message></Error></ErrorResponse>")  # fmt: skip
+            h.send_response(403)
+        else:
+            body = (
+                '<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/'
+                '2011-06-15/"><AssumeRoleWithWebIdentityResult><Credentials>'
+                f"<AccessKeyId>{ACCESS_KEY}</AccessKeyId>"
+                f"<SecretAccessKey>{SECRET_KEY}</SecretAccessKey>"
+                "<SessionToken></SessionToken>"
+                "<Expiration>2099-01-01T00:00:00Z</Expiration></Credentials>"
+                "</AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>"
+            ).encode()
+            h.send_response(200)
+        h.send_header("Content-Type", "text/xml")
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+
+
+def _certificates(where: Path) -> tuple[Path, Path, Path]:
+    """A CA (its certificate is the bundle a runner trusts) and a server certificate for
+    127.0.0.1 it signed, with its key (rustls refuses a CA certificate as a server's)."""
+    ca, ca_key = where / "ca.pem", where / "ca.key"
+    cert, key, request = where / "sts.pem", where / "sts.key", where / "sts.csr"
+    extensions = where / "sts.ext"
+    extensions.write_text("basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\n")
+    for cmd in (
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test CA",
+         "-keyout", ca_key, "-out", ca],
+        ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", key,
+         "-out", request],
+        ["x509", "-req", "-in", request, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
+         "-days", "1", "-extfile", extensions, "-out", cert],
+    ):  # fmt: skip
+        subprocess.run(["openssl", *map(str, cmd)], check=True, capture_output=True)
+    return ca, cert, key
+
+
+def test_a_web_identity_token_reaches_the_bucket_through_sts(
+    tmp_path: Path, run_fxcache: RunFxcache, seaweed: SeaweedS3, bucket: str
+) -> None:
+    """GitHub's OIDC to AWS as `aws-actions/configure-aws-credentials` can leave it: no key,
+    a web identity token file and a role (AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_ARN); obstore
+    trades the token for keys at STS (here AWS_ENDPOINT_URL_STS, trusted through
+    AWS_CA_BUNDLE), and a save and an empty runner's restore go through with them. A token
+    STS refuses is one warning, local only, the token in no message."""
+    token = "eyJ.github-oidc-token-" + "x" * 40
+    (tmp_path / "token").write_text(token)
+    role = "arn:aws:iam::123456789012:role/fxcache-ci"
+    ca, cert, key = _certificates(tmp_path)
+    with _Sts(token, role, cert, key) as sts:
+        env = {
+            k: v
+            for k, v in seaweed.env().items()
+            if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+        }
+        env.update(AWS_WEB_IDENTITY_TOKEN_FILE=str(tmp_path / "token"), AWS_ROLE_ARN=role,
+                   AWS_ENDPOINT_URL_STS=sts.https, AWS_CA_BUNDLE=str(ca),
+                   FXCACHE_S3_URL=bucket)  # fmt: skip
+        a = Store(tmp_path / "a" / "root", run_fxcache, env)
+        _first_job(a)
+        b = Store(tmp_path / "b" / "root", run_fxcache, env)
+        got = b.restore("--store", "s3")
+        assert got["hit"] and got["remote"]["fetched"] and got["files"] == len(SAMPLE), got
+        assert sts.calls and all(c["WebIdentityToken"] == token and c["signed"] == "False"
+                                 for c in sts.calls), sts.calls  # fmt: skip
+        # a token STS refuses: the bucket is out of reach, the restore goes on locally
+        (tmp_path / "token").write_text("expired-" + token)
+        c = Store(tmp_path / "c" / "root", run_fxcache, env)
+        refused = c.restore("--store", "s3")
+        assert not refused["hit"] and refused["remote"]["error"], refused["remote"]
+        assert "warning" in refused["_stderr"] and token not in refused["_stderr"]
+        assert token not in json.dumps(refused)
