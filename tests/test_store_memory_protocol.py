@@ -9,7 +9,6 @@ tests/test_store_s3*.py's."""
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -42,11 +41,8 @@ def azurite() -> Iterator[Any]:
     installed, except under CI (the README's test command installs it)."""
     from tests import object_servers
 
-    binary = object_servers.azurite_binary()
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("Azurite is not installed: npm ci --prefix tests/emulators")
-        pytest.skip("Azurite is not installed (npm ci --prefix tests/emulators)")
+    binary = object_servers.installed(object_servers.azurite_binary(), "Azurite",
+                                      "npm ci --prefix tests/emulators")  # fmt: skip
     server = object_servers.start_azurite(binary)
     yield server
     server.stop()
