@@ -915,7 +915,8 @@ def _publish(root: str, key: str, go: str) -> None:
     try:
         layout = Layout(Path(root))
         committed = Committed.read(layout.manifest(key))
-        print(json.dumps({**s3.publish(layout, key, committed, None), "done_at": time.time()}))
+        done = s3.publish(layout, key, committed, None).to_dict()
+        print(json.dumps({**done, "done_at": time.time()}))
     except RemoteUnavailable as exc:
         print(json.dumps({"published": False, "error": str(exc)}))
 

@@ -149,7 +149,8 @@ def _save(store: Store, layout: Layout, out: dict[str, Any], t0: float) -> None:
     objects = _objects(store)
     objects.start()
     try:
-        got = publish.publish(objects, layout, KEY, mf.Committed.read(layout.manifest(KEY)), None)
+        committed = mf.Committed.read(layout.manifest(KEY))
+        got = publish.publish(objects, layout, KEY, committed, None).to_dict()
     except RemoteUnavailable as exc:
         got = {"published": False, "error": str(exc)}
     out.update(got, requests=sum(objects.bucket.requests.values()), wall=time.perf_counter() - t0)

@@ -92,9 +92,7 @@ def _committed(root: Path, key: str, files: dict[str, bytes]) -> mf.Committed:
 
 
 def _publish(memory: Any, root: Path, key: str, files: dict[str, bytes]) -> dict[str, Any]:
-    got: dict[str, Any] = _tier(memory).publish(Layout(root), key, _committed(root, key, files),
-                                                None)  # fmt: skip
-    return got
+    return _tier(memory).publish(Layout(root), key, _committed(root, key, files), None).to_dict()
 
 
 def _fetch(memory: Any, root: Path, key: str) -> dict[str, str]:
@@ -154,7 +152,7 @@ def test_a_save_that_loses_the_head_publishes_a_reference_that_readers_merge(
     loser.bucket.put = put  # type: ignore[method-assign]
     mine = {**FILES, "inductor/fxgraph/b0/entry": b"runner b's own graph" * 30}
     got = loser.publish(Layout(tmp_path / "b"), NEW, _committed(tmp_path / "b", NEW, mine), None)
-    assert got["published"] and got["via"] == "reference", got
+    assert got.published and got.via == "reference", got
     assert len(_keys(memory, f"scopes/{NEW}/refs")) == 1
     assert _fetch(memory, tmp_path / "c", NEW) == _digests(mine)
 

@@ -63,8 +63,7 @@ def _publish(tier: Any, root: Path, key: str, signing_key: str | None = None) ->
 
     layout = Layout(root)
     committed = mf.Committed.read(layout.manifest(key))
-    got: dict[str, Any] = tier.publish(layout, key, committed, signing_key)
-    return got
+    return tier.publish(layout, key, committed, signing_key).to_dict()
 
 
 def _one_reference(

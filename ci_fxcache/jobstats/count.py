@@ -155,6 +155,9 @@ class Tally:
             self.failures.add(_short(f"{metrics['fail_type']}: {metrics.get('fail_reason')}"))
 
     def _event(self, record: Record) -> None:
+        name: str
+        ph: object
+        ts: float
         fields = _event_fields(record.payload)
         if fields is not None:
             name, ph, ts = fields
@@ -163,11 +166,12 @@ class Tally:
                 event = json.loads(record.payload)
             except (ValueError, RecursionError):
                 return
-            if not isinstance(event, dict) or not isinstance(event.get("name"), str):
+            if not isinstance(event, dict):
                 return
-            name, ph, ts = event["name"], event.get("ph"), event.get("ts")
-            if not isinstance(ts, int | float):
+            name_, ts_ = event.get("name"), event.get("ts")
+            if not isinstance(name_, str) or not isinstance(ts_, int | float):
                 return
+            name, ph, ts = name_, event.get("ph"), ts_
         if name == CPP_BUILD and ph == "B":
             self.cpp_builds += 1
         self.phases.timed(record.process, name, ph, ts)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -43,6 +44,27 @@ class Fetched:
     seal: tuple[str, Seal] | None = None
 
 
+@dataclass(frozen=True)
+class Published:
+    """What a publish did: whether it made the remote copy hold the save's files (`published`),
+    why not (`reason`), how (`via`: "head" or "reference" on a bucket), the copy it replaced
+    and why (`replaced`: a remote copy this job could not extend), and the tier's own counts
+    (files, packs, references, requests, bytes), shown as they are."""
+
+    published: bool
+    reason: str | None = None
+    via: str | None = None
+    replaced: str | None = None
+    counts: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The save result's `remote` fields: `published` and whichever of the others are set,
+        then the counts."""
+        named = {"reason": self.reason, "via": self.via, "replaced": self.replaced}
+        return {"published": self.published,
+                **{k: v for k, v in named.items() if v is not None}, **self.counts}  # fmt: skip
+
+
 class RemoteTier(Protocol):
     """A backend of tier 2."""
 
@@ -66,7 +88,7 @@ class RemoteTier(Protocol):
 
     def publish(
         self, layout: Layout, key: str, committed: Committed, signing_key: str | None
-    ) -> dict[str, Any]:
+    ) -> Published:
         """Upload what the remote copy of local scope `key` lacks of the files `committed` (the
         manifest its save checked and signed under the lock) lists, each file read from the
         scope and left out unless it still matches its entry."""
@@ -105,9 +127,9 @@ class ReadOnly:
 
     def publish(
         self, layout: Layout, key: str, committed: Committed, signing_key: str | None
-    ) -> dict[str, Any]:
+    ) -> Published:
         """Nothing sent."""
-        return {"published": False, "reason": "this run reads the remote tier only"}
+        return Published(False, "this run reads the remote tier only")
 
     def touch(self, key: str) -> None:
         """Nothing sent."""

@@ -245,13 +245,14 @@ def publish_scope(
     its sake)."""
     info: dict[str, Any] = {"store": tier.name, "url": tier.describe()}
     try:
-        info.update(tier.publish(layout, key, committed, signing_key))
+        done = tier.publish(layout, key, committed, signing_key)
     except (RemoteUnavailable, RemoteCorrupt) as exc:
         info.update(published=False, error=str(exc))
         gha.warn(f"publishing {key} to {tier.describe()} failed ({exc}); kept locally")
-    if info.get("replaced"):
+        return info
+    if done.replaced:
         gha.warn(
             f"the copy of {key} in {tier.describe()} was not one this job can extend "
-            f"({info['replaced']}): replaced by this job's own files"
+            f"({done.replaced}): replaced by this job's own files"
         )
-    return info
+    return {**info, **done.to_dict()}

@@ -17,7 +17,7 @@ from typing import Any
 from ci_fxcache.store.layout import Layout
 from ci_fxcache.store.manifest import Committed
 from ci_fxcache.store.remote.github import cache_service
-from ci_fxcache.store.remote.tier import Fetched, RemoteCorrupt, RemoteUnavailable
+from ci_fxcache.store.remote.tier import Fetched, Published, RemoteCorrupt, RemoteUnavailable
 
 
 def entry_prefix(scope_key: str, key_suffix: str) -> str:
@@ -86,7 +86,7 @@ class GitHubTier:
 
     def publish(
         self, layout: Layout, key: str, committed: Committed, signing_key: str | None
-    ) -> dict[str, Any]:
+    ) -> Published:
         """Upload committed scope `key` (`committed`, its save's manifest) as this run's entry
         (its key is the result's `key`)."""
         try:
@@ -95,7 +95,7 @@ class GitHubTier:
             )
         except cache_service.CacheServiceError as exc:
             raise RemoteUnavailable(str(exc)) from None
-        return {"published": bool(sent.pop("uploaded")), **sent}
+        return Published(bool(sent.pop("uploaded")), counts=sent)
 
     def touch(self, key: str) -> None:
         """Nothing to send: the service records each entry's last access."""

@@ -68,7 +68,7 @@ from ci_fxcache.store.remote.s3.index import (
     within_bounds,
 )
 from ci_fxcache.store.remote.s3.objects import HeadTooLarge, S3Objects
-from ci_fxcache.store.remote.tier import RemoteCorrupt, RemoteUnavailable
+from ci_fxcache.store.remote.tier import Published, RemoteCorrupt, RemoteUnavailable
 
 MAX_SEGMENTS = 16
 # Packs this runner uploaded for a head it never published are reused for this long; the
@@ -116,7 +116,7 @@ def publish(
     key: str,
     committed: mf.Committed,
     signing_key: str | None,
-) -> dict[str, Any]:
+) -> Published:
     """Upload what the bucket lacks of committed scope `key` (store.remote.tier.RemoteTier):
     the files `committed` lists, never what manifest.json says by now."""
     local = committed.manifest
@@ -139,9 +139,12 @@ def publish(
         rel for rel, m in files.items() if view.get(rel, {}).get("sha256") != m["sha256"]
     )
     if not (lacking or current.head is None or index.unreadable or index.rewrite or found.refs):
-        return {"published": False, "reason": "the bucket has every file", "attempts": 1,
-                "refs_removed": _remove_junk(objects, key, listed, signing_key),
-                **objects.stats()}  # fmt: skip
+        removed = _remove_junk(objects, key, listed, signing_key)
+        return Published(
+            False,
+            "the bucket has every file",
+            counts={"attempts": 1, "refs_removed": removed, **objects.stats()},
+        )
     entries, upload = _reused(lacking, files, {e["sha256"]: e for e in view.values()}, orphans)
     uploaded: dict[str, dict[str, Any]] = {}
     sent: set[str] = set()
@@ -157,16 +160,14 @@ def publish(
     via = _put_once(objects, key, current, composed, own, entries, local, signing_key)
     removed = _remove_junk(objects, key, listed, signing_key)
     if via == "none":
-        return {"published": False, "attempts": 1, "refs_listed": len(listed.names),
-                "reason": "the bucket has every file; its references wait for a later fold",
-                "refs_removed": removed, **objects.stats()}  # fmt: skip
+        return Published(False, "the bucket has every file; its references wait for a later fold",
+                         counts={"attempts": 1, "refs_listed": len(listed.names),
+                                 "refs_removed": removed, **objects.stats()})  # fmt: skip
     head = composed if via == "head" else None
     folded = refs.delete(objects, key, [r.name for r in found.refs]) if head else 0
     named = _settle(objects, layout, bad, sent, orphans, head.segments if head else own, key)
     dropped = _warn_dropped(objects, key, index, len(entries)) if via == "head" else []
-    return {
-        "published": True,
-        "via": via,
+    counts = {
         "files": len(entries),
         "new_packs": len(sent),
         "uploaded_files": len(uploaded),
@@ -180,10 +181,11 @@ def publish(
         "head_bytes": composed.total_bytes if composed else None,
         "segments": len(composed.segments if composed else own),
         "rewrote_index": index.rewrite and via == "head",
-        "replaced": current.replaced if via == "head" else None,
         **({"dropped_segments": dropped} if dropped else {}),
         **objects.stats(),
     }
+    return Published(True, via=via, replaced=current.replaced if via == "head" else None,
+                     counts=counts)  # fmt: skip
 
 
 def _put_once(

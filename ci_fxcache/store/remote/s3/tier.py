@@ -4,7 +4,6 @@ objects (objects.py) with restore (fetch.py), save (publish.py) and the last-use
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from ci_fxcache.store.layout import Layout
 from ci_fxcache.store.manifest import Committed
@@ -12,7 +11,7 @@ from ci_fxcache.store.remote.s3 import fetch, publish
 from ci_fxcache.store.remote.s3.client import S3Conflict, S3Missing, S3Unavailable
 from ci_fxcache.store.remote.s3.deadline import TOUCH_S
 from ci_fxcache.store.remote.s3.objects import S3Objects
-from ci_fxcache.store.remote.tier import Fetched, RemoteUnavailable
+from ci_fxcache.store.remote.tier import Fetched, Published, RemoteUnavailable
 
 
 class S3Tier(S3Objects):
@@ -32,7 +31,7 @@ class S3Tier(S3Objects):
 
     def publish(
         self, layout: Layout, key: str, committed: Committed, signing_key: str | None
-    ) -> dict[str, Any]:
+    ) -> Published:
         """Upload what the bucket lacks of committed scope `key` (store.remote.tier.RemoteTier),
         within one time bound (deadline.py)."""
         self.start()
