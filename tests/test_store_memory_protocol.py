@@ -118,7 +118,9 @@ def _keys(memory: Any, kind: str) -> list[str]:
 
 def test_a_published_scope_is_fetched_whole_by_an_empty_runner(tmp_path: Path, memory: Any) -> None:
     got = _publish(memory, tmp_path / "a", NEW, FILES)
-    assert got["published"], got
+    # the save's `remote` object as before the typed result: how, and what it replaced (none)
+    assert got["published"] and got["via"] == "head" and got["replaced"] is None, got
+    assert got["files"] == len(FILES) and got["new_packs"] >= 1, got
     assert _keys(memory, "packs") and _keys(memory, "segments")
     assert _fetch(memory, tmp_path / "b", NEW) == _digests(FILES)
 

@@ -58,11 +58,14 @@ class Published:
     counts: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """The save result's `remote` fields: `published` and whichever of the others are set,
-        then the counts."""
-        named = {"reason": self.reason, "via": self.via, "replaced": self.replaced}
-        return {"published": self.published,
-                **{k: v for k, v in named.items() if v is not None}, **self.counts}  # fmt: skip
+        """The save result's `remote` fields: `published`, `reason` when set, `via` and
+        `replaced` (null: nothing replaced) for a publish that says how, then the counts."""
+        out: dict[str, Any] = {"published": self.published}
+        if self.reason is not None:
+            out["reason"] = self.reason
+        if self.via is not None:
+            out.update(via=self.via, replaced=self.replaced)
+        return {**out, **self.counts}
 
 
 class RemoteTier(Protocol):
