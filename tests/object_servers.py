@@ -15,6 +15,7 @@ import socket
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import formatdate
 from pathlib import Path
@@ -101,16 +102,23 @@ def start_azurite(binary: str) -> Azurite:
          "--silent", "--skipApiVersionCheck"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
+    _wait(proc, "azurite", lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close())
+    return Azurite(f"http://127.0.0.1:{port}", proc)
+
+
+def _wait(proc: subprocess.Popen[bytes], name: str, probe: Callable[[], object]) -> None:
+    """Until `probe` stops raising OSError (the server answers), at most 30 s; RuntimeError
+    when the server exits or never answers (it is then killed)."""
     for _ in range(300):
         if proc.poll() is not None:
-            raise RuntimeError(f"azurite exited with {proc.returncode}")
+            raise RuntimeError(f"{name} exited with {proc.returncode}")
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return Azurite(f"http://127.0.0.1:{port}", proc)
+            probe()
+            return
         except OSError:
             time.sleep(0.1)
     proc.kill()
-    raise RuntimeError("azurite did not accept connections within 30 s")
+    raise RuntimeError(f"{name} did not answer within 30 s")
 
 
 def fake_gcs_binary() -> str | None:
@@ -177,13 +185,9 @@ def start_fake_gcs(binary: str) -> FakeGCS:
          "127.0.0.1", "-backend", "memory", "-log-level", "error"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    for _ in range(300):
-        if proc.poll() is not None:
-            raise RuntimeError(f"fake-gcs-server exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://{address}/storage/v1/b", timeout=1):
-                return FakeGCS(f"http://{address}", proc)
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("fake-gcs-server did not answer within 30 s")
+    _wait(
+        proc,
+        "fake-gcs-server",
+        lambda: urllib.request.urlopen(f"http://{address}/storage/v1/b", timeout=1).close(),
+    )
+    return FakeGCS(f"http://{address}", proc)
