@@ -582,7 +582,7 @@ def test_events_side_by_side_add_up_to_their_parents_time() -> None:
                            ("compile_file", "E", 3.5), ("compile_file", "E", 3.5),
                            ("bytecode_tracing", "B", 3.5), ("bytecode_tracing", "E", 3.7),
                            ("dynamo", "E", 4)]:  # fmt: skip
-        timed.add("p", {"name": name, "ph": ph, "ts": at_s * 1e6})
+        timed.timed("p", name, ph, at_s * 1e6)
     spent = timed.seconds["p"]
     assert abs(sum(spent.values()) - 4.0) < 1e-9
     assert abs(spent[phases.INDUCTOR] - 2.5) < 1e-9 and abs(spent[phases.DYNAMO] - 1.5) < 1e-9

@@ -319,12 +319,15 @@ def _event_fields(payload: str) -> tuple[str, str, float] | None:
     head = _EVENT_NAME.match(payload)  # torch writes the time next: one search spared
     if head is None:
         return None
+    ts = head[2]
+    if ts is None:
+        found = _EVENT_TS.search(payload)
+        ts = found[1] if found else None
     ph = _EVENT_PH.search(payload)
-    ts = head if head[2] is not None else _EVENT_TS.search(payload)
     if ph is None or ts is None:
         return None
     try:
-        return head[1], ph[1], float(ts[2] if ts is head else ts[1])
+        return head[1], ph[1], float(ts)
     except ValueError:
         return None
 

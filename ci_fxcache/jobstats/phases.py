@@ -62,14 +62,9 @@ class Phases:
         self._open: dict[str, list[list[Any]]] = {}
         self.seconds: dict[str, dict[str, float]] = {}
 
-    def add(self, process: str, event: dict[str, Any]) -> None:
-        """One timed event of `process` (begin or end; anything else is ignored)."""
-        ts, name = event.get("ts"), event.get("name")
-        if isinstance(ts, int | float) and isinstance(name, str):
-            self.timed(process, name, event.get("ph"), ts)
-
     def timed(self, process: str, name: str, ph: object, ts: float) -> None:
-        """One event already checked: its name, phase ("B" begins, "E" ends) and time (us)."""
+        """One timed event of `process`: its name, phase ("B" begins, "E" ends; anything else
+        is ignored) and time (us)."""
         stack = self._open.get(process)
         if stack is None:
             stack = self._open[process] = []
