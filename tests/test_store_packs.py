@@ -43,7 +43,8 @@ def _packed(scope: Path, files: dict[str, Any]) -> tuple[dict[str, Any], dict[st
         body, placed = packs.build(scope, chunk, files)
         name = packs.sha256_hex(body)
         bodies[name] = body
-        entries.update({rel: {**e, "pack": name} for rel, e in placed.items()})
+        assert {e.pack for e in placed.values()} == {name}  # named by its stored bytes
+        entries.update(placed)
     return entries, bodies
 
 
@@ -87,10 +88,10 @@ def test_files_of_every_size_round_trip_through_frames_and_ranges(
     entries, bodies = _packed(tmp_path / "src", files)
     spans = packs.spans(entries, range_bytes)
     for rel, e in entries.items():  # one reader writes each file: no span cuts one
-        if e["size"]:
+        if e.size:
             (holder,) = [s for s in spans if any(r == rel for r, _e in s.files)]
-            assert holder.offset <= e["offset"]
-            assert e["offset"] + e["size"] <= holder.offset + packs.decoded_size(holder.frames)
+            assert holder.offset <= e.offset
+            assert e.offset + e.size <= holder.offset + packs.decoded_size(holder.frames)
     buffers: list[bytearray] = []  # frames decoded into one reused buffer, as a fetch does
     for out, pool in (("out", None), ("pooled", buffers)):
         stats, problems = _unpack(entries, bodies, tmp_path / out, range_bytes, pool)
@@ -114,7 +115,7 @@ def test_frames_are_bounded_compressed_where_it_pays_and_raw_where_not(tmp_path:
     }
     entries, bodies = _packed(tmp_path, files)
     (body,) = bodies.values()
-    frames = entries["triton/k/kernel.so"]["frames"]
+    frames = entries["triton/k/kernel.so"].frames
     assert all(f.size <= F for f in frames)
     assert [f.codec for f in frames] == ["zstd"] * 3 + ["raw"], frames  # text first: by kind
     assert len(body) == sum(f.stored for f in frames) < F + F // 100
@@ -136,7 +137,7 @@ def test_a_file_that_differs_from_its_entry_is_never_left_on_disk(
     (name,) = bodies
     wholes = {s.whole for s in packs.spans(entries, range_bytes)}
     assert wholes == {range_bytes > F}  # read whole only where one range holds the pack
-    frames = entries["triton/k1/kernel.so"]["frames"]
+    frames = entries["triton/k1/kernel.so"].frames
     # Flip a byte in the raw middle of the big file: its frame still decodes, its hash fails.
     at = next(sum(f.stored for f in frames[:i]) for i, f in enumerate(frames) if f.codec == "raw")
     body = bytearray(bodies[name])
@@ -232,7 +233,7 @@ def test_a_first_format_segment_is_read_with_raw_frames() -> None:
     segment = {"schema": "fxcache-s3-segment/1", "files": {"inductor/fxgraph/x/y": entry}}
     raw = gzip.compress(json.dumps(segment).encode())
     (got,) = index.decode_segment(raw, "d" * 64, {pack}).values()
-    assert [(f.size, f.codec) for f in got["frames"]] == [(F, "raw"), (F, "raw"), (13, "raw")]
+    assert [(f.size, f.codec) for f in got.frames] == [(F, "raw"), (F, "raw"), (13, "raw")]
 
 
 @pytest.mark.parametrize("kind", ["gzip", "zstd"])

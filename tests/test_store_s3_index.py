@@ -56,14 +56,14 @@ def inductor_paths(count: int, folders: int = 0, seed: int = 0) -> list[str]:
     return paths
 
 
-def _entries(count: int) -> dict[str, dict[str, Any]]:
+def _entries(count: int) -> packs.Index:
     """Index entries of `count` files in packs of 5,000 (8 frames each), random digests."""
     rng = random.Random(1)
     names = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(count // 5000 + 1)]
     table = [packs.Frame(packs.FRAME_BYTES, 1 << 20, packs.ZSTD)] * 8
     return {
-        rel: {"sha256": rng.randbytes(32).hex(), "size": rng.randint(1, 60000),
-              "offset": rng.randint(0, 28 << 20), "pack": names[i // 5000], "frames": table}
+        rel: packs.Entry(rng.randbytes(32).hex(), rng.randint(1, 60000),
+                         rng.randint(0, 28 << 20), names[i // 5000], table)
         for i, rel in enumerate(inductor_paths(count))
     }  # fmt: skip
 
@@ -217,12 +217,13 @@ def test_a_segment_an_older_writer_made_too_large_is_split_by_the_next_save(
     head_key, head = _head(seaweed, bucket)
     reader = _reader(seaweed, bucket, monkeypatch)
     entries = reader.index(Layout(tmp_path / "r"), index.Head.of(head))
-    (pack,) = {e["pack"] for e in entries.values()}
-    extent = packs.decoded_size(next(iter(entries.values()))["frames"])
+    (pack,) = {e.pack for e in entries.values()}
+    extent = packs.decoded_size(next(iter(entries.values())).frames)
     rng = random.Random(2)
     for rel in inductor_paths(160_000):  # entries an older save named, into the same pack
-        entries[rel] = {**next(iter(entries.values())), "sha256": rng.randbytes(32).hex(),
-                        "size": 1, "offset": rng.randrange(extent)}  # fmt: skip
+        entries[rel] = next(iter(entries.values()))._replace(
+            sha256=rng.randbytes(32).hex(), size=1, offset=rng.randrange(extent)
+        )
     big = index.encode_segment(entries)
     assert len(big) > index.MAX_SEGMENT_OBJECT and not index.within_bounds(big)
     digest = hashlib.sha256(big).hexdigest()

@@ -171,8 +171,8 @@ def test_a_file_changed_since_its_commit_is_left_out_of_a_streamed_pack(
     body, placed = packs.build(tmp_path / "src", packs.by_kind(files), files)
     assert set(placed) == set(files) - {rel}
     name = packs.sha256_hex(body)
-    entries = {r: {**e, "pack": name} for r, e in placed.items()}
-    _stats, problems = _unpack(entries, {name: body}, tmp_path / "out", 1 << 20)
+    assert {e.pack for e in placed.values()} == {name}
+    _stats, problems = _unpack(placed, {name: body}, tmp_path / "out", 1 << 20)
     assert problems == []
     for r in placed:
         assert (tmp_path / "out" / r).read_bytes() == (tmp_path / "src" / r).read_bytes()

@@ -63,6 +63,26 @@ class Frame(NamedTuple):
     codec: str
 
 
+class Entry(NamedTuple):
+    """One file of an index: its sha256 and size, where its bytes start in its pack's decoded
+    stream, the pack's name, and the pack's frame table (one list shared by the pack's
+    entries); `mtime_ns` as a manifest records it, where the entry comes from one (the GitHub
+    tier's archive; restored files then keep it, so the fast check matches).
+
+    A NamedTuple, not a frozen dataclass: a 1M-file index is decoded into 1M of them, and a
+    frozen slotted dataclass takes 1.6x as long to build (docs/store.md)."""
+
+    sha256: str
+    size: int
+    offset: int
+    pack: str
+    frames: list[Frame]
+    mtime_ns: int | None = None
+
+
+Index = dict[str, Entry]  # path -> entry
+
+
 class FrameError(Exception):
     """A frame whose bytes do not decode to what the frame table says."""
 
@@ -243,9 +263,7 @@ class Framer:
             self._sink(stored)
 
 
-def build(
-    scope: Path, rels: list[str], files: dict[str, Any]
-) -> tuple[bytes, dict[str, dict[str, Any]]]:
+def build(scope: Path, rels: list[str], files: dict[str, Any]) -> tuple[bytes, Index]:
     """One pack of files `rels` of `scope` in memory (build_into's, for small packs and the
     tests): its bytes and each placed file's entry."""
     out = io.BytesIO()
@@ -255,13 +273,11 @@ def build(
 
 def build_into(
     scope: Path, rels: list[str], files: dict[str, Any], out: BinaryIO
-) -> tuple[str, dict[str, dict[str, Any]]]:
+) -> tuple[str, Index]:
     """One pack of files `rels` of `scope`, written to `out` frame by frame as it is made:
-    its name (the sha256 of its stored bytes) and each placed file's entry (sha256, size,
-    offset, and `frames`: the pack's frame table, one list shared by its entries; the caller
-    adds the pack's name). Memory: one frame read, one decoded and one stored at a time,
-    whatever the files' sizes. A file that no longer matches its manifest entry in `files`
-    is left out (never published)."""
+    its name (the sha256 of its stored bytes) and each placed file's entry. Memory: one frame read,
+    one decoded and one stored at a time, whatever the files' sizes. A file that no longer matches
+    its manifest entry in `files` is left out (never published)."""
     digest = hashlib.sha256()
 
     def sink(stored: bytes) -> None:
@@ -269,7 +285,7 @@ def build_into(
         out.write(stored)
 
     framer = Framer(sink)
-    placed: dict[str, dict[str, Any]] = {}
+    placed: list[tuple[str, str, int, int]] = []  # path, sha256, size, offset
     for rel in rels:
         meta = files[rel]
         offset = framer.position
@@ -287,11 +303,10 @@ def build_into(
                         continue
         except OSError:  # gone since it was committed
             continue
-        placed[rel] = {"sha256": meta["sha256"], "size": meta["size"], "offset": offset}
+        placed.append((rel, meta["sha256"], meta["size"], offset))
     framer.flush()
-    for entry in placed.values():
-        entry["frames"] = framer.frames
-    return digest.hexdigest(), placed
+    name = digest.hexdigest()
+    return name, {rel: Entry(sha, size, at, name, framer.frames) for rel, sha, size, at in placed}
 
 
 class Decoder:
@@ -346,30 +361,30 @@ class Span:
     end: int
     offset: int
     frames: tuple[Frame, ...]
-    files: tuple[tuple[str, dict[str, Any]], ...]
+    files: tuple[tuple[str, Entry], ...]
     whole: bool = False  # its frames are the pack's whole frame table: every stored byte
 
 
-def spans(entries: dict[str, dict[str, Any]], range_bytes: int) -> list[Span]:
-    """The ranged reads that fetch every non-empty entry (entries carry `pack`, `offset`,
-    `size`, `frames`): per pack, runs of the frames that hold wanted bytes, cut into spans of
-    about `range_bytes` stored bytes, never inside a file (one reader writes each file).
-    Largest first, so the slowest reads start early. Empty files: `write_empty`."""
-    by_pack: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+def spans(entries: Index, range_bytes: int) -> list[Span]:
+    """The ranged reads that fetch every non-empty entry: per pack, runs of the frames that hold
+    wanted bytes, cut into spans of about `range_bytes` stored bytes, never inside a file (one
+    reader writes each file). Largest first, so the slowest reads start early. Empty files:
+    `write_empty`."""
+    by_pack: dict[str, list[tuple[str, Entry]]] = {}
     for rel, e in entries.items():
-        if e["size"]:
-            by_pack.setdefault(e["pack"], []).append((rel, e))
+        if e.size:
+            by_pack.setdefault(e.pack, []).append((rel, e))
     found: list[Span] = []
     for pack, files in sorted(by_pack.items()):
-        files.sort(key=lambda item: (item[1]["offset"], item[0]))
-        table = max((e["frames"] for _rel, e in files), key=decoded_size)
+        files.sort(key=lambda item: (item[1].offset, item[0]))
+        table = max((e.frames for _rel, e in files), key=decoded_size)
         found += _pack_spans(pack, table, files, range_bytes)
     found.sort(key=lambda s: s.end - s.start, reverse=True)
     return found
 
 
 def _pack_spans(
-    pack: str, table: list[Frame], files: list[tuple[str, dict[str, Any]]], range_bytes: int
+    pack: str, table: list[Frame], files: list[tuple[str, Entry]], range_bytes: int
 ) -> list[Span]:
     starts, stored_at, at, st = [], [], 0, 0
     for f in table:
@@ -381,7 +396,7 @@ def _pack_spans(
     joined = [False] * len(table)
     index = 0
     for _rel, e in files:
-        first_byte, last_byte = e["offset"], e["offset"] + e["size"] - 1
+        first_byte, last_byte = e.offset, e.offset + e.size - 1
         while index + 1 < len(table) and starts[index + 1] <= first_byte:
             index += 1
         last = index
@@ -397,7 +412,7 @@ def _pack_spans(
         if not run:
             return
         lo, hi = starts[run[0]], starts[run[-1]] + table[run[-1]].size
-        inside = tuple((r, e) for r, e in files if lo <= e["offset"] < hi)
+        inside = tuple((r, e) for r, e in files if lo <= e.offset < hi)
         end = stored_at[run[-1]] + table[run[-1]].stored
         frames = tuple(table[k] for k in run)
         whole = run[0] == 0 and run[-1] == len(table) - 1
@@ -475,7 +490,7 @@ class Unpacker:
         self.stats = stats
         self.problems = problems
         self.check = check
-        self.written: list[tuple[str, dict[str, Any]]] = []  # unchecked, when not `check`
+        self.written: list[tuple[str, Entry]] = []  # unchecked, when not `check`
         self._todo = list(span.files)
         self._next = 0
         self._open: list[_Partial] = []
@@ -486,17 +501,17 @@ class Unpacker:
         view = memoryview(data)
         while self._next < len(self._todo):
             rel, e = self._todo[self._next]
-            if e["offset"] >= end:
+            if e.offset >= end:
                 break
             self._next += 1
-            lo = e["offset"] - offset
-            if e["offset"] + e["size"] <= end:  # whole in this piece: check, then write once
-                self._whole(rel, e, view[lo : lo + e["size"]])
+            lo = e.offset - offset
+            if e.offset + e.size <= end:  # whole in this piece: check, then write once
+                self._whole(rel, e, view[lo : lo + e.size])
             else:
                 self._open.append(_Partial.start(self, rel, e))
         for part in list(self._open):
-            lo = max(part.entry["offset"], offset) - offset
-            hi = min(part.entry["offset"] + part.entry["size"], end) - offset
+            lo = max(part.entry.offset, offset) - offset
+            hi = min(part.entry.offset + part.entry.size, end) - offset
             if hi > lo and not part.write(view[lo:hi]):
                 self._open.remove(part)
 
@@ -520,7 +535,7 @@ class Unpacker:
         not match its entry (the span's stored bytes did not match its pack's name)."""
         for rel, e in self.written:
             path = Path(self.tree.root, rel)
-            if mf.sha256_file(path) != e["sha256"]:
+            if mf.sha256_file(path) != e.sha256:
                 path.unlink()
                 self.stats.pop(rel, None)
                 self.altered(rel)
@@ -532,17 +547,17 @@ class Unpacker:
     def create(self, rel: str) -> int:
         return self.tree.create(rel)
 
-    def done(self, rel: str, entry: dict[str, Any], fd: int) -> None:
+    def done(self, rel: str, entry: Entry, fd: int) -> None:
         """File `rel` is written: the mtime its entry gives (if any), its stat recorded."""
-        if "mtime_ns" in entry:  # as its manifest records it: the fast check matches
-            os.utime(fd, ns=(entry["mtime_ns"], entry["mtime_ns"]))
+        if entry.mtime_ns is not None:  # as its manifest records it: the fast check matches
+            os.utime(fd, ns=(entry.mtime_ns, entry.mtime_ns))
         st = os.fstat(fd)  # the size and mtime the manifest records (close keeps them)
         if stat.S_IMODE(st.st_mode) != _FILE_MODE:  # a umask took read bits
             os.fchmod(fd, _FILE_MODE)
         self.stats[rel] = st
 
-    def _whole(self, rel: str, e: dict[str, Any], data: memoryview) -> None:
-        if self.check and sha256_hex(data) != e["sha256"]:
+    def _whole(self, rel: str, e: Entry, data: memoryview) -> None:
+        if self.check and sha256_hex(data) != e.sha256:
             self.altered(rel)
             return
         fd = self.create(rel)
@@ -558,13 +573,13 @@ class Unpacker:
 class _Partial:
     """A file that spans pieces of the stream: open, hashed as it is written."""
 
-    def __init__(self, owner: Unpacker, rel: str, entry: dict[str, Any], fd: int) -> None:
+    def __init__(self, owner: Unpacker, rel: str, entry: Entry, fd: int) -> None:
         self.owner, self.rel, self.entry, self.fd = owner, rel, entry, fd
         self.hash = hashlib.sha256() if owner.check else None
         self.written = 0
 
     @classmethod
-    def start(cls, owner: Unpacker, rel: str, entry: dict[str, Any]) -> _Partial:
+    def start(cls, owner: Unpacker, rel: str, entry: Entry) -> _Partial:
         return cls(owner, rel, entry, owner.create(rel))
 
     def write(self, data: memoryview) -> bool:
@@ -573,9 +588,9 @@ class _Partial:
             self.hash.update(data)
         _write_all(self.fd, data)
         self.written += len(data)
-        if self.written < self.entry["size"]:
+        if self.written < self.entry.size:
             return True
-        if self.hash is not None and self.hash.hexdigest() != self.entry["sha256"]:
+        if self.hash is not None and self.hash.hexdigest() != self.entry.sha256:
             self.fail("altered")
             return False
         try:
@@ -654,17 +669,15 @@ def unpack_span(
     return problems
 
 
-def write_empty(
-    entries: dict[str, dict[str, Any]], tree: Tree, stats: dict[str, os.stat_result]
-) -> list[str]:
+def write_empty(entries: Index, tree: Tree, stats: dict[str, os.stat_result]) -> list[str]:
     """Create the empty files among `entries` (they need no bytes from any pack)."""
     empty_sha = sha256_hex(b"")
     span = Span("", 0, 0, 0, (), ())
     problems: list[str] = []
     unpacker = Unpacker(span, tree, stats, problems)
     for rel, e in sorted(entries.items()):
-        if e["size"] == 0:
-            if e["sha256"] != empty_sha:
+        if e.size == 0:
+            if e.sha256 != empty_sha:
                 problems.append(f"altered: {rel} (empty, with another sha256)")
                 continue
             fd = unpacker.create(rel)

@@ -197,9 +197,10 @@ def extract(read: Callable[[int], bytes], target: Path) -> Unpacked:
     raw, manifest, table, offsets = _header(read)
     files: dict[str, dict[str, Any]] = manifest["files"]
     entries = {
-        rel: {**meta, "offset": offsets[rel], "pack": _PACK, "frames": table}
+        rel: packs.Entry(meta["sha256"], meta["size"], offsets[rel], _PACK, table,
+                         meta.get("mtime_ns"))
         for rel, meta in files.items()
-    }
+    }  # fmt: skip
     target.mkdir()
     tree = packs.Tree(str(target))
     stats: dict[str, os.stat_result] = {}
@@ -221,7 +222,7 @@ def extract(read: Callable[[int], bytes], target: Path) -> Unpacked:
 
 def _frames(
     read: Callable[[int], bytes],
-    entries: dict[str, dict[str, Any]],
+    entries: packs.Index,
     tree: packs.Tree,
     stats: dict[str, os.stat_result],
 ) -> list[str]:

@@ -86,7 +86,7 @@ def _fetch(
     if problems:
         raise RemoteCorrupt("the index is inconsistent", sorted(problems))
     files = {
-        rel: {"size": e["size"], "mtime_ns": stats[rel].st_mtime_ns, "sha256": e["sha256"]}
+        rel: {"size": e.size, "mtime_ns": stats[rel].st_mtime_ns, "sha256": e.sha256}
         for rel, e in sorted(entries.items())
     }
     mf.make_read_only(target, stats)
@@ -111,7 +111,7 @@ def _fetch(
     # Every directory and file here was made by this fetch, and each file checked as written:
     # the local restore need not list them again (store.seal; a full check ignores seals).
     made = seal.Seal(Dirs.of(tree.stamps()), mf.listed(manifest), bool(signing_key))
-    used = {e["pack"] for e in entries.values() if e["size"]}
+    used = {e.pack for e in entries.values() if e.size}
     detail = {"packs": len(used), "ranges": len(spans)}
     return Fetched(len(files), manifest["total_bytes"], detail, (digest, made))
 

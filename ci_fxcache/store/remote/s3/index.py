@@ -265,7 +265,7 @@ def new_head(
     head: Head | None,
     segments: list[SegmentRef],
     local: Mapping[str, Any],
-    index: dict[str, dict[str, Any]],
+    index: packs.Index,
     signing_key: str | None,
     schema: str = HEAD_SCHEMA,
 ) -> Head:
@@ -285,7 +285,7 @@ def new_head(
         "verification": local["verification"],
         "segments": [s.to_json() for s in segments],
         "files": len(index),
-        "total_bytes": sum(e["size"] for e in index.values()),
+        "total_bytes": sum(e.size for e in index.values()),
     }
     if signing_key:
         mf.sign(composed, signing_key)
@@ -308,7 +308,7 @@ class Segment(NamedTuple):
         return SegmentRef(packs.sha256_hex(self.raw), self.files, tuple(self.packs))
 
 
-def encode_segments(entries: dict[str, dict[str, Any]]) -> list[Segment]:
+def encode_segments(entries: packs.Index) -> list[Segment]:
     """The segment objects that hold `entries` (byte-identical for identical entries), each
     within what every reader accepts (MAX_SEGMENT_JSON decoded, MAX_SEGMENT_OBJECT stored):
     entries in path order, at most SEGMENT_FILES and about half the decoded bound per segment,
@@ -320,8 +320,8 @@ def encode_segments(entries: dict[str, dict[str, Any]]) -> list[Segment]:
     return found
 
 
-def _groups(entries: dict[str, dict[str, Any]]) -> list[dict[str, dict[str, Any]]]:
-    groups: list[dict[str, dict[str, Any]]] = [{}]
+def _groups(entries: packs.Index) -> list[packs.Index]:
+    groups: list[packs.Index] = [{}]
     size = 0
     for rel in sorted(entries):
         cost = len(rel.encode()) + _ENTRY_JSON
@@ -333,11 +333,11 @@ def _groups(entries: dict[str, dict[str, Any]]) -> list[dict[str, dict[str, Any]
     return groups
 
 
-def _fitting(group: dict[str, dict[str, Any]]) -> list[Segment]:
+def _fitting(group: packs.Index) -> list[Segment]:
     text = _segment_json(group)
     raw = _compress(text)
     if len(text) <= MAX_SEGMENT_JSON and len(raw) <= MAX_SEGMENT_OBJECT:
-        return [Segment(raw, len(group), sorted({e["pack"] for e in group.values()}))]
+        return [Segment(raw, len(group), sorted({e.pack for e in group.values()}))]
     if len(group) <= 1:
         raise SegmentTooLarge("an index entry is larger than any segment a restore reads")
     rels = sorted(group)
@@ -356,26 +356,26 @@ def _compress(text: bytes) -> bytes:
     return zstandard.ZstdCompressor(level=_SEGMENT_LEVEL).compress(text)
 
 
-def encode_segment(entries: dict[str, dict[str, Any]]) -> bytes:
+def encode_segment(entries: packs.Index) -> bytes:
     """One segment object's bytes (zstd JSON, byte-identical for identical entries), whatever
     its size: this runner's own records (objects.record_sent); the bucket gets
     encode_segments'."""
     return _compress(_segment_json(entries))
 
 
-def _segment_json(entries: dict[str, dict[str, Any]]) -> bytes:
+def _segment_json(entries: packs.Index) -> bytes:
     """A segment's JSON: the files and, once per pack, its frame table (from the entries'
     `frames`)."""
     tables: dict[str, list[packs.Frame]] = {}
     for e in entries.values():
-        known = tables.get(e["pack"])
-        if known is None or packs.decoded_size(e["frames"]) > packs.decoded_size(known):
-            tables[e["pack"]] = e["frames"]
+        known = tables.get(e.pack)
+        if known is None or packs.decoded_size(e.frames) > packs.decoded_size(known):
+            tables[e.pack] = e.frames
     data = {
         "schema": SEGMENT_SCHEMA,
         "packs": {p: [list(f) for f in t] for p, t in sorted(tables.items())},
         "files": {
-            rel: {k: e[k] for k in ("offset", "pack", "sha256", "size")}
+            rel: {"offset": e.offset, "pack": e.pack, "sha256": e.sha256, "size": e.size}
             for rel, e in sorted(entries.items())
         },
     }
@@ -402,9 +402,9 @@ def _inflate(raw: bytes, limit: int = MAX_SEGMENT_JSON) -> bytes | None:
 
 def decode_segment(
     raw: bytes, digest: str, packs_of_head: set[str], limit: int = MAX_SEGMENT_JSON
-) -> dict[str, Any]:
+) -> packs.Index:
     """The files of segment `digest` from its (already sha256-checked) bytes, each entry
-    with its pack's frame table under `frames` (one list per pack, shared); RemoteCorrupt
+    with its pack's frame table (one list per pack, shared); RemoteCorrupt
     when it is unreadable, larger than `limit` decoded (a reader's: MAX_SEGMENT_JSON), or
     not one a save wrote referencing only `packs_of_head`."""
     text = _inflate(raw, limit)
@@ -425,6 +425,8 @@ def decode_segment(
         for e in files.values():
             ends[e["pack"]] = max(ends.get(e["pack"], 0), e["offset"] + e["size"])
         tables = {p: packs.raw_frames(end) for p, end in ends.items()}
-    for e in files.values():
-        e["frames"] = tables[e["pack"]]
-    return files
+    entry = packs.Entry
+    return {
+        rel: entry(e["sha256"], e["size"], e["offset"], e["pack"], tables[e["pack"]])
+        for rel, e in files.items()
+    }

@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 from ci_fxcache import atomic_write
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store.layout import LOCKS, Layout
-from ci_fxcache.store.remote.packs import sha256_hex
+from ci_fxcache.store.remote.packs import Index, sha256_hex
 from ci_fxcache.store.remote.s3 import parallel
 from ci_fxcache.store.remote.s3.client import (
     Bucket,
@@ -181,11 +181,11 @@ class S3Objects:
         text = json.dumps(record) + "\n"
         atomic_write.write_text(where / "bad-packs.json", text, layout.root / LOCKS)
 
-    def refuse_remembered(self, layout: Layout, entries: dict[str, dict[str, Any]]) -> None:
+    def refuse_remembered(self, layout: Layout, entries: Index) -> None:
         """RemoteCorrupt, before any download, when `entries` (a head's index) name a pack
         this runner already found missing or damaged: a broken copy is downloaded once per
         runner, not by every job."""
-        bad = self.bad_packs(layout) & {e["pack"] for e in entries.values()}
+        bad = self.bad_packs(layout) & {e.pack for e in entries.values()}
         if bad:
             raise RemoteCorrupt(
                 f"{len(bad)} pack(s) found missing or damaged earlier on this runner "
@@ -210,17 +210,17 @@ class S3Objects:
         layout: Layout,
         key: str,
         pack: str,
-        files: dict[str, Any],
+        files: Index,
         signing_key: str | None = None,
     ) -> None:
-        """Remember that pack `pack` (holding `files`: path -> index entry) is in the bucket, for
+        """Remember that pack `pack` (holding `files`: its entries) is in the bucket, for
         a save of `key` killed before its head: the next save reuses it (sent_packs). Kept
         as a one-pack segment (index.encode_segment), read back with its checks; with a
         signing key, with its MAC beside it (`<pack>.mac`), so that a keyed save reuses only
         records a keyed save wrote."""
         where = self._sent_dir(layout, key)
         where.mkdir(parents=True, exist_ok=True)
-        raw = encode_segment({rel: {**e, "pack": pack} for rel, e in files.items()})
+        raw = encode_segment({rel: e._replace(pack=pack) for rel, e in files.items()})
         made = (
             [(f"{pack}.mac", _sent_mac(signing_key, key, pack, raw).encode())]
             if signing_key
@@ -233,13 +233,13 @@ class S3Objects:
 
     def sent_packs(
         self, layout: Layout, key: str, max_age_s: float, signing_key: str | None = None
-    ) -> dict[str, dict[str, Any]]:
-        """Path -> index entry (pack included) of the packs this runner uploaded for `key` in
+    ) -> Index:
+        """Path -> index entry of the packs this runner uploaded for `key` in
         the last `max_age_s` that no published head of its own named yet. With a signing key,
         only records whose MAC verifies with it: any writer of the runner's store can write a
         record, and a keyed save would otherwise sign a head that names the pack and offsets
         the record says (a wrong one sends every reader cold)."""
-        found: dict[str, dict[str, Any]] = {}
+        found: Index = {}
         now = time.time()
         for path in sorted(self._sent_dir(layout, key).glob("*")):
             pack = path.name
@@ -288,10 +288,11 @@ class S3Objects:
         body, etag = got
         return parse_head(body, key), etag
 
-    def segment(self, layout: Layout, digest: str, packs: set[str]) -> dict[str, Any]:
-        """The files of segment `digest` (checked against its name), from this runner's copy
-        or the bucket; neither is read past MAX_SEGMENT_OBJECT bytes."""
-        return decode_segment(self.segment_bytes(layout, digest), digest, packs)
+    def segment(self, layout: Layout, digest: str, named: set[str]) -> Index:
+        """The files of segment `digest` (checked against its name; its entries name only
+        packs in `named`), from this runner's copy or the bucket; neither is read past
+        MAX_SEGMENT_OBJECT bytes."""
+        return decode_segment(self.segment_bytes(layout, digest), digest, named)
 
     def segment_bytes(self, layout: Layout, digest: str, limit: int = MAX_SEGMENT_OBJECT) -> bytes:
         """Segment object `digest` (checked against its name), from this runner's copy or
@@ -323,17 +324,17 @@ class S3Objects:
         os.replace(tmp, copy)
         return raw
 
-    def index(self, layout: Layout, head: Head) -> dict[str, dict[str, Any]]:
+    def index(self, layout: Layout, head: Head) -> Index:
         """Every file of the head's segments (a later segment's entry wins); the segments
         are read at once (one round trip, not one per segment)."""
         segments = head.segments
-        found: dict[int, dict[str, Any]] = {}
+        found: dict[int, Index] = {}
 
         def read(i: int) -> None:
             found[i] = self.segment(layout, segments[i].sha256, set(segments[i].packs))
 
         parallel.run(read, list(range(len(segments))))
-        merged: dict[str, dict[str, Any]] = {}
+        merged: Index = {}
         for i in range(len(segments)):
             merged.update(found[i])
         return merged

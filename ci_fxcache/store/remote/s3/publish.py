@@ -101,7 +101,7 @@ class _Head:
 class _Index:
     """The files a head's readable segments give, without entries in packs known bad."""
 
-    files: dict[str, dict[str, Any]]
+    files: packs.Index
     # Segments that cannot be read (missing, altered, beyond even the repair bounds): left out
     # of the next head, each with a warning (sha256 -> its file count and why).
     unreadable: dict[str, tuple[int, str]]
@@ -125,7 +125,7 @@ def publish(
     orphans = {
         rel: e
         for rel, e in objects.sent_packs(layout, key, ORPHAN_REUSE_S, signing_key).items()
-        if e["pack"] not in bad
+        if e.pack not in bad
     }
     current = _current(objects, key, signing_key)
     listed = refs.names(objects, key, signing_key, refs.MAX_REFS)
@@ -134,9 +134,9 @@ def publish(
         refs.read_listed(objects, layout, key, signing_key, listed) if folds else refs.Found()
     )  # a save that does not fold reads no reference: it writes its own
     index = _usable_index(objects, layout, current.head, bad)
-    view = {**index.files, **{r: e for r, e in found.files().items() if e["pack"] not in bad}}
+    view = {**index.files, **{r: e for r, e in found.files().items() if e.pack not in bad}}
     lacking = sorted(
-        rel for rel, m in files.items() if view.get(rel, {}).get("sha256") != m["sha256"]
+        rel for rel, m in files.items() if rel not in view or view[rel].sha256 != m["sha256"]
     )
     if not (lacking or current.head is None or index.unreadable or index.rewrite or found.refs):
         removed = _remove_junk(objects, key, listed, signing_key)
@@ -145,8 +145,8 @@ def publish(
             "the bucket has every file",
             counts={"attempts": 1, "refs_removed": removed, **objects.stats()},
         )
-    entries, upload = _reused(lacking, files, {e["sha256"]: e for e in view.values()}, orphans)
-    uploaded: dict[str, dict[str, Any]] = {}
+    entries, upload = _reused(lacking, files, {e.sha256: e for e in view.values()}, orphans)
+    uploaded: packs.Index = {}
     sent: set[str] = set()
     if upload:
         uploaded, sent = _upload_packs(objects, layout, key, upload, files, signing_key)
@@ -171,7 +171,7 @@ def publish(
         "files": len(entries),
         "new_packs": len(sent),
         "uploaded_files": len(uploaded),
-        "reused_orphans": len({e["pack"] for e in orphans.values()} & named),
+        "reused_orphans": len({e.pack for e in orphans.values()} & named),
         "attempts": 1,
         "refs_listed": len(listed.names),
         "refs_read": len(found.refs),
@@ -194,7 +194,7 @@ def _put_once(
     current: _Head,
     composed: Head | None,
     own: list[SegmentRef],
-    entries: dict[str, dict[str, Any]],
+    entries: packs.Index,
     local: dict[str, Any],
     signing_key: str | None,
 ) -> str:
@@ -235,19 +235,19 @@ def _remove_junk(objects: S3Objects, key: str, listed: refs.Listed, signing_key:
 def _reused(
     lacking: list[str],
     files: dict[str, Any],
-    known: dict[str, dict[str, Any]],
-    orphans: dict[str, dict[str, Any]],
-) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    known: packs.Index,
+    orphans: packs.Index,
+) -> tuple[packs.Index, list[str]]:
     """Of the files the index lacks: the entries of those already in a pack (the index's,
     this save's, or one this runner sent for a save killed before its head), and the paths
     still to upload."""
-    entries: dict[str, dict[str, Any]] = {}
+    entries: packs.Index = {}
     upload: list[str] = []
     for rel in lacking:
         sha = files[rel]["sha256"]
         found = known.get(sha) or orphans.get(rel)
-        if found is not None and found["sha256"] == sha:
-            entries[rel] = {**found}
+        if found is not None and found.sha256 == sha:
+            entries[rel] = found
         else:
             upload.append(rel)
     return entries, upload
@@ -270,7 +270,7 @@ def _settle(
     layout: Layout,
     bad: set[str],
     sent: set[str],
-    orphans: dict[str, dict[str, Any]],
+    orphans: packs.Index,
     segments: tuple[SegmentRef, ...] | list[SegmentRef],
     key: str,
 ) -> set[str]:
@@ -280,12 +280,12 @@ def _settle(
     if bad & sent:
         objects.set_bad(layout, bad - sent)
     named = {p for seg in segments for p in seg.packs}
-    objects.forget_sent(layout, key, named & (sent | {e["pack"] for e in orphans.values()}))
+    objects.forget_sent(layout, key, named & (sent | {e.pack for e in orphans.values()}))
     return named
 
 
-def _packs_of(entries: dict[str, dict[str, Any]]) -> list[str]:
-    return sorted({e["pack"] for e in entries.values()})
+def _packs_of(entries: packs.Index) -> list[str]:
+    return sorted({e.pack for e in entries.values()})
 
 
 def _warn_dropped(
@@ -332,7 +332,7 @@ def _usable_index(objects: S3Objects, layout: Layout, head: Head | None, bad: se
     made it) is read up to the repair bounds and written anew within them."""
     if head is None:
         return _Index({}, {}, False)
-    merged: dict[str, dict[str, Any]] = {}
+    merged: packs.Index = {}
     unreadable: dict[str, tuple[int, str]] = {}
     oversize = False
     for seg in head.segments:
@@ -344,7 +344,7 @@ def _usable_index(objects: S3Objects, layout: Layout, head: Head | None, bad: se
             unreadable[digest] = (seg.files, str(exc))
             continue
         oversize = oversize or not within_bounds(raw)
-    usable = {rel: e for rel, e in merged.items() if e["pack"] not in bad}
+    usable = {rel: e for rel, e in merged.items() if e.pack not in bad}
     return _Index(usable, unreadable, oversize or len(usable) != len(merged))
 
 
@@ -355,7 +355,7 @@ def _upload_packs(
     upload: list[str],
     files: dict[str, Any],
     signing_key: str | None,
-) -> tuple[dict[str, dict[str, Any]], set[str]]:
+) -> tuple[packs.Index, set[str]]:
     """Upload `upload` (paths of scope `key`) as packs: their entries, and the packs' names.
     Each pack is built into a file of this runner's (objects.spool) as its frames are made,
     then sent from it (parts of a large one as they are read): at most usable_cpus() workers
@@ -367,7 +367,7 @@ def _upload_packs(
     chunks = list(packs.chunks(upload, files))
     lock = threading.Lock()
     names: set[str] = set()
-    entries: dict[str, dict[str, Any]] = {}
+    entries: packs.Index = {}
 
     cpu = threading.BoundedSemaphore(usable_cpus())  # building is CPU work: no more at once
 
@@ -379,8 +379,7 @@ def _upload_packs(
         objects.record_sent(layout, key, name, placed, signing_key)
         with lock:
             names.add(name)
-            for rel, e in placed.items():
-                entries[rel] = {**e, "pack": name}
+            entries.update(placed)
 
     try:
         parallel.run(send, [str(i) for i in range(len(chunks))])
@@ -389,7 +388,7 @@ def _upload_packs(
     return entries, names
 
 
-def _put_segments(objects: S3Objects, entries: dict[str, dict[str, Any]]) -> list[SegmentRef]:
+def _put_segments(objects: S3Objects, entries: packs.Index) -> list[SegmentRef]:
     """Upload `entries` as segments within the readers' bounds; how the head lists them."""
     refs = []
     try:
@@ -409,7 +408,7 @@ def _compose(
     index: _Index,
     found: refs.Found,
     own: list[SegmentRef],
-    entries: dict[str, dict[str, Any]],
+    entries: packs.Index,
     local: Mapping[str, Any],
     signing_key: str | None,
 ) -> Head:

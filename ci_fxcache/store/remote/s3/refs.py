@@ -54,6 +54,7 @@ from typing import Any
 from ci_fxcache import gha
 from ci_fxcache.store import manifest as mf
 from ci_fxcache.store.layout import Layout
+from ci_fxcache.store.remote.packs import Index
 from ci_fxcache.store.remote.s3 import parallel
 from ci_fxcache.store.remote.s3.client import S3Missing, S3TooLarge, S3Unavailable
 from ci_fxcache.store.remote.s3.index import (
@@ -135,7 +136,7 @@ class Ref:
 
     name: str
     body: Head
-    files: dict[str, dict[str, Any]]
+    files: Index
 
 
 @dataclass
@@ -159,9 +160,9 @@ class Found:
     more: bool = False
     skipped: list[str] = field(default_factory=list)
 
-    def files(self) -> dict[str, dict[str, Any]]:
+    def files(self) -> Index:
         """The references' entries merged in order (a later one wins)."""
-        merged: dict[str, dict[str, Any]] = {}
+        merged: Index = {}
         for ref in self.refs:
             merged.update(ref.files)
         return merged
@@ -386,7 +387,7 @@ def _checked(
         problem = signature_problem(parsed, name, signing_key)
         if problem:
             raise RemoteCorrupt(problem)
-    files: dict[str, dict[str, Any]] = {}
+    files: Index = {}
     for seg in parsed.segments:
         raw = _segment(objects, layout, seg.sha256, budget)
         files.update(decode_segment(raw, seg.sha256, set(seg.packs)))
@@ -422,7 +423,7 @@ def delete(objects: S3Objects, key: str, folded: list[str]) -> int:
 
 def view(
     objects: S3Objects, layout: Layout, key: str, signing_key: str | None
-) -> tuple[Head | None, dict[str, dict[str, Any]]]:
+) -> tuple[Head | None, Index]:
     """What a restore of scope `key` writes: the fields of its head (else of its newest
     reference; None when it has neither) and the head's index with the references' entries
     over it. RemoteCorrupt when the head is not one a save wrote or, with a key, is not signed
