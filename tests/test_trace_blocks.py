@@ -15,11 +15,14 @@ import pytest
 from ci_fxcache.jobstats import trace
 
 
-def reference(data: bytes, limits: trace.Limits) -> tuple[list[trace.Record], dict[str, Any]]:
+def reference(
+    data: bytes, limits: trace.Limits
+) -> tuple[list[trace.Record | trace.Event], dict[str, Any]]:
     """One line at a time, as the reader did before it read blocks (no byte or record
-    limit reached: those stop at different points by design)."""
+    limit reached: those stop at different points by design); a timed event read from its
+    joined payload by the reader's general path (trace._event)."""
     notes = trace.ReadNotes()
-    out: list[trace.Record] = []
+    out: list[trace.Record | trace.Event] = []
     current: tuple[int, dict[str, Any]] | None = None
     payload: list[bytes] = []
     size, over = 0, False
@@ -29,7 +32,12 @@ def reference(data: bytes, limits: trace.Limits) -> tuple[list[trace.Record], di
             return
         if over:
             notes.skipped_payloads += 1
-            out.append(trace.Record("p.log", current[0], current[1], ""))
+            if "chromium_event" not in current[1]:
+                out.append(trace.Record("p.log", current[0], current[1], ""))
+        elif "chromium_event" in current[1]:
+            event = trace._event("p.log", b"".join(payload))
+            if event is not None:
+                out.append(event)
         else:
             text = b"".join(payload)[1:].replace(b"\n\t", b"\n").decode("utf-8", "replace")
             out.append(trace.Record("p.log", current[0], current[1], text))
@@ -64,6 +72,27 @@ def _header(name: str, pid: int) -> bytes:
     return f"V1206 01:09:07.059000 {pid} torch/x.py:12] {head}\n".encode()
 
 
+def _event_lines(rng: random.Random) -> list[bytes]:
+    """A timed event's payload as torch writes it (one field a line), or with its time after
+    its arguments, without a phase, or cut short."""
+    fields = [
+        f'"name": "{rng.choice(["dynamo", "compile_file", "build_guards", "x" * 150])}"',
+        f'"ts": {rng.choice(["1000000000000010.0", "12", "1e3", "9" * 40])}',
+        '"args": {\n"compile_id": "0/0"\n}',
+        f'"ph": "{rng.choice("BEX")}"',
+        '"cat": "dynamo_timed"',
+        '"tid": 0',
+    ]
+    if rng.random() < 0.2:
+        fields.insert(3, fields.pop(1))  # the time after the arguments: searched for
+    if rng.random() < 0.1:
+        fields.pop(-3)  # no phase
+    lines = ("{\n" + ",\n".join(fields) + "\n}").split("\n")
+    if rng.random() < 0.1:
+        lines = lines[: rng.randrange(1, len(lines))]
+    return [b"\t" + line.encode() + b"\n" for line in lines]
+
+
 def random_trace(rng: random.Random) -> bytes:
     parts: list[bytes] = []
     for _ in range(rng.randrange(1, 60)):
@@ -77,6 +106,8 @@ def random_trace(rng: random.Random) -> bytes:
             parts.append(b"\tno header above\n")
         else:
             parts.append(_header(kind, rng.randrange(1, 99999)))
+        if kind == "event" and rng.random() < 0.7:
+            parts += _event_lines(rng)
         for _ in range(rng.choice([0, 1, 3, 11])):
             width = rng.choice([1, 20, 90, 300])  # 300: over the line limit below
             parts.append(b"\t" + bytes(rng.choice(b'abc{}":, ') for _ in range(width)) + b"\n")

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ci_fxcache.jobstats import phases
-from ci_fxcache.jobstats.trace import Record
+from ci_fxcache.jobstats.trace import Event, Record
 from ci_fxcache.worker import keylines
 
 VALUE_CHARS = 80  # a component's value as the scope records it and the report shows it
@@ -119,13 +119,15 @@ class Tally:
         self.bypasses = _Reasons()
         self.phases = phases.Phases()
 
-    def add(self, record: Record) -> None:
+    def add(self, record: Record | Event) -> None:
         """Count one record."""
         self.processes.setdefault(record.process)
-        head = record.head
-        if "chromium_event" in head:  # most records: a timed event carries nothing else used
-            self._event(record)
+        if isinstance(record, Event):  # most records
+            if record.name == CPP_BUILD and record.ph == "B":
+                self.cpp_builds += 1
+            self.phases.timed(record.process, record.name, record.ph, record.ts)
             return
+        head = record.head
         artifact = head.get("artifact")
         name = artifact.get("name") if isinstance(artifact, dict) else None
         kind = keylines.lookup_kind(name) if isinstance(name, str) else None
@@ -153,28 +155,6 @@ class Tally:
             self.recompiles.add(_short(metrics["recompile_reason"]))
         if metrics.get("fail_type"):
             self.failures.add(_short(f"{metrics['fail_type']}: {metrics.get('fail_reason')}"))
-
-    def _event(self, record: Record) -> None:
-        name: str
-        ph: object
-        ts: float
-        fields = _event_fields(record.payload)
-        if fields is not None:
-            name, ph, ts = fields
-        else:
-            try:
-                event = json.loads(record.payload)
-            except (ValueError, RecursionError):
-                return
-            if not isinstance(event, dict):
-                return
-            name_, ts_ = event.get("name"), event.get("ts")
-            if not isinstance(name_, str) or not isinstance(ts_, int | float):
-                return
-            name, ph, ts = name_, event.get("ph"), ts_
-        if name == CPP_BUILD and ph == "B":
-            self.cpp_builds += 1
-        self.phases.timed(record.process, name, ph, ts)
 
     def _components_of(self, key: str | None, info: dict[str, Any]) -> Mapping[str, list[Any]]:
         if key is not None and key in self._components:
@@ -304,32 +284,6 @@ class Tally:
             if x["cache"] == "fxgraph" and x["state"] in ("hit", "miss"):
                 row[x["state"]] += 1
         return list(rows.values())
-
-
-_EVENT_NAME = re.compile(
-    r'^\{\s*"name": "([^"\\]{1,200})",(?:\s*"ts": ([0-9][0-9.e+]{0,30})[,\s}])?'
-)
-_EVENT_PH = re.compile(r'"ph": "([A-Za-z])"')
-_EVENT_TS = re.compile(r'"ts": ([0-9][0-9.e+]{0,30})[,\s}]')
-
-
-def _event_fields(payload: str) -> tuple[str, str, float] | None:
-    """A timed event's name (torch writes it first), phase and time without decoding the
-    rest; None when it is not so written (then it is decoded)."""
-    head = _EVENT_NAME.match(payload)  # torch writes the time next: one search spared
-    if head is None:
-        return None
-    ts = head[2]
-    if ts is None:
-        found = _EVENT_TS.search(payload)
-        ts = found[1] if found else None
-    ph = _EVENT_PH.search(payload)
-    if ph is None or ts is None:
-        return None
-    try:
-        return head[1], ph[1], float(ts)
-    except ValueError:
-        return None
 
 
 _NUMBERS = re.compile(r'"(cache_event_time|time_taken_ns|time_saved_ns)": (\d{1,20})')

@@ -62,6 +62,17 @@ class Record(NamedTuple):
     payload: str
 
 
+class Event(NamedTuple):
+    """A timed event (a `chromium_event` record): its process, name, phase ("B" begins, "E"
+    ends) and time (us), read straight from its payload's bytes: most of a trace's records
+    are these, and nothing else of them is used."""
+
+    process: str
+    name: str
+    ph: object
+    ts: float
+
+
 @dataclass
 class ReadNotes:
     """What a read skipped, and why (all shown with the figures)."""
@@ -179,6 +190,18 @@ def _blocks(stream: BinaryIO, limits: Limits, notes: ReadNotes) -> Iterator[byte
 
 
 _EVENT_HEAD = b'"chromium_event": {}, '  # a timed event's header: nothing else in it is used
+_EVENT: dict[str, Any] = {"chromium_event": {}}  # what _header gives for one: shared, read only
+# Torch writes an event's name first, then its time; its phase after its arguments.
+_EVENT_NAME = re.compile(
+    rb'\{\s*"name": "([^"\\]{1,200})",(?:\s*"ts": ([0-9][0-9.e+]{0,30})[,\s}])?'
+)
+_EVENT_PH = re.compile(rb'"ph": "([A-Za-z])"')
+# A whole timed event's header line and the start of its payload, as torch writes them: read
+# in one match, where the record ends inside the block (_records_of's fast path).
+_EVENT_RECORD = re.compile(
+    _HEADER.pattern + re.escape(_EVENT_HEAD) + rb"[^\n]*\n(?P<payload>\t)" + _EVENT_NAME.pattern
+)
+_EVENT_TS = re.compile(rb'"ts": ([0-9][0-9.e+]{0,30})[,\s}]')
 
 
 def _header(line: bytes) -> tuple[int, dict[str, Any]] | None:
@@ -187,7 +210,7 @@ def _header(line: bytes) -> tuple[int, dict[str, Any]] | None:
         return None
     at = match.end()  # just past the header object's opening brace
     if line.startswith(_EVENT_HEAD, at):  # most records
-        return int(match["pid"]), {"chromium_event": {}}
+        return int(match["pid"]), _EVENT
     if _WANTED.search(line, at) is None:  # anything else is skipped without decoding
         return None
     try:
@@ -197,7 +220,9 @@ def _header(line: bytes) -> tuple[int, dict[str, Any]] | None:
     return (int(match["pid"]), head) if isinstance(head, dict) else None
 
 
-def _records_of(path: Path, stream: BinaryIO, limits: Limits, notes: ReadNotes) -> Iterator[Record]:
+def _records_of(
+    path: Path, stream: BinaryIO, limits: Limits, notes: ReadNotes
+) -> Iterator[Record | Event]:
     """Each wanted record of one process's file: its header decoded, its payload (the lines
     after it that start with a tab) joined, or left out when over `limits.payload_bytes` or
     cut by an overlong line (the record still counts, with an empty payload). The loop is
@@ -223,14 +248,21 @@ def _records_of(path: Path, stream: BinaryIO, limits: Limits, notes: ReadNotes) 
             over = size > most_payload
             payload = [] if over else [*payload, block[:first]]
         starts.append(len(block))
+        last = len(starts) - 2  # the block's last record may go on in the next block
         for at in range(len(starts) - 1):
             if current is not None:
-                yield _record(process, current, payload, over, notes)
+                got = _record(process, current, payload, over, notes)
+                if got is not None:
+                    yield got
             notes.records += 1
             if notes.records > limits.records:
                 notes.stopped.append(f"read {limits.records} records, the limit")
                 return
             start, end = starts[at], starts[at + 1]
+            if at < last and (event := _event_in(process, block, start, end, most_payload)):
+                current = None  # most records: a timed event read where it lies
+                yield event
+                continue
             newline = block.find(b"\n", start, end)
             head_end = end if newline < 0 else newline + 1
             current = _header(block[start:head_end])
@@ -238,22 +270,71 @@ def _records_of(path: Path, stream: BinaryIO, limits: Limits, notes: ReadNotes) 
             over = size > most_payload
             payload = [block[head_end:end]] if size and not over else []
     if current is not None and not notes.stopped:
-        yield _record(process, current, payload, over, notes)
+        got = _record(process, current, payload, over, notes)
+        if got is not None:
+            yield got
 
 
 def _record(
     process: str, current: tuple[int, dict[str, Any]], payload: list[bytes], over: bool,
     notes: ReadNotes,
-) -> Record:  # fmt: skip
+) -> Record | Event | None:  # fmt: skip
     if over:  # still counted (a lookup without its key), its payload left unread
         notes.skipped_payloads += 1
-        return Record(process, current[0], current[1], "")
-    # every line starts with its tab: drop the first, then each after a newline
+        return None if current[1] is _EVENT else Record(process, current[0], current[1], "")
     joined = payload[0] if len(payload) == 1 else b"".join(payload)
-    return Record(process, *current, joined[1:].replace(b"\n\t", b"\n").decode("utf-8", "replace"))
+    if current[1] is _EVENT:
+        return _event(process, joined)
+    # every line starts with its tab: drop the first, then each after a newline
+    text = joined[1:].replace(b"\n\t", b"\n").decode("utf-8", "replace")
+    return Record(process, *current, text)
 
 
-def stream(directory: Path, limits: Limits, notes: ReadNotes) -> Iterator[Record]:
+def _event_in(process: str, block: bytes, start: int, end: int, most: int) -> Event | None:
+    """The timed event that is record `block[start:end]` (a whole record), where torch wrote
+    it as usual: its name, then its time, its payload within `most` bytes; else None (the
+    record is read the general way, which gives the same for such an event)."""
+    found = _EVENT_RECORD.match(block, start, end)  # groups 3 and 4: _EVENT_NAME's
+    if found is None or found[4] is None or end - found.start("payload") > most:
+        return None
+    ph = _EVENT_PH.search(block, found.end(), end)
+    if ph is None:
+        return None
+    try:
+        ts = float(found[4])
+    except ValueError:
+        return None
+    return Event(process, found[3].decode("utf-8", "replace"), ph[1].decode(), ts)
+
+
+def _event(process: str, payload: bytes) -> Event | None:
+    """A timed event from its payload lines (each with its leading tab, whitespace to JSON):
+    its fields where torch writes them, else decoded; None when it is not one."""
+    head = _EVENT_NAME.match(payload, 1)
+    if head is not None:
+        ts = head[2]
+        if ts is None:
+            found = _EVENT_TS.search(payload)
+            ts = found[1] if found else None
+        ph = _EVENT_PH.search(payload)
+        if ph is not None and ts is not None:
+            try:
+                return Event(process, head[1].decode("utf-8", "replace"), ph[1].decode(), float(ts))
+            except ValueError:
+                return None
+    try:
+        event = json.loads(payload.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(event, dict):
+        return None
+    name, ts = event.get("name"), event.get("ts")
+    if not isinstance(name, str) or not isinstance(ts, int | float):
+        return None
+    return Event(process, name, event.get("ph"), float(ts))
+
+
+def stream(directory: Path, limits: Limits, notes: ReadNotes) -> Iterator[Record | Event]:
     """The records the figures use from every process's file in `directory`, one at a time
     (nothing is held between them), what was skipped noted in `notes`; none when the
     directory is missing."""
@@ -268,7 +349,7 @@ def stream(directory: Path, limits: Limits, notes: ReadNotes) -> Iterator[Record
             continue
 
 
-def read(directory: Path, limits: Limits | None = None) -> tuple[list[Record], ReadNotes]:
+def read(directory: Path, limits: Limits | None = None) -> tuple[list[Record | Event], ReadNotes]:
     """Every record `stream` gives, as a list (small traces, tests)."""
     notes = ReadNotes()
     return list(stream(directory, limits or Limits(), notes)), notes
