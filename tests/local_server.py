@@ -42,6 +42,6 @@ class LocalServer:
             def _dispatch(self) -> None:
                 server._handle(self)
 
-            do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = _dispatch
+            do_GET = do_HEAD = do_POST = do_PATCH = do_DELETE = do_PUT = _dispatch
 
         return Handler

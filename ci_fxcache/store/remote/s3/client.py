@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -330,6 +331,9 @@ def _other_store(where: Location, client: Any, retry: Any) -> Any:
     env = os.environ
     if where.scheme == "file":
         return _directory_store(where)
+    unusable = _gcs_credentials_problem(env) if where.scheme == "gs" else None
+    if unusable:
+        raise S3Unavailable(unusable)
     try:
         if where.scheme == "gs":
             base = env.get("GOOGLE_BASE_URL")
@@ -340,6 +344,32 @@ def _other_store(where: Location, client: Any, retry: Any) -> Any:
         return AzureStore(where.bucket, client_options=client, retry_config=retry)
     except Exception as exc:  # obstore's configuration errors (no account, ...)
         raise S3Unavailable(f"{where.scheme}:// client not configured: {_describe(exc)}") from None
+
+
+# The credential files obstore's GCS client reads; google-github-actions/auth writes an
+# `external_account` one (Workload Identity Federation), which it cannot.
+_GCS_FILE_TYPES = ("service_account", "authorized_user")
+
+
+def _gcs_credentials_problem(env: Mapping[str, str]) -> str | None:
+    """Why the GCS client cannot use the job's credentials, where obstore's own error would
+    not say (it names neither the variable nor what to do); None otherwise. Only the file's
+    `type` field is read, and nothing of it is shown but that."""
+    name = env.get("GOOGLE_APPLICATION_CREDENTIALS")
+    if not name or env.get("GOOGLE_BEARER_TOKEN"):  # a token is used before any file
+        return None
+    try:
+        with open(name, "rb") as f:
+            kind = json.loads(f.read(1 << 20)).get("type")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return None  # obstore's own message: the file is missing or not JSON
+    if kind in _GCS_FILE_TYPES or not isinstance(kind, str):
+        return None
+    return (
+        f"GOOGLE_APPLICATION_CREDENTIALS names a credentials file of type {kind[:40]!r}, which "
+        "the GCS client cannot use; pass an access token as GOOGLE_BEARER_TOKEN instead "
+        "(google-github-actions/auth with token_format: access_token gives one)"
+    )
 
 
 def _directory_store(where: Location) -> Any:
