@@ -3,23 +3,51 @@ port chosen by the system, one thread per request, every method handed to `_hand
 
 from __future__ import annotations
 
+import ssl
+import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Self
 
 
-class LocalServer:
-    """Serves on 127.0.0.1 while used as a context manager; subclasses implement `_handle`."""
+def certificates(where: Path) -> tuple[Path, Path, Path]:
+    """A CA (its certificate is the bundle a runner trusts) and a server certificate for
+    127.0.0.1 it signed, with its key (rustls refuses a CA certificate as a server's)."""
+    ca, ca_key = where / "ca.pem", where / "ca.key"
+    cert, key, request = where / "server.pem", where / "server.key", where / "server.csr"
+    extensions = where / "server.ext"
+    extensions.write_text("basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\n")
+    for cmd in (
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test CA",
+         "-keyout", ca_key, "-out", ca],
+        ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", key,
+         "-out", request],
+        ["x509", "-req", "-in", request, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
+         "-days", "1", "-extfile", extensions, "-out", cert],
+    ):  # fmt: skip
+        subprocess.run(["openssl", *map(str, cmd)], check=True, capture_output=True)
+    return ca, cert, key
 
-    def __init__(self) -> None:
+
+class LocalServer:
+    """Serves on 127.0.0.1 while used as a context manager; subclasses implement `_handle`.
+    With `tls` (a certificate and its key), over HTTPS."""
+
+    def __init__(self, tls: tuple[Path, Path] | None = None) -> None:
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._scheme = "https" if tls else "http"
+        if tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{self._scheme}://{host}:{port}"
 
     def __enter__(self) -> Self:
         self._thread.start()

@@ -12,6 +12,7 @@ import hmac
 import json
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 import urllib.request
@@ -65,6 +66,7 @@ class Azurite:
 
     endpoint: str
     proc: subprocess.Popen[bytes]
+    ca: Path | None = None  # the CA that signed its certificate, when it serves HTTPS
 
     def env(self) -> dict[str, str]:
         """The variables obstore's AzureStore reads to reach this emulator."""
@@ -86,7 +88,8 @@ class Azurite:
                      "Authorization": f"SharedKey {AZURITE_ACCOUNT}:"
                                       f"{base64.b64encode(mac.digest()).decode()}"},
         )  # fmt: skip
-        with urllib.request.urlopen(request, timeout=10) as answer:
+        context = ssl.create_default_context(cafile=self.ca) if self.ca else None
+        with urllib.request.urlopen(request, timeout=10, context=context) as answer:
             assert answer.status == 201, answer.status
         return f"az://{name}"
 
@@ -94,16 +97,21 @@ class Azurite:
         stop_process(self.proc)
 
 
-def start_azurite(binary: str) -> Azurite:
-    """Azurite's blob service in memory on a free loopback port, once it accepts connections."""
+def start_azurite(binary: str, tls: tuple[Path, Path, Path] | None = None) -> Azurite:
+    """Azurite's blob service in memory on a free loopback port, once it accepts connections;
+    with `tls` (a CA, and a certificate it signed for 127.0.0.1 with its key), over HTTPS
+    with OAuth (`--oauth basic`: a bearer token's issuer, audience and times are checked,
+    not its signature), as well as SharedKey."""
     port = _free_port()
+    secure = ["--oauth", "basic", "--cert", str(tls[1]), "--key", str(tls[2])] if tls else []
     proc = subprocess.Popen(
         [binary, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence",
-         "--silent", "--skipApiVersionCheck"],
+         "--silent", "--skipApiVersionCheck", *secure],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     _wait(proc, "azurite", lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close())
-    return Azurite(f"http://127.0.0.1:{port}", proc)
+    scheme = "https" if tls else "http"
+    return Azurite(f"{scheme}://127.0.0.1:{port}", proc, tls[0] if tls else None)
 
 
 def _wait(proc: subprocess.Popen[bytes], name: str, probe: Callable[[], object]) -> None:

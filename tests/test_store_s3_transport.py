@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import ssl
 import subprocess
 import sys
 from http.server import BaseHTTPRequestHandler
@@ -21,7 +20,7 @@ import pytest
 
 from ci_fxcache.store.remote.s3 import client
 from tests.conftest import TORCH_PYTHON, RunFxcache, _clean_env
-from tests.local_server import LocalServer
+from tests.local_server import LocalServer, certificates
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3
 from tests.store_helpers import SAMPLE, Store, write_files
 from tests.test_store_s3 import _compiles_into, _first_job, _store
@@ -215,16 +214,9 @@ class _Sts(LocalServer):
     not checked here."""
 
     def __init__(self, token: str, role: str, cert: Path, key: Path) -> None:
-        super().__init__()
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert, key)
-        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+        super().__init__((cert, key))
         self.token, self.role = token, role
         self.calls: list[dict[str, str]] = []
-
-    @property
-    def https(self) -> str:
-        return self.url.replace("http://", "https://")
 
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
         query = dict(parse_qsl(urlsplit(h.path).query))
@@ -255,25 +247,6 @@ class _Sts(LocalServer):
         h.wfile.write(body)
 
 
-def _certificates(where: Path) -> tuple[Path, Path, Path]:
-    """A CA (its certificate is the bundle a runner trusts) and a server certificate for
-    127.0.0.1 it signed, with its key (rustls refuses a CA certificate as a server's)."""
-    ca, ca_key = where / "ca.pem", where / "ca.key"
-    cert, key, request = where / "sts.pem", where / "sts.key", where / "sts.csr"
-    extensions = where / "sts.ext"
-    extensions.write_text("basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\n")
-    for cmd in (
-        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test CA",
-         "-keyout", ca_key, "-out", ca],
-        ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", key,
-         "-out", request],
-        ["x509", "-req", "-in", request, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
-         "-days", "1", "-extfile", extensions, "-out", cert],
-    ):  # fmt: skip
-        subprocess.run(["openssl", *map(str, cmd)], check=True, capture_output=True)
-    return ca, cert, key
-
-
 def test_a_web_identity_token_reaches_the_bucket_through_sts(
     tmp_path: Path, run_fxcache: RunFxcache, seaweed: SeaweedS3, bucket: str
 ) -> None:
@@ -285,7 +258,7 @@ def test_a_web_identity_token_reaches_the_bucket_through_sts(
     token = "eyJ.github-oidc-token-" + "x" * 40
     (tmp_path / "token").write_text(token)
     role = "arn:aws:iam::123456789012:role/fxcache-ci"
-    ca, cert, key = _certificates(tmp_path)
+    ca, cert, key = certificates(tmp_path)
     with _Sts(token, role, cert, key) as sts:
         env = {
             k: v
@@ -293,7 +266,7 @@ def test_a_web_identity_token_reaches_the_bucket_through_sts(
             if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
         }
         env.update(AWS_WEB_IDENTITY_TOKEN_FILE=str(tmp_path / "token"), AWS_ROLE_ARN=role,
-                   AWS_ENDPOINT_URL_STS=sts.https, AWS_CA_BUNDLE=str(ca),
+                   AWS_ENDPOINT_URL_STS=sts.url, AWS_CA_BUNDLE=str(ca),
                    FXCACHE_S3_URL=bucket)  # fmt: skip
         a = Store(tmp_path / "a" / "root", run_fxcache, env)
         _first_job(a)
