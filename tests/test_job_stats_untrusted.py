@@ -190,3 +190,47 @@ def test_each_count_that_is_text_renders_no_markup(path: tuple[Any, ...], tmp_pa
     bad_elements, bad_links = _signature(bad)
     assert not bad_elements - good_elements, bad_elements - good_elements
     assert bad_links <= good_links
+
+
+_EVENT_HEADER = (
+    "V1206 01:09:07.059000 1002 torch/_inductor/compile_fx.py:1449] "
+    '{"chromium_event": {}, "rank": 0, "frame_id": 0, "frame_compile_id": 0}\n'
+)
+
+
+@pytest.mark.parametrize("written", ["where torch writes it", "after the phase"])
+def test_event_times_torch_never_writes_give_no_event_and_finite_figures(
+    tmp_path: Path, written: str
+) -> None:
+    """A trace is a file any step may write. Times no clock gives (1e999, a 400-digit
+    integer, NaN, negative, true) used to become `Infinity` in `fxcache stats --json` (not
+    JSON to jq or a browser) and "inf min" in the text, or crash it (OverflowError): each
+    such event is dropped, the rest counted, the figures finite."""
+    from ci_fxcache.jobstats import count, trace
+
+    def event(name: str, ts: str, ph: str) -> str:
+        if written == "where torch writes it":  # read where it lies (the fast way)
+            body = f'{{\n"name": "{name}",\n"ts": {ts},\n"args": {{}},\n"ph": "{ph}"\n}}'
+        else:  # the time after the phase: read the general way, or decoded
+            body = f'{{"name": "{name}", "ph": "{ph}", "ts": {ts}}}'
+        return _EVENT_HEADER + "".join(f"\t{line}\n" for line in body.split("\n"))
+
+    bad = ["1e999", "1" + "0" * 400, "NaN", "-5", "true", "1e17"]
+    lines = [event("dynamo", "1000000", "B")]
+    lines += [event("dynamo", ts, "E") for ts in bad]
+    lines.append(event("dynamo", "3000000", "E"))
+    lines.append("V1206 01:09:07.059000 1002 torch/_dynamo/x.py:1] {\"compilation_metrics\": "
+                 '{"compile_id": "0/0", "entire_frame_compile_time_s": 2.0}}\n')  # fmt: skip
+    lines.append(event("next", "4000000", "B"))  # not last in its block: read where it lies
+    (tmp_path / "rank_0.log").write_text("".join(lines))
+    got, _notes = trace.read(tmp_path)
+    events = [r for r in got if isinstance(r, trace.Event)]
+    assert [(e.name, e.ph, e.ts) for e in events] == [
+        ("dynamo", "B", 1e6), ("dynamo", "E", 3e6), ("next", "B", 4e6)
+    ]  # fmt: skip
+    tally = count.Tally()
+    for record in got:
+        tally.add(record)
+    figures = tally.figures(tally.lookups())
+    text = json.dumps(figures, allow_nan=False)  # raises on Infinity or NaN
+    assert figures["phases"]["job"]["Dynamo tracing"] == 2.0, text

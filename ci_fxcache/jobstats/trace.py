@@ -298,11 +298,8 @@ def _event_in(process: str, block: bytes, start: int, end: int, most: int) -> Ev
     if found is None or found[4] is None or end - found.start("payload") > most:
         return None
     ph = _EVENT_PH.search(block, found.end(), end)
-    if ph is None:
-        return None
-    try:
-        ts = float(found[4])
-    except ValueError:
+    ts = _time(found[4])
+    if ph is None or ts is None:
         return None
     return Event(process, found[3].decode("utf-8", "replace"), ph[1].decode(), ts)
 
@@ -318,10 +315,9 @@ def _event(process: str, payload: bytes) -> Event | None:
             ts = found[1] if found else None
         ph = _EVENT_PH.search(payload)
         if ph is not None and ts is not None:
-            try:
-                return Event(process, head[1].decode("utf-8", "replace"), ph[1].decode(), float(ts))
-            except ValueError:
-                return None
+            at = _time(ts)
+            return None if at is None else Event(process, head[1].decode("utf-8", "replace"),
+                                                 ph[1].decode(), at)  # fmt: skip
     try:
         event = json.loads(payload.decode("utf-8", "replace"))
     except (ValueError, RecursionError):
@@ -329,9 +325,25 @@ def _event(process: str, payload: bytes) -> Event | None:
     if not isinstance(event, dict):
         return None
     name, ts = event.get("name"), event.get("ts")
-    if not isinstance(name, str) or not isinstance(ts, int | float):
+    at = _time(ts) if isinstance(ts, int | float) else None
+    if not isinstance(name, str) or at is None:
         return None
-    return Event(process, name, event.get("ph"), float(ts))
+    return Event(process, name, event.get("ph"), at)
+
+
+_LATEST_US = 1e17  # microseconds since 1970: the year 5138
+
+
+def _time(value: bytes | float) -> float | None:
+    """An event's time (us) as a number from 0 to _LATEST_US, or None: never infinite, NaN or
+    so large that the spans' sums overflow (the figures stay finite, their JSON valid)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        at = float(value)
+    except (ValueError, OverflowError):
+        return None
+    return at if 0.0 <= at < _LATEST_US else None
 
 
 def stream(directory: Path, limits: Limits, notes: ReadNotes) -> Iterator[Record | Event]:
