@@ -234,3 +234,42 @@ def test_event_times_torch_never_writes_give_no_event_and_finite_figures(
     figures = tally.figures(tally.lookups())
     text = json.dumps(figures, allow_nan=False)  # raises on Infinity or NaN
     assert figures["phases"]["job"]["Dynamo tracing"] == 2.0, text
+
+
+HUGE = ["1e999", "-1e999", "NaN", "1" + "0" * 400]
+
+
+@pytest.mark.parametrize("value", HUGE)
+def test_numbers_no_count_or_clock_gives_count_as_nothing_and_never_stop_the_stats(
+    tmp_path: Path, value: str
+) -> None:
+    """A compile time, a lookup's times and a history row's counts written as 1e999, NaN or
+    a 400-digit integer: each counts as 0 (jobstats.numbers, one rule for all three), where
+    they gave Infinity in the JSON or stopped `fxcache stats` with a traceback
+    (OverflowError converting to int)."""
+    from ci_fxcache.jobstats import count, history, trace
+
+    (tmp_path / "rank_0.log").write_text(
+        'V1206 01:09:07.059000 1002 torch/_dynamo/x.py:1] {"compilation_metrics": '
+        f'{{"compile_id": "0/0", "entire_frame_compile_time_s": {value}}}}}\n'
+        'V1206 01:09:07.059000 1002 torch/_inductor/x.py:1] {"artifact": {"name": '
+        '"fx_graph_cache_miss", "encoding": "json"}, "frame_id": 0, "frame_compile_id": 0}\n'
+        f'\t{{"key": "fabc", "components": [], "cache_event_time": {value}, '
+        f'"time_taken_ns": {value}}}\n'
+    )
+    got, _notes = trace.read(tmp_path)
+    tally = count.Tally()
+    for record in got:
+        tally.add(record)
+    found = tally.lookups()
+    figures = tally.figures(found)
+    json.dumps(figures, allow_nan=False)
+    assert figures["compile_s"] == 0 and figures["fxgraph"]["miss"] == 1
+    assert found[0]["cold_ns"] == 0 and found[0]["at_ns"] == 0
+    row = history.checked(json.loads(
+        f'{{"id": "r", "at": "2026-12-01T10:00:00Z", "graphs": {value}, "hits": {value}, '
+        f'"misses": {{"new": {value}}}, "bypasses": 0, "compile_s": {value}, "saved_s": 1}}'
+    ))  # fmt: skip
+    assert row is not None
+    json.dumps(row, allow_nan=False)
+    assert (row["graphs"], row["hits"], row["misses"], row["compile_s"]) == (0, 0, {"new": 0}, 0)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ci_fxcache.jobstats import phases
+from ci_fxcache.jobstats.numbers import number
 from ci_fxcache.jobstats.trace import Event, Record
 from ci_fxcache.worker import keylines
 
@@ -26,10 +27,6 @@ PROCESSES_SHOWN = 64
 LINE_CACHED, LINES_CACHED = 400, 50_000  # component lines parsed once: their length, number
 CPP_BUILD = "compile_file"  # Inductor's timed C++ build (a kernel or its wrapper), torch 2.13
 _KEY = re.compile(r'"key": "([^"\\]{1,128})"')
-
-
-def _number(value: Any) -> float:
-    return float(value) if isinstance(value, int | float) and value == value else 0.0
 
 
 def _compile_id(head: dict[str, Any]) -> str | None:
@@ -146,7 +143,7 @@ class Tally:
     def _metrics(self, process: str, which: str, metrics: dict[str, Any], field: str) -> None:
         if isinstance(metrics.get("compile_id"), str):
             where = (process, metrics["compile_id"][:40])
-            spent = _number(metrics.get(field))
+            spent = float(number(metrics.get(field)))
             self.frame_seconds[where] = self.frame_seconds.get(where, 0.0) + spent
         if which != "compilation_metrics":
             return
@@ -210,8 +207,8 @@ class Tally:
             "pid": record.pid,
             "rank": rank if isinstance(rank, int) else None,
             "compile_id": _compile_id(record.head),
-            "cold_ns": int(_number(cold)),
-            "at_ns": int(_number(info.get("cache_event_time"))),
+            "cold_ns": int(number(cold)),
+            "at_ns": int(number(info.get("cache_event_time"))),
         }
         if kind[0] == "fxgraph":
             lookup["components"] = self._components_of(lookup["key"], info)

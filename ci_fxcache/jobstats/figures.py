@@ -11,11 +11,11 @@ Strings are escaped where they are shown (report/render.py: `md_text`, `html_tex
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from ci_fxcache.jobstats import history
 from ci_fxcache.jobstats.job import SCHEMA
+from ci_fxcache.jobstats.numbers import number
 
 MAX_DEPTH = 8
 MAX_ITEMS = 1000  # per list
@@ -32,21 +32,13 @@ NUMBERS = frozenset(
 NUMBER_MAPS = frozenset({"fxgraph", "aotautograd", "miss_causes", "misses_by_cause"})
 
 
-def _number(value: Any) -> float | int:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 0
-    if isinstance(value, float) and not math.isfinite(value):
-        return 0
-    return value
-
-
 def _leaf(value: Any, numeric: bool) -> Any:
     if numeric:
-        return _number(value)
+        return number(value)
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int | float):
-        return _number(value)
+        return number(value)
     return str(value)[:MAX_TEXT] if isinstance(value, str) else None
 
 

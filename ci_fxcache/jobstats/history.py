@@ -24,6 +24,7 @@ from typing import Any
 
 from ci_fxcache import timestamps
 from ci_fxcache.jobstats import records
+from ci_fxcache.jobstats.numbers import number
 from ci_fxcache.store import modes, trust
 
 ROWS = 20
@@ -50,10 +51,6 @@ def row(doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _number(value: Any) -> float:
-    return float(value) if isinstance(value, int | float) and value == value else 0.0
-
-
 def _past(at: Any) -> bool:
     """Whether `at` is a time in the format rows are written in, not after now."""
     try:
@@ -73,12 +70,12 @@ def checked(raw: Any) -> dict[str, Any] | None:
         "id": str(raw.get("id"))[:32],
         "at": str(raw.get("at"))[:32],
         "run": str(raw["run"])[:24] if isinstance(raw.get("run"), str | int) else None,
-        "graphs": int(_number(raw.get("graphs"))),
-        "hits": int(_number(raw.get("hits"))),
-        "misses": {str(k)[:32]: int(_number(v)) for k, v in list(misses.items())[:8]},
-        "bypasses": int(_number(raw.get("bypasses"))),
-        "compile_s": round(_number(raw.get("compile_s")), 3),
-        "saved_s": round(_number(raw.get("saved_s")), 3),
+        "graphs": int(number(raw.get("graphs"))),
+        "hits": int(number(raw.get("hits"))),
+        "misses": {str(k)[:32]: int(number(v)) for k, v in list(misses.items())[:8]},
+        "bypasses": int(number(raw.get("bypasses"))),
+        "compile_s": round(float(number(raw.get("compile_s"))), 3),
+        "saved_s": round(float(number(raw.get("saved_s"))), 3),
     }
 
 
