@@ -74,7 +74,7 @@ def _header(name: str, pid: int) -> bytes:
 
 def _event_lines(rng: random.Random) -> list[bytes]:
     """A timed event's payload as torch writes it (one field a line), or with its time after
-    its arguments, without a phase, or cut short."""
+    its arguments, without a phase, with arguments past the payload limit, or cut short."""
     fields = [
         f'"name": "{rng.choice(["dynamo", "compile_file", "build_guards", "x" * 150])}"',
         f'"ts": {rng.choice(["1000000000000010.0", "12", "1e3", "9" * 40])}',
@@ -87,6 +87,8 @@ def _event_lines(rng: random.Random) -> list[bytes]:
         fields.insert(3, fields.pop(1))  # the time after the arguments: searched for
     if rng.random() < 0.1:
         fields.pop(-3)  # no phase
+    if rng.random() < 0.1:  # arguments past the payload limit below: counted, left unread
+        fields[2] = '"args": {\n' + ",\n".join(f'"k{i}": "{"v" * 80}"' for i in range(16)) + "\n}"
     lines = ("{\n" + ",\n".join(fields) + "\n}").split("\n")
     if rng.random() < 0.1:
         lines = lines[: rng.randrange(1, len(lines))]

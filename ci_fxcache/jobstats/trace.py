@@ -196,11 +196,8 @@ _EVENT_NAME = re.compile(
     rb'\{\s*"name": "([^"\\]{1,200})",(?:\s*"ts": ([0-9][0-9.e+]{0,30})[,\s}])?'
 )
 _EVENT_PH = re.compile(rb'"ph": "([A-Za-z])"')
-# A whole timed event's header line and the start of its payload, as torch writes them: read
-# in one match, where the record ends inside the block (_records_of's fast path).
-_EVENT_RECORD = re.compile(
-    _HEADER.pattern + re.escape(_EVENT_HEAD) + rb"[^\n]*\n(?P<payload>\t)" + _EVENT_NAME.pattern
-)
+# A timed event's whole header line (what _header takes for one), matched in the block.
+_EVENT_LINE = re.compile(_HEADER.pattern + re.escape(_EVENT_HEAD) + rb"[^\n]*\n")
 _EVENT_TS = re.compile(rb'"ts": ([0-9][0-9.e+]{0,30})[,\s}]')
 
 
@@ -259,9 +256,14 @@ def _records_of(
                 notes.stopped.append(f"read {limits.records} records, the limit")
                 return
             start, end = starts[at], starts[at + 1]
-            if at < last and (event := _event_in(process, block, start, end, most_payload)):
-                current = None  # most records: a timed event read where it lies
-                yield event
+            line = _EVENT_LINE.match(block, start, end) if at < last else None
+            if line is not None and end - line.end() <= most_payload:
+                # Most records: a timed event that ends in this block, read where it lies
+                # (no header object, no payload list), as _record would read it.
+                current = None
+                event = _event(process, block[line.end() : end])
+                if event is not None:
+                    yield event
                 continue
             newline = block.find(b"\n", start, end)
             head_end = end if newline < 0 else newline + 1
@@ -288,20 +290,6 @@ def _record(
     # every line starts with its tab: drop the first, then each after a newline
     text = joined[1:].replace(b"\n\t", b"\n").decode("utf-8", "replace")
     return Record(process, *current, text)
-
-
-def _event_in(process: str, block: bytes, start: int, end: int, most: int) -> Event | None:
-    """The timed event that is record `block[start:end]` (a whole record), where torch wrote
-    it as usual: its name, then its time, its payload within `most` bytes; else None (the
-    record is read the general way, which gives the same for such an event)."""
-    found = _EVENT_RECORD.match(block, start, end)  # groups 3 and 4: _EVENT_NAME's
-    if found is None or found[4] is None or end - found.start("payload") > most:
-        return None
-    ph = _EVENT_PH.search(block, found.end(), end)
-    ts = _time(found[4])
-    if ph is None or ts is None:
-        return None
-    return Event(process, found[3].decode("utf-8", "replace"), ph[1].decode(), ts)
 
 
 def _event(process: str, payload: bytes) -> Event | None:
