@@ -284,10 +284,6 @@ def _settle(
     return named
 
 
-def _packs_of(entries: packs.Index) -> list[str]:
-    return sorted({e.pack for e in entries.values()})
-
-
 def _warn_dropped(
     objects: S3Objects, key: str, index: _Index, published: int
 ) -> list[dict[str, Any]]:
