@@ -24,6 +24,9 @@ net(torch.randn(8, 16)).sum().backward()
 mine = {k: dict(counters[k]) for k in ("inductor", "aot_autograd")}
 with open(f"{sys.argv[1]}/rank{dist.get_rank()}.json", "w") as out:  # one file a rank
     json.dump({"rank": dist.get_rank(), **mine}, out)
+# every rank past its collectives before leaving: with torch 2.13 a gloo thread still waiting
+# for the GIL to drop the last all-reduce can abort a rank at exit (std::terminate)
+dist.barrier()
 dist.destroy_process_group()
 """
 

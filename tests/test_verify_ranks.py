@@ -3,6 +3,7 @@ processes per phase, faults injected on one rank."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,55 @@ def test_a_rank_that_hangs_is_unsafe_within_the_timeout_naming_the_rank(
     assert ranks[1]["status"] == "timeout"
     # rank 0 waited for it in a collective and ended on the process group's own timeout
     assert ranks[0]["status"] == "error", ranks[0]
+
+
+LEAVE_ROUNDS = """
+import gc, sys, torch
+from torch.nn.parallel import DistributedDataParallel
+from ci_fxcache.worker import ranks
+rank, where = int(sys.argv[1]), sys.argv[2]
+for round in range(8):
+    init = f"file://{where}/rendezvous{round}"
+    ranks.setup({"dist": {"rank": rank, "world_size": 2, "backend": "gloo",
+                          "init_method": init, "timeout_s": 60}}, {})
+    net = DistributedDataParallel(torch.nn.Linear(16, 4))
+    net(torch.randn(8, 16)).sum().backward()
+    ranks.teardown()
+    del net  # the model and its reducer go at once, as when a phase's last reference drops
+    gc.collect()
+print("left", rank)
+"""
+
+
+def test_a_rank_leaves_its_process_group_without_hanging(tmp_path: Path) -> None:
+    """Eight rounds of DDP backward, the worker's teardown and the model freed at once: with
+    torch 2.13 the gloo group's destructor hung most rounds (its threads waited for the GIL),
+    which a verify would have reported as an unsafe timeout."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "leave.py"
+    script.write_text(LEAVE_ROUNDS, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    command = [sys.executable, str(script)]
+    procs = [
+        subprocess.Popen(
+            [*command, str(rank), str(tmp_path)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    try:
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        pytest.fail("a rank hung leaving its process group")
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert [o.splitlines()[-1] for o in outs] == ["left 0", "left 1"], outs
 
 
 # --- the axis, the skips and the verdict of several ranks, without compiling -----------------

@@ -52,10 +52,20 @@ def setup(spec: dict[str, Any], result: dict[str, Any]) -> None:
     )
 
 
+# Process groups the phase left, kept from their destructor: a gloo group's destructor joins
+# its worker threads while holding the GIL, and a worker thread still waiting for the GIL to drop
+# a finished collective (its saved thread state holds a Python object) never gets it, so the rank
+# hangs (torch 2.13, a DDP model freed just after `destroy_process_group`). The phase's process
+# ends with os._exit, which runs no destructor.
+_left_groups: list[Any] = []
+
+
 def teardown() -> None:
     """Leave the process group (the phase's result is written after this)."""
     if active():
-        torch.distributed.destroy_process_group()
+        dist = torch.distributed
+        _left_groups.append(dist.group.WORLD)
+        dist.destroy_process_group()
 
 
 def wrapped_already(model: Any) -> bool:
