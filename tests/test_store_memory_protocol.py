@@ -10,7 +10,9 @@ tests/test_store_s3*.py's."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -204,6 +206,43 @@ def test_four_savers_at_once_leave_every_savers_files_to_an_empty_runner(
     assert {got["via"] for got in done} <= {"head", "reference"}, done
     union = {rel: body for files in own for rel, body in files.items()}
     assert _fetch(memory, tmp_path / "reader", NEW) == _digests(union)
+
+
+class _DiskGone(io.BytesIO):
+    """A pack file whose second read fails, part-way through its upload."""
+
+    reads = 0
+
+    def read(self, n: int | None = -1) -> bytes:
+        self.reads += 1
+        if self.reads > 1:
+            raise OSError("disk gone")
+        return super().read(n)
+
+
+def test_a_pack_over_the_multipart_limit_goes_up_in_parts_and_a_failed_one_is_dropped(
+    memory: Any, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pack larger than MULTIPART_BYTES, as a big `.so` makes one: sent in PART_BYTES parts
+    and read back whole; one whose file fails part-way leaves no object (and, on GCS, the
+    upload aborted)."""
+    monkeypatch.setattr(client, "MULTIPART_BYTES", 1024)
+    bucket = _tier(memory).bucket
+    relay = request.getfixturevalue("gcs")[0][1] if "[gcs]" in request.node.name else None
+    taken = (relay.parts, relay.aborted) if relay else (0, 0)
+    size = client.PART_BYTES * 2 + 10
+    body = os.urandom(size)
+    failed = bucket.where.key("packs", "failed")
+    with pytest.raises(client.S3Unavailable):
+        bucket.put_file(failed, _DiskGone(body), size)
+    with pytest.raises(client.S3Missing):
+        bucket.get(failed, limit=size)
+    key = bucket.where.key("packs", "big")
+    bucket.put_file(key, io.BytesIO(body), size)
+    got = bucket.get(key, limit=size)
+    assert got is not None and got[0] == body
+    if relay:  # three parts and a completion went through GCS's XML multipart upload
+        assert relay.parts - taken[0] >= 3 and relay.aborted == taken[1] + 1, vars(relay)
 
 
 def test_the_collection_removes_an_old_scope_and_only_its_unshared_objects(
