@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import signal
@@ -118,3 +119,15 @@ SAMPLE = {
     "inductor/aotautograd/cd/entry2": b"autograd" * 50,
     "triton/KERNELHASH/kernel.so": bytes(range(256)) * 40,
 }
+
+
+class FailingFile(io.BytesIO):
+    """A file whose second read fails: a multipart upload that dies after its first part."""
+
+    reads = 0
+
+    def read(self, n: int | None = -1) -> bytes:
+        self.reads += 1
+        if self.reads > 1:
+            raise OSError("disk gone")
+        return super().read(n)

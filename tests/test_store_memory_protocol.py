@@ -27,7 +27,7 @@ from ci_fxcache.store.policies import Policy
 from ci_fxcache.store.remote.s3 import client, invalidate
 from ci_fxcache.store.remote.s3.tier import S3Tier
 from tests.conftest import RunFxcache
-from tests.store_helpers import Store, tree_digest, write_files
+from tests.store_helpers import FailingFile, Store, tree_digest, write_files
 from tests.test_invalidate_stores import invalidate_step
 
 obstore_store = pytest.importorskip("obstore.store")
@@ -208,18 +208,6 @@ def test_four_savers_at_once_leave_every_savers_files_to_an_empty_runner(
     assert _fetch(memory, tmp_path / "reader", NEW) == _digests(union)
 
 
-class _DiskGone(io.BytesIO):
-    """A pack file whose second read fails, part-way through its upload."""
-
-    reads = 0
-
-    def read(self, n: int | None = -1) -> bytes:
-        self.reads += 1
-        if self.reads > 1:
-            raise OSError("disk gone")
-        return super().read(n)
-
-
 def test_a_pack_over_the_multipart_limit_goes_up_in_parts_and_a_failed_one_is_dropped(
     memory: Any, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -234,7 +222,7 @@ def test_a_pack_over_the_multipart_limit_goes_up_in_parts_and_a_failed_one_is_dr
     body = os.urandom(size)
     failed = bucket.where.key("packs", "failed")
     with pytest.raises(client.S3Unavailable):
-        bucket.put_file(failed, _DiskGone(body), size)
+        bucket.put_file(failed, FailingFile(body), size)
     with pytest.raises(client.S3Missing):
         bucket.get(failed, limit=size)
     key = bucket.where.key("packs", "big")

@@ -22,7 +22,7 @@ from ci_fxcache.store.remote.s3 import client
 from tests.conftest import TORCH_PYTHON, RunFxcache, _clean_env
 from tests.local_server import LocalServer, certificates
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3
-from tests.store_helpers import SAMPLE, Store, write_files
+from tests.store_helpers import SAMPLE, FailingFile, Store, write_files
 from tests.test_store_s3 import _compiles_into, _first_job, _store
 from tests.test_store_s3 import bucket as bucket  # the fixture
 
@@ -76,18 +76,6 @@ def test_conditional_writes_lose_by_type_and_an_unchanged_read_is_none(
         assert bytes(read(2)) == b"wo"
 
 
-class _FailingFile(io.BytesIO):
-    """A file whose second read fails: a multipart upload that dies after its first part."""
-
-    reads = 0
-
-    def read(self, n: int | None = -1) -> bytes:
-        self.reads += 1
-        if self.reads > 1:
-            raise OSError("disk gone")
-        return super().read(n)
-
-
 def test_a_multipart_upload_that_fails_is_aborted(
     monkeypatch: pytest.MonkeyPatch, seaweed: SeaweedS3, bucket: str
 ) -> None:
@@ -97,7 +85,7 @@ def test_a_multipart_upload_that_fails_is_aborted(
     size = client.PART_BYTES * 2 + 10
     key = b.where.key("packs", "big")
     with pytest.raises(client.S3Unavailable):
-        b.put_file(key, _FailingFile(os.urandom(size)), size)
+        b.put_file(key, FailingFile(os.urandom(size)), size)
     s3: Any = seaweed.client()
     name = b.where.bucket
     assert not s3.list_multipart_uploads(Bucket=name).get("Uploads"), "upload left open"
