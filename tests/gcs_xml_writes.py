@@ -20,67 +20,42 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import http.client
 import json
 import re
 import uuid
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from tests.local_server import LocalServer
-
-_HOP = {"host", "connection", "transfer-encoding", "content-length"}
+from tests.local_server import Answer, Relay
 
 
-class GcsXmlWrites(LocalServer):
+class GcsXmlWrites(Relay):
     """The relay, in front of the fake-gcs-server at `upstream`. `puts` counts the uploads
     it made (a PUT, a completed multipart upload), `refused` the 412s the emulator answered,
     `parts` the multipart parts taken and `aborted` the multipart uploads dropped."""
 
     def __init__(self, upstream: str) -> None:
-        super().__init__()
-        self.upstream = urlsplit(upstream)
+        super().__init__(upstream)
         self.puts = 0
         self.refused = 0
         self.parts = 0
         self.aborted = 0
         self._uploads: dict[str, dict[int, bytes]] = {}
 
-    def _ahead(
-        self, method: str, path: str, body: bytes | None, headers: dict[str, str]
-    ) -> tuple[int, list[tuple[str, str]], bytes]:
-        conn = http.client.HTTPConnection(self.upstream.hostname or "", self.upstream.port,
-                                          timeout=30)  # fmt: skip
-        try:
-            conn.request(method, path, body=body, headers=headers)
-            answer = conn.getresponse()
-            return answer.status, answer.getheaders(), answer.read()
-        finally:
-            conn.close()
-
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
-        length = int(h.headers.get("Content-Length") or 0)
-        body = h.rfile.read(length) if length else b""
+        body = self.body(h)
         query = parse_qs(urlsplit(h.path).query, keep_blank_values=True)
         if "uploads" in query or "uploadId" in query:
-            status, headers, data = self._multipart(h, query, body)
+            answer = self._multipart(h, query, body)
         elif h.command == "PUT":
-            status, headers, data = self._put(h, body)
+            answer = self._put(h, body)
         else:
-            sent = {k: v for k, v in h.headers.items() if k.lower() not in _HOP}
-            status, headers, data = self._ahead(h.command, h.path, body or None, sent)
-        h.send_response(status)
-        for name, value in headers:
-            if name.lower() not in _HOP:
-                h.send_header(name, value)
-        h.send_header("Content-Length", str(len(data)))
-        h.end_headers()
-        if h.command != "HEAD":
-            h.wfile.write(data)
+            answer = self.forward(h, body)
+        self.reply(h, answer)
 
     def _multipart(
         self, h: BaseHTTPRequestHandler, query: dict[str, list[str]], body: bytes
-    ) -> tuple[int, list[tuple[str, str]], bytes]:
+    ) -> Answer:
         """Initiate (POST ?uploads), a part (PUT ?partNumber&uploadId), complete (POST
         ?uploadId) or abort (DELETE ?uploadId), as GCS's XML API answers them."""
         bucket, _, name = urlsplit(h.path).path.lstrip("/").partition("/")
@@ -123,9 +98,7 @@ class GcsXmlWrites(LocalServer):
                               f"<Key>{unquote(name)}</Key><ETag>{etag}</ETag>"
                               "</CompleteMultipartUploadResult>").encode()  # fmt: skip
 
-    def _put(
-        self, h: BaseHTTPRequestHandler, body: bytes
-    ) -> tuple[int, list[tuple[str, str]], bytes]:
+    def _put(self, h: BaseHTTPRequestHandler, body: bytes) -> Answer:
         where = urlsplit(h.path)
         bucket, _, name = where.path.lstrip("/").partition("/")
         if where.query or "x-goog-copy-source" in h.headers or not name:
@@ -137,7 +110,7 @@ class GcsXmlWrites(LocalServer):
 
     def _upload(
         self, bucket: str, name: str, body: bytes, generation: str | None, content_type: str
-    ) -> tuple[int, list[tuple[str, str]], bytes]:
+    ) -> Answer:
         """`body` as object `name` through the JSON API's multipart upload, on condition of
         `generation` (the XML API's x-goog-if-generation-match) when given."""
         query = f"uploadType=multipart&name={quote(unquote(name), safe='')}"
@@ -151,7 +124,7 @@ class GcsXmlWrites(LocalServer):
             body, f"\r\n--{boundary}--\r\n".encode(),
         ])  # fmt: skip
         headers = {"Content-Type": f"multipart/related; boundary={boundary}"}
-        status, _, data = self._ahead(
+        status, _, data = self.ahead(
             "POST", f"/upload/storage/v1/b/{bucket}/o?{query}", upload, headers
         )
         with self._lock:

@@ -1,14 +1,20 @@
 """The loopback HTTP server under the strict fakes (fake_github, fake_cache_service): a free
-port chosen by the system, one thread per request, every method handed to `_handle`."""
+port chosen by the system, one thread per request, every method handed to `_handle`; and
+`Relay`, one in front of a real server that passes requests on."""
 
 from __future__ import annotations
 
+import http.client
 import ssl
 import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Self
+from urllib.parse import urlsplit
+
+Answer = tuple[int, list[tuple[str, str]], bytes]  # status, headers, body
+_HOP = {"host", "connection", "transfer-encoding", "content-length"}  # set per connection
 
 
 def certificates(where: Path) -> tuple[Path, Path, Path]:
@@ -73,3 +79,47 @@ class LocalServer:
             do_GET = do_HEAD = do_POST = do_PATCH = do_DELETE = do_PUT = _dispatch
 
         return Handler
+
+
+class Relay(LocalServer):
+    """In front of the plain-HTTP server at `upstream`: `forward` passes a request on as it
+    came (less the per-connection headers and those in `dropped`), `reply` answers one."""
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__()
+        self.upstream = urlsplit(upstream)
+
+    @staticmethod
+    def body(h: BaseHTTPRequestHandler) -> bytes:
+        length = int(h.headers.get("Content-Length") or 0)
+        return h.rfile.read(length) if length else b""
+
+    def ahead(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> Answer:
+        """One request to the upstream server; its answer."""
+        conn = http.client.HTTPConnection(self.upstream.hostname or "", self.upstream.port,
+                                          timeout=30)  # fmt: skip
+        try:
+            conn.request(method, path, body=body, headers=headers)
+            answer = conn.getresponse()
+            return answer.status, answer.getheaders(), answer.read()
+        finally:
+            conn.close()
+
+    def forward(
+        self, h: BaseHTTPRequestHandler, body: bytes, dropped: frozenset[str] = frozenset()
+    ) -> Answer:
+        """`h`'s request, passed on with its headers."""
+        sent = {k: v for k, v in h.headers.items() if k.lower() not in _HOP | dropped}
+        return self.ahead(h.command, h.path, body or None, sent)
+
+    @staticmethod
+    def reply(h: BaseHTTPRequestHandler, answer: Answer) -> None:
+        status, headers, data = answer
+        h.send_response(status)
+        for name, value in headers:
+            if name.lower() not in _HOP:
+                h.send_header(name, value)
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        if h.command != "HEAD":
+            h.wfile.write(data)

@@ -12,20 +12,18 @@ tests/test_store_memory_protocol.py's."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 
 from ci_fxcache import names
 from tests.conftest import RunFxcache
-from tests.local_server import LocalServer
+from tests.local_server import Relay
 from tests.store_helpers import Store, write_files
 
 pytest.importorskip("obstore.store")
@@ -120,43 +118,25 @@ def test_the_clean_up_lists_and_deletes_a_gcs_buckets_scope(
     assert not b.restore("--store", "object", "--object-url", url)["hit"]
 
 
-class _BearerGate(LocalServer):
+class _BearerGate(Relay):
     """In front of the emulator, which takes any request: a request goes on only with
     `Authorization: Bearer <token>`, else it is answered 401 as GCS answers an expired or
     wrong token. Records each request's Authorization header."""
 
     def __init__(self, upstream: str, token: str) -> None:
-        super().__init__()
-        self.upstream, self.token = urlsplit(upstream), token
+        super().__init__(upstream)
+        self.token = token
         self.seen: list[str] = []
 
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
         given = h.headers.get("Authorization", "")
         with self._lock:
             self.seen.append(given)
-        length = int(h.headers.get("Content-Length") or 0)
-        body = h.rfile.read(length) if length else None
+        body = self.body(h)
         if given != f"Bearer {self.token}":
-            h.send_response(401)
-            h.send_header("Content-Length", "0")
-            h.end_headers()
+            self.reply(h, (401, [], b""))
             return
-        skip = {"host", "authorization", "connection"}
-        ahead = http.client.HTTPConnection(self.upstream.hostname or "", self.upstream.port,
-                                           timeout=30)  # fmt: skip
-        headers = {k: v for k, v in h.headers.items() if k.lower() not in skip}
-        ahead.request(h.command, h.path, body=body, headers=headers)
-        answer = ahead.getresponse()
-        data = answer.read()
-        h.send_response(answer.status)
-        for name, value in answer.getheaders():
-            if name.lower() not in ("transfer-encoding", "connection", "content-length"):
-                h.send_header(name, value)
-        h.send_header("Content-Length", str(len(data)))
-        h.end_headers()
-        if h.command != "HEAD":
-            h.wfile.write(data)
-        ahead.close()
+        self.reply(h, self.forward(h, body, frozenset({"authorization"})))
 
 
 def _workload_identity_file(where: Path) -> Path:
