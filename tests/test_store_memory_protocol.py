@@ -96,6 +96,11 @@ def memory(
     return client.parse_url(url, schemes=client.SCHEMES)
 
 
+def _gcs_relay(request: pytest.FixtureRequest) -> Any:
+    """The relay in front of fake-gcs-server when this test runs on `gcs`, else None."""
+    return request.getfixturevalue("gcs")[0][1] if "[gcs]" in request.node.name else None
+
+
 def _tier(memory: Any) -> S3Tier:
     if isinstance(memory, client.Location):
         return S3Tier(memory)
@@ -169,7 +174,7 @@ def test_a_save_that_loses_the_head_publishes_a_reference_that_readers_merge(
     tmp_path: Path, memory: Any, request: pytest.FixtureRequest
 ) -> None:
     _publish(memory, tmp_path / "a", NEW, FILES)
-    relay = request.getfixturevalue("gcs")[0][1] if "[gcs]" in request.node.name else None
+    relay = _gcs_relay(request)
     refused = relay.refused if relay else 0
     loser = _tier(memory)
     real = loser.bucket.put
@@ -216,7 +221,7 @@ def test_a_pack_over_the_multipart_limit_goes_up_in_parts_and_a_failed_one_is_dr
     upload aborted)."""
     monkeypatch.setattr(client, "MULTIPART_BYTES", 1024)
     bucket = _tier(memory).bucket
-    relay = request.getfixturevalue("gcs")[0][1] if "[gcs]" in request.node.name else None
+    relay = _gcs_relay(request)
     taken = (relay.parts, relay.aborted) if relay else (0, 0)
     size = client.PART_BYTES * 2 + 10
     body = os.urandom(size)
