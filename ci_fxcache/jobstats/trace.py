@@ -192,13 +192,12 @@ def _blocks(stream: BinaryIO, limits: Limits, notes: ReadNotes) -> Iterator[byte
 _EVENT_HEAD = b'"chromium_event": {}, '  # a timed event's header: nothing else in it is used
 _EVENT: dict[str, Any] = {"chromium_event": {}}  # what _header gives for one: shared, read only
 # Torch writes an event's name first, then its time; its phase after its arguments.
-_EVENT_NAME = re.compile(
-    rb'\{\s*"name": "([^"\\]{1,200})",(?:\s*"ts": ([0-9][0-9.e+]{0,30})[,\s}])?'
-)
+_EVENT_TS_FIELD = rb'"ts": ([0-9][0-9.e+]{0,30})[,\s}]'
+_EVENT_NAME = re.compile(rb'\{\s*"name": "([^"\\]{1,200})",(?:\s*' + _EVENT_TS_FIELD + rb")?")
 _EVENT_PH = re.compile(rb'"ph": "([A-Za-z])"')
 # A timed event's whole header line (what _header takes for one), matched in the block.
 _EVENT_LINE = re.compile(_HEADER.pattern + re.escape(_EVENT_HEAD) + rb"[^\n]*\n")
-_EVENT_TS = re.compile(rb'"ts": ([0-9][0-9.e+]{0,30})[,\s}]')
+_EVENT_TS = re.compile(_EVENT_TS_FIELD)
 
 
 def _header(line: bytes) -> tuple[int, dict[str, Any]] | None:
