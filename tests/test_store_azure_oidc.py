@@ -12,7 +12,6 @@ trade at Microsoft itself, and the Azure CLI path (`AZURE_USE_AZURE_CLI`)."""
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 import uuid
@@ -26,20 +25,13 @@ import pytest
 
 from tests.conftest import RunFxcache
 from tests.local_server import LocalServer, certificates
-from tests.store_helpers import Store, write_files
+from tests.store_helpers import Store, unsigned_jwt, write_files
 
 pytest.importorskip("obstore.store")
 FILES = {f"inductor/fxgraph/o{i}/entry": f"graph {i} ".encode() * (30 + i) for i in range(4)}
 TENANT = "72f988bf-86f1-41af-91ab-2d7cd011db47"
 CLIENT = "0f6bd9a1-5a5e-4bb0-8c3c-6f2d64f1c7e2"
 ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
-
-
-def _unsigned_jwt(claims: dict[str, Any]) -> str:
-    def part(value: dict[str, Any]) -> str:
-        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
-
-    return f"{part({'alg': 'none', 'typ': 'JWT'})}.{part(claims)}.c2ln"
 
 
 class _Entra(LocalServer):
@@ -66,7 +58,7 @@ class _Entra(LocalServer):
                  and form.get("scope") == "https://storage.azure.com/.default")  # fmt: skip
         if known:
             now = int(time.time())
-            token = _unsigned_jwt({"aud": "https://storage.azure.com",
+            token = unsigned_jwt({"aud": "https://storage.azure.com",
                                    "iss": f"https://sts.windows.net/{TENANT}/", "tid": TENANT,
                                    "nbf": now - 60, "iat": now - 60, "exp": now + 3600,
                                    "oid": str(uuid.uuid4())})  # fmt: skip
@@ -111,7 +103,7 @@ def test_a_federated_token_reaches_the_account_through_entra_id(
     from tests.object_servers import AZURITE_ACCOUNT
 
     ca, cert, key = tls
-    github_token = _unsigned_jwt({"iss": "https://token.actions.githubusercontent.com",
+    github_token = unsigned_jwt({"iss": "https://token.actions.githubusercontent.com",
                                   "sub": "repo:acme/models:ref:refs/heads/main",
                                   "aud": "api://AzureADTokenExchange"})  # fmt: skip
     (tmp_path / "oidc-token").write_text(github_token)
