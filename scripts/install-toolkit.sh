@@ -19,7 +19,7 @@
 #
 # env: FXCACHE_ACTION_ROOT  the action's root directory
 #      FXCACHE_BASE_PYTHON  interpreter to build the venv from (else $FXCACHE_PYTHON, python3)
-#      FXCACHE_STORE        redis / s3 or object: install the redis / s3 extra too
+#      FXCACHE_STORE        redis / s3 / object: install the redis / s3 / s3 and gcs extras too
 #      FXCACHE_TOOLKIT      absolute path of an installed fxcache to use instead (same
 #                           version): the action's `toolkit` input, never the job's variable
 #      FXCACHE_RUN_EVENT    the runner's record of the event (the action's run-event input)
@@ -65,6 +65,8 @@ done
 requirements=("$root/toolkit/requirements.txt")
 if [ "${FXCACHE_STORE:-}" = redis ]; then requirements+=("$root/toolkit/requirements-redis.txt"); fi
 if [ "${FXCACHE_STORE:-}" = s3 ] || [ "${FXCACHE_STORE:-}" = object ]; then requirements+=("$root/toolkit/requirements-s3.txt"); fi
+# store: object may name a gs:// bucket whose credentials only google-auth reads (gcs extra).
+if [ "${FXCACHE_STORE:-}" = object ]; then requirements+=("$root/toolkit/requirements-gcs.txt"); fi
 pip_args=()
 for file in "${requirements[@]}"; do pip_args+=(-r "$file"); done
 

@@ -147,6 +147,13 @@ def test_store_s3_installs_the_s3_extra(action: Path, tmp_path: Path) -> None:
     assert _missing_dependencies(exe) == []
 
 
+def test_store_object_installs_the_s3_and_gcs_extras(action: Path, tmp_path: Path) -> None:
+    proc, exe = install(action, tmp_path, FXCACHE_STORE="object")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _imports(exe, "obstore") and _imports(exe, "google.auth.identity_pool")
+    assert _missing_dependencies(exe) == []
+
+
 def test_a_wrong_hash_in_the_lock_stops_the_install(action: Path, tmp_path: Path) -> None:
     lock = action / "toolkit" / "requirements.txt"
     text = lock.read_text()

@@ -70,5 +70,5 @@ def lock(source: Path) -> str:
 
 
 if __name__ == "__main__":
-    for name in ("requirements", "requirements-redis", "requirements-s3"):
+    for name in ("requirements", "requirements-redis", "requirements-s3", "requirements-gcs"):
         (HERE / f"{name}.txt").write_text(lock(HERE / f"{name}.in"))

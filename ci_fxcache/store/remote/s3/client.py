@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import json
 import os
 import re
 import threading
@@ -199,12 +198,17 @@ _STATUS = re.compile(r"status code: (\d{3})")
 # The variables a request header carries: a character no header may hold (a token read from a
 # file with its line break) is refused before obstore sees it, naming the variable only.
 _HEADER_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+# A GCS token renewal that failed inside obstore (gcs_auth.TokenRefused, whose line is safe).
+_TOKEN_REFUSED = re.compile(r"credential provider: TokenRefused: ([^\n]*)")
 
 
 def _describe(exc: BaseException) -> str:
     """One phrase for a failure: its kind, S3 code and HTTP status, never the request's
     headers (obstore's messages carry none; the phrase carries nothing else of them)."""
     text = str(exc)
+    refused = _TOKEN_REFUSED.search(text)  # gcs_auth's own line, when a token renewal failed
+    if refused:
+        return refused.group(1)
     code, status = _CODE.search(text), _STATUS.search(text)
     parts = [code.group(1) if code else type(exc).__name__]
     if status:
@@ -272,7 +276,8 @@ def make_store(where: Location, connect: float, read: float, total: float) -> An
     """obstore's store of `where` (its scheme's service) from that service's variables;
     S3Unavailable (one line, no value of a variable) when they cannot make one."""
     if where.scheme != "s3":
-        return _other_store(where, _client_options(connect, read, total, None), _retry(total))
+        client = _client_options(connect, read, total, None)
+        return _other_store(where, client, _retry(total), total)
     from obstore.store import S3Store
 
     for name in _HEADER_VARIABLES:
@@ -321,24 +326,24 @@ def _retry(total: float) -> Any:
     }
 
 
-def _other_store(where: Location, client: Any, retry: Any) -> Any:
+def _other_store(where: Location, client: Any, retry: Any, total: float) -> Any:
     """A GCS bucket (`gs://`: GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_SERVICE_ACCOUNT*,
     GOOGLE_BEARER_TOKEN, GOOGLE_BASE_URL) or an Azure container (`az://`: AZURE_STORAGE_*,
     AZURE_CLIENT_ID with AZURE_FEDERATED_TOKEN_FILE, AZURE_USE_AZURE_CLI, the emulator's
-    AZURE_STORAGE_USE_EMULATOR), each read by obstore itself."""
+    AZURE_STORAGE_USE_EMULATOR), each read by obstore itself; a GCS credentials file obstore
+    cannot read (an `external_account` one) through google-auth (gcs_auth)."""
     from obstore.store import AzureStore, GCSStore
 
     env = os.environ
     if where.scheme == "file":
         return _directory_store(where)
-    unusable = _gcs_credentials_problem(env) if where.scheme == "gs" else None
-    if unusable:
-        raise S3Unavailable(unusable)
+    provider = _gcs_token_provider(env, total) if where.scheme == "gs" else None
     try:
         if where.scheme == "gs":
             base = env.get("GOOGLE_BASE_URL")
             client["allow_http"] = bool(base and base.startswith("http://"))
-            return GCSStore(where.bucket, client_options=client, retry_config=retry)
+            return GCSStore(where.bucket, client_options=client, retry_config=retry,
+                            credential_provider=provider)  # fmt: skip
         emulated = (env.get("AZURE_STORAGE_USE_EMULATOR") or "").lower() == "true"
         client["allow_http"] = emulated
         return AzureStore(where.bucket, client_options=client, retry_config=retry)
@@ -346,30 +351,29 @@ def _other_store(where: Location, client: Any, retry: Any) -> Any:
         raise S3Unavailable(f"{where.scheme}:// client not configured: {_describe(exc)}") from None
 
 
-# The credential files obstore's GCS client reads; google-github-actions/auth writes an
-# `external_account` one (Workload Identity Federation), which it cannot.
-_GCS_FILE_TYPES = ("service_account", "authorized_user")
+def _gcs_token_provider(env: Mapping[str, str], total: float) -> Any:
+    """google-auth's tokens for a GOOGLE_APPLICATION_CREDENTIALS file obstore cannot read,
+    the first one made here (so that a refused trade is one clear line, not obstore's
+    `UnauthenticatedError` on the first request); None when obstore reads the credentials
+    itself. S3Unavailable when the file cannot give a token or google-auth is missing."""
+    from ci_fxcache.store.remote.s3 import gcs_auth
 
-
-def _gcs_credentials_problem(env: Mapping[str, str]) -> str | None:
-    """Why the GCS client cannot use the job's credentials, where obstore's own error would
-    not say (it names neither the variable nor what to do); None otherwise. Only the file's
-    `type` field is read, and nothing of it is shown but that."""
-    name = env.get("GOOGLE_APPLICATION_CREDENTIALS")
-    if not name or env.get("GOOGLE_BEARER_TOKEN"):  # a token is used before any file
+    found = gcs_auth.foreign_file(env)
+    if found is None:
         return None
+    path, kind = found
     try:
-        with open(name, "rb") as f:
-            kind = json.loads(f.read(1 << 20)).get("type")
-    except (OSError, ValueError, AttributeError, RecursionError):
-        return None  # obstore's own message: the file is missing or not JSON
-    if kind in _GCS_FILE_TYPES or not isinstance(kind, str):
-        return None
-    return (
-        f"GOOGLE_APPLICATION_CREDENTIALS names a credentials file of type {kind[:40]!r}, which "
-        "the GCS client cannot use; pass an access token as GOOGLE_BEARER_TOKEN instead "
-        "(google-github-actions/auth with token_format: access_token gives one)"
-    )
+        provider = gcs_auth.TokenProvider(path, kind, total)
+        provider()
+    except ImportError:
+        raise S3Unavailable(
+            f"{gcs_auth.FILE_ENV} names a credentials file of type {kind!r}, which needs "
+            f"google-auth ({gcs_auth.EXTRA}); or pass an access token as GOOGLE_BEARER_TOKEN "
+            "(google-github-actions/auth with token_format: access_token gives one)"
+        ) from None
+    except gcs_auth.TokenRefused as exc:
+        raise S3Unavailable(str(exc)) from None
+    return provider
 
 
 def _directory_store(where: Location) -> Any:
