@@ -448,6 +448,12 @@ def test_only_a_file_obstore_cannot_read_goes_to_google_auth_and_its_failures_sh
     assert gcs_auth.foreign_file({"GOOGLE_APPLICATION_CREDENTIALS": str(key_file)}) is None
     for own in gcs_auth.OWN_CREDENTIALS:
         assert gcs_auth.foreign_file({"GOOGLE_APPLICATION_CREDENTIALS": str(wif), own: "x"}) is None
+    truncated = tmp_path / "truncated.json"
+    truncated.write_text('{"type": "external_account", "audience": ')
+    for broken, said in ((truncated, "is not a credentials file"),
+                         (tmp_path / "gone.json", "cannot be read: No such file")):  # fmt: skip
+        with pytest.raises(gcs_auth.TokenRefused, match=said):
+            gcs_auth.foreign_file({"GOOGLE_APPLICATION_CREDENTIALS": str(broken)})
     provider = gcs_auth.TokenProvider(str(wif), "external_account", 5)
     jwt = unsigned_jwt({"sub": "repo:acme/models"})
     echoed = RuntimeError(f"refused ghs_requesttoken123 and {jwt}, Bearer abc.def, ya29.a0Ab-c1")

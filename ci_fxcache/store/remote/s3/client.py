@@ -358,11 +358,11 @@ def _gcs_token_provider(env: Mapping[str, str], total: float) -> Any:
     itself. S3Unavailable when the file cannot give a token or google-auth is missing."""
     from ci_fxcache.store.remote.s3 import gcs_auth
 
-    found = gcs_auth.foreign_file(env)
-    if found is None:
-        return None
-    path, kind = found
     try:
+        found = gcs_auth.foreign_file(env)
+        if found is None:
+            return None
+        path, kind = found
         provider = gcs_auth.TokenProvider(path, kind, total)
         provider()
     except ImportError:

@@ -45,19 +45,24 @@ class TokenRefused(Exception):
 
 def foreign_file(env: Mapping[str, str]) -> tuple[str, str] | None:
     """(path, kind) of GOOGLE_APPLICATION_CREDENTIALS when that file is the job's GCS
-    credential and obstore cannot read it; None otherwise, also for a file that is missing or
-    not JSON (obstore's own error says so). Only the file's `type` field is read here."""
+    credential and obstore cannot read it; None otherwise. TokenRefused (naming the variable
+    and the path) for a file that cannot be read or is no JSON object with a `type`, which
+    obstore reports as a bare `GenericError`. Only the file's `type` field is read here."""
     path = env.get(FILE_ENV)
     if not path or any(env.get(name) for name in OWN_CREDENTIALS):
         return None
     try:
         with open(path, "rb") as f:
             kind = json.loads(f.read(1 << 20)).get("type")
-    except (OSError, ValueError, AttributeError, RecursionError):
-        return None
-    if not isinstance(kind, str) or kind in OBSTORE_READS:
-        return None
-    return path, kind[:40]
+    except OSError as exc:
+        raise TokenRefused(f"{FILE_ENV} ({path}) cannot be read: {exc.strerror}") from None
+    except (ValueError, AttributeError, RecursionError):
+        kind = None
+    if not isinstance(kind, str):
+        raise TokenRefused(
+            f"{FILE_ENV} ({path}) is not a credentials file (a JSON object with a type)"
+        )
+    return None if kind in OBSTORE_READS else (path, kind[:40])
 
 
 class TokenProvider:
