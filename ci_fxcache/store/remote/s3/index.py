@@ -254,10 +254,10 @@ def signature_problem(head: Head, signing_key: str) -> str | None:
 
 
 def check_signature(head: Head, signing_key: str) -> None:
-    """RemoteCorrupt unless `head` is signed with `signing_key`."""
-    reason = mf.signature_problem(head.to_json(), signing_key)
+    """RemoteCorrupt (signature_problem's reason) unless `head` is signed with `signing_key`."""
+    reason = signature_problem(head, signing_key)
     if reason:
-        raise RemoteCorrupt(f"remote head: {reason}")
+        raise RemoteCorrupt(reason)
 
 
 def new_head(
