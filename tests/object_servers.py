@@ -11,16 +11,17 @@ import hashlib
 import hmac
 import json
 import shutil
-import socket
 import ssl
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import formatdate
 from pathlib import Path
 
+from tests.conftest import free_port
 from tests.s3_server import stop_process
 
 ROOT = Path(__file__).resolve().parent
@@ -51,13 +52,6 @@ def installed(binary: str | None, name: str, install: str) -> str:
             pytest.fail(f"{name} is not installed: {install}")
         pytest.skip(f"{name} is not installed ({install})")
     return binary
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -102,27 +96,63 @@ def start_azurite(binary: str, tls: tuple[Path, Path, Path] | None = None) -> Az
     with `tls` (a CA, and a certificate it signed for 127.0.0.1 with its key), over HTTPS
     with OAuth (`--oauth basic`: a bearer token's issuer, audience and times are checked,
     not its signature), as well as SharedKey."""
-    port = _free_port()
     secure = ["--oauth", "basic", "--cert", str(tls[1]), "--key", str(tls[2])] if tls else []
-    proc = subprocess.Popen(
-        [binary, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence",
-         "--silent", "--skipApiVersionCheck", *secure],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    _wait(proc, "azurite", lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close())
+
+    def launch(port: int) -> tuple[subprocess.Popen[bytes], Callable[[], object]]:
+        proc = subprocess.Popen(
+            [binary, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence",
+             "--silent", "--skipApiVersionCheck", *secure],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        return proc, lambda: _azurite_answers(f"{scheme}://127.0.0.1:{port}/", context)
+
     scheme = "https" if tls else "http"
+    context = ssl.create_default_context(cafile=tls[0]) if tls else None
+    port, proc = _start("azurite", launch)
     return Azurite(f"{scheme}://127.0.0.1:{port}", proc, tls[0] if tls else None)
 
 
-def _wait(proc: subprocess.Popen[bytes], name: str, probe: Callable[[], object]) -> None:
-    """Until `probe` stops raising OSError (the server answers), at most 30 s; RuntimeError
-    when the server exits or never answers (it is then killed)."""
+def _azurite_answers(url: str, context: ssl.SSLContext | None) -> None:
+    """OSError unless an HTTP answer from Azurite (its `Server` header) comes from `url`."""
+    try:
+        with urllib.request.urlopen(url, timeout=1, context=context) as answer:
+            server = answer.headers.get("Server", "")
+    except urllib.error.HTTPError as refused:  # an answer all the same (400 for "/")
+        server = refused.headers.get("Server", "")
+    if "Azurite" not in server:
+        raise OSError(f"not Azurite at {url}: {server!r}")
+
+
+# A port found free can be taken by another process before the server binds it (the test
+# workers start servers at once): a server that exits while starting gets another port.
+STARTS = 3
+
+
+def _start(
+    name: str, launch: Callable[[int], tuple[subprocess.Popen[bytes], Callable[[], object]]]
+) -> tuple[int, subprocess.Popen[bytes]]:
+    """`launch(port)` on a free port until the server it starts answers `probe` (at most
+    STARTS servers); its port and process."""
+    for attempt in range(1, STARTS + 1):
+        port = free_port()
+        proc, probe = launch(port)
+        if _wait(proc, name, probe):
+            return port, proc
+        if attempt == STARTS:
+            raise RuntimeError(f"{name} exited with {proc.returncode} on {STARTS} ports")
+    raise AssertionError("unreachable")
+
+
+def _wait(proc: subprocess.Popen[bytes], name: str, probe: Callable[[], object]) -> bool:
+    """Until `probe` stops raising OSError while the server runs (it answers: True), at most
+    30 s; False when the server exits first (its port was taken); RuntimeError when it never
+    answers (it is then killed)."""
     for _ in range(300):
         if proc.poll() is not None:
-            raise RuntimeError(f"{name} exited with {proc.returncode}")
+            return False
         try:
             probe()
-            return
+            return proc.poll() is None  # not another process's answer on that port
         except OSError:
             time.sleep(0.1)
     proc.kill()
@@ -184,18 +214,17 @@ class FakeGCS:
 
 def start_fake_gcs(binary: str) -> FakeGCS:
     """fake-gcs-server in memory over plain HTTP on a free loopback port, once it answers."""
-    port = _free_port()
-    address = f"127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        # A public host without a port: requests for 127.0.0.1 on any port are served as
-        # GCS's XML API (through a proxy in front of it too: benchmarks/bench_s3.py).
-        [binary, "-scheme", "http", "-host", "127.0.0.1", "-port", str(port), "-public-host",
-         "127.0.0.1", "-backend", "memory", "-log-level", "error"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    _wait(
-        proc,
-        "fake-gcs-server",
-        lambda: urllib.request.urlopen(f"http://{address}/storage/v1/b", timeout=1).close(),
-    )
-    return FakeGCS(f"http://{address}", proc)
+
+    def launch(port: int) -> tuple[subprocess.Popen[bytes], Callable[[], object]]:
+        proc = subprocess.Popen(
+            # A public host without a port: requests for 127.0.0.1 on any port are served as
+            # GCS's XML API (through a proxy in front of it too: benchmarks/bench_s3.py).
+            [binary, "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
+             "-public-host", "127.0.0.1", "-backend", "memory", "-log-level", "error"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        url = f"http://127.0.0.1:{port}/storage/v1/b"
+        return proc, lambda: urllib.request.urlopen(url, timeout=1).close()
+
+    port, proc = _start("fake-gcs-server", launch)
+    return FakeGCS(f"http://127.0.0.1:{port}", proc)
