@@ -5,6 +5,7 @@ port chosen by the system, one thread per request, every method handed to `_hand
 from __future__ import annotations
 
 import http.client
+import json
 import ssl
 import subprocess
 import threading
@@ -65,6 +66,16 @@ class LocalServer:
 
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
         raise NotImplementedError
+
+    @staticmethod
+    def answer_json(h: BaseHTTPRequestHandler, status: int, answer: object) -> None:
+        """Answer `h` with `answer` as a JSON body (the token endpoints' stand-ins)."""
+        body = json.dumps(answer).encode()
+        h.send_response(status)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self

@@ -70,12 +70,7 @@ class _Entra(LocalServer):
             status, answer = 401, {"error": "invalid_client",
                                    "error_description": "AADSTS700213: No matching federated "
                                                         "identity record found."}  # fmt: skip
-        body = json.dumps(answer).encode()
-        h.send_response(status)
-        h.send_header("Content-Type", "application/json")
-        h.send_header("Content-Length", str(len(body)))
-        h.end_headers()
-        h.wfile.write(body)
+        self.answer_json(h, status, answer)
 
 
 @pytest.fixture(scope="module")

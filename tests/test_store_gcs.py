@@ -247,7 +247,7 @@ class _GoogleTrade(LocalServer):
         bearer = call["authorization"].removeprefix("Bearer ")
         if h.command == "GET" and path == "/idtoken":
             ok = bearer == self.request_token and call["query"].get("audience")
-            self._answer(h, 200 if ok else 401, {"count": 1, "value": self.oidc} if ok else {})
+            self.answer_json(h, 200 if ok else 401, {"count": 1, "value": self.oidc} if ok else {})
         elif h.command == "POST" and path == "/v1/token":
             if self.hang.is_set():
                 time.sleep(8)  # past the restore's 3 s bound: it must have given up
@@ -261,12 +261,12 @@ class _GoogleTrade(LocalServer):
                   and form.get("subject_token") == self.oidc
                   and form.get("audience") == AUDIENCE and bool(form.get("scope")))  # fmt: skip
             if ok:
-                self._answer(h, 200, {"access_token": self.sts_token, "token_type": "Bearer",
+                self.answer_json(h, 200, {"access_token": self.sts_token, "token_type": "Bearer",
                                       "issued_token_type":
                                       "urn:ietf:params:oauth:token-type:access_token",
                                       "expires_in": self.expires_in})  # fmt: skip
             else:
-                self._answer(h, 400, {"error": "invalid_grant", "error_description":
+                self.answer_json(h, 400, {"error": "invalid_grant", "error_description":
                                       "The audience in ID Token does not match the expected "
                                       "audience."})  # fmt: skip
         elif h.command == "POST" and path == (
@@ -275,20 +275,11 @@ class _GoogleTrade(LocalServer):
             body = json.loads(raw or b"{}")
             ok = bearer == self.sts_token and SCOPE in body.get("scope", [])
             expire = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
-            self._answer(h, 200 if ok else 403,
+            self.answer_json(h, 200 if ok else 403,
                          {"accessToken": self.account_token, "expireTime": expire} if ok
                          else {"error": {"code": 403, "status": "PERMISSION_DENIED"}})  # fmt: skip
         else:
-            self._answer(h, 404, {})
-
-    @staticmethod
-    def _answer(h: BaseHTTPRequestHandler, status: int, answer: dict[str, Any]) -> None:
-        body = json.dumps(answer).encode()
-        h.send_response(status)
-        h.send_header("Content-Type", "application/json")
-        h.send_header("Content-Length", str(len(body)))
-        h.end_headers()
-        h.wfile.write(body)
+            self.answer_json(h, 404, {})
 
     def form(self, path: str) -> dict[str, str]:
         """The form of the last request to `path`."""
