@@ -382,7 +382,8 @@ def test_a_token_is_renewed_before_it_expires_and_kept_until_then(
     tmp_path: Path, tls: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The provider obstore calls before each request: a token that expires within
-    RENEW_BEFORE is traded again; one that lasts is handed out as it is."""
+    RENEW_BEFORE is traded again; one that lasts is handed out as it is; one without an
+    expiry is kept for gcs_auth.UNDATED."""
     from ci_fxcache.store.remote.s3 import gcs_auth
 
     ca, cert, key = tls
@@ -398,6 +399,16 @@ def test_a_token_is_renewed_before_it_expires_and_kept_until_then(
         provider(), provider()
         assert [c["path"] for c in trade.calls].count("/v1/token") == 3
         assert provider()["expires_at"].tzinfo is not None
+
+    class Undated:  # a credential whose answer gave no expiry (none of google-auth's STS ones)
+        token, expiry, refreshed = "undated-token", None, 0
+
+        def refresh(self, _request: object) -> None:
+            self.refreshed += 1
+
+    provider._credentials, provider._expires = (undated := Undated()), None
+    assert provider()["token"] == provider()["token"] == "undated-token"
+    assert undated.refreshed == 1  # used for a while, not traded again on every request
 
 
 def test_without_google_auth_the_file_is_one_line_naming_the_extra(

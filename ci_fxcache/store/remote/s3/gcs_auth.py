@@ -33,6 +33,9 @@ OWN_CREDENTIALS = (
 SCOPE = "https://www.googleapis.com/auth/devstorage.read_write"
 # A token is replaced this long before it expires (google-auth's own margin, rounded up).
 RENEW_BEFORE = timedelta(minutes=4)
+# How long a token whose answer gave no expiry is used (then one trade more, not one per
+# request).
+UNDATED = RENEW_BEFORE + timedelta(minutes=10)
 EXTRA = "pip install 'ci-fxcache[gcs]'; the action installs it for store: object"
 # Shapes of a token in a message: a JWT (GitHub's OIDC token: its header is base64 of `{"`),
 # a bearer value and Google's access tokens.
@@ -79,6 +82,7 @@ class TokenProvider:
         self._seconds = seconds
         self._lock = threading.Lock()
         self._request = Request()
+        self._expires: datetime | None = None  # of the token held (none yet)
         try:
             with open(path, "rb") as f:
                 info = json.loads(f.read(1 << 20))
@@ -92,13 +96,13 @@ class TokenProvider:
 
     def __call__(self) -> dict[str, Any]:
         with self._lock:
-            credentials = self._credentials
-            expiry = credentials.expiry
-            if credentials.token is None or expiry is None or _soon(expiry):
+            if self._expires is None or self._expires - datetime.now(UTC) < RENEW_BEFORE:
                 self._refresh()
-                expiry = credentials.expiry
-            expires = (expiry or datetime.now(UTC).replace(tzinfo=None)).replace(tzinfo=UTC)
-            return {"token": credentials.token, "expires_at": expires}
+                expiry = self._credentials.expiry  # naive UTC; None: the answer gave none
+                self._expires = (
+                    expiry.replace(tzinfo=UTC) if expiry else datetime.now(UTC) + UNDATED
+                )
+            return {"token": self._credentials.token, "expires_at": self._expires}
 
     def _refresh(self) -> None:
         end = time.monotonic() + self._seconds
@@ -121,11 +125,6 @@ class TokenProvider:
             reason = reason.replace(secret, "***")
         reason = reason[:240]
         return f"{FILE_ENV} ({self._kind} credentials) {what}: {type(exc).__name__}: {reason}"
-
-
-def _soon(expiry: datetime) -> bool:
-    """Whether a token of this (naive UTC, as google-auth keeps it) expiry needs replacing."""
-    return expiry.replace(tzinfo=UTC) - datetime.now(UTC) < RENEW_BEFORE
 
 
 def _external_account(info: dict[str, Any]) -> Any:
