@@ -391,7 +391,7 @@ def test_a_token_is_renewed_before_it_expires_and_kept_until_then(
     with _GoogleTrade((cert, key), "ghs_renewal") as trade:
         wif = _workload_identity_file(tmp_path, trade.url, "ghs_renewal")
         trade.expires_in = int(gcs_auth.RENEW_BEFORE.total_seconds()) - 30
-        provider = gcs_auth.TokenProvider(str(wif), "external_account", 10)
+        provider = gcs_auth.TokenProvider(json.loads(wif.read_text()), 10)
         first, second = provider(), provider()
         assert first["token"] == second["token"] == trade.sts_token
         assert [c["path"] for c in trade.calls].count("/v1/token") == 2
@@ -443,10 +443,8 @@ def test_only_a_file_obstore_cannot_read_goes_to_google_auth_and_its_failures_sh
     wif = _workload_identity_file(tmp_path, request_token="ghs_requesttoken123")
     key_file = tmp_path / "key.json"
     key_file.write_text(json.dumps({"type": "service_account"}))
-    assert gcs_auth.foreign_file({"GOOGLE_APPLICATION_CREDENTIALS": str(wif)}) == (
-        str(wif),
-        "external_account",
-    )
+    info = gcs_auth.foreign_file({"GOOGLE_APPLICATION_CREDENTIALS": str(wif)})
+    assert info == json.loads(wif.read_text()) and gcs_auth.kind_of(info) == "external_account"
     assert gcs_auth.foreign_file({"GOOGLE_APPLICATION_CREDENTIALS": str(key_file)}) is None
     for own in gcs_auth.OWN_CREDENTIALS:
         assert gcs_auth.foreign_file({"GOOGLE_APPLICATION_CREDENTIALS": str(wif), own: "x"}) is None
@@ -456,7 +454,7 @@ def test_only_a_file_obstore_cannot_read_goes_to_google_auth_and_its_failures_sh
                          (tmp_path / "gone.json", "cannot be read: No such file")):  # fmt: skip
         with pytest.raises(gcs_auth.TokenRefused, match=said):
             gcs_auth.foreign_file({"GOOGLE_APPLICATION_CREDENTIALS": str(broken)})
-    provider = gcs_auth.TokenProvider(str(wif), "external_account", 5)
+    provider = gcs_auth.TokenProvider(json.loads(wif.read_text()), 5)
     jwt = unsigned_jwt({"sub": "repo:acme/models"})
     echoed = RuntimeError(f"refused ghs_requesttoken123 and {jwt}, Bearer abc.def, ya29.a0Ab-c1")
     line = provider._failed("gave no access token", echoed)

@@ -359,11 +359,11 @@ def _gcs_token_provider(env: Mapping[str, str], total: float) -> Any:
     from ci_fxcache.store.remote.s3 import gcs_auth
 
     try:
-        found = gcs_auth.foreign_file(env)
-        if found is None:
+        info = gcs_auth.foreign_file(env)
+        if info is None:
             return None
-        path, kind = found
-        provider = gcs_auth.TokenProvider(path, kind, total)
+        kind = gcs_auth.kind_of(info)
+        provider = gcs_auth.TokenProvider(info, total)
         provider()
     except ImportError:
         raise S3Unavailable(

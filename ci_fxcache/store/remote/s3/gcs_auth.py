@@ -46,51 +46,54 @@ class TokenRefused(Exception):
     """The credentials file gave no access token (its message is safe to show)."""
 
 
-def foreign_file(env: Mapping[str, str]) -> tuple[str, str] | None:
-    """(path, kind) of GOOGLE_APPLICATION_CREDENTIALS when that file is the job's GCS
-    credential and obstore cannot read it; None otherwise. TokenRefused (naming the variable
-    and the path) for a file that cannot be read or is no JSON object with a `type`, which
-    obstore reports as a bare `GenericError`. Only the file's `type` field is read here."""
+def foreign_file(env: Mapping[str, str]) -> dict[str, Any] | None:
+    """The content of GOOGLE_APPLICATION_CREDENTIALS when that file is the job's GCS
+    credential and obstore cannot read it (read once: what TokenProvider uses); None
+    otherwise. TokenRefused (naming the variable and the path) for a file that cannot be read
+    or is no JSON object with a `type`, which obstore reports as a bare `GenericError`."""
     path = env.get(FILE_ENV)
     if not path or any(env.get(name) for name in OWN_CREDENTIALS):
         return None
     try:
         with open(path, "rb") as f:
-            kind = json.loads(f.read(1 << 20)).get("type")
+            info = json.loads(f.read(1 << 20))
     except OSError as exc:
         raise TokenRefused(f"{FILE_ENV} ({path}) cannot be read: {exc.strerror}") from None
-    except (ValueError, AttributeError, RecursionError):
-        kind = None
-    if not isinstance(kind, str):
+    except (ValueError, RecursionError):
+        info = None
+    if not isinstance(info, dict) or not isinstance(info.get("type"), str):
         raise TokenRefused(
             f"{FILE_ENV} ({path}) is not a credentials file (a JSON object with a type)"
         )
-    return None if kind in OBSTORE_READS else (path, kind[:40])
+    return None if info["type"] in OBSTORE_READS else info
+
+
+def kind_of(info: Mapping[str, Any]) -> str:
+    """The file's `type`, as messages show it."""
+    return str(info["type"])[:40]
 
 
 class TokenProvider:
-    """obstore's `credential_provider` for GCS over google-auth's credentials of `path`:
-    `{"token", "expires_at"}`, a new token when the last is within RENEW_BEFORE of its
-    expiry; each trade (up to three requests) bounded by `seconds` in all. ImportError
-    without google-auth; TokenRefused for a file google-auth cannot use."""
+    """obstore's `credential_provider` for GCS over google-auth's credentials of `info` (a
+    file foreign_file read): `{"token", "expires_at"}`, a new token when the last is within
+    RENEW_BEFORE of its expiry; each trade (up to three requests) bounded by `seconds` in
+    all. ImportError without google-auth; TokenRefused for a file google-auth cannot use."""
 
-    def __init__(self, path: str, kind: str, seconds: float) -> None:
+    def __init__(self, info: dict[str, Any], seconds: float) -> None:
         import google.auth
         from google.auth.transport.requests import Request
 
-        self._kind = kind
+        self._kind = kind_of(info)
         self._seconds = seconds
         self._lock = threading.Lock()
         self._request = Request()
         self._expires: datetime | None = None  # of the token held (none yet)
+        self._secrets = _header_values(info)
         try:
-            with open(path, "rb") as f:
-                info = json.loads(f.read(1 << 20))
-            self._secrets = _header_values(info)
-            if kind == "external_account":
+            if info["type"] == "external_account":
                 self._credentials = _external_account(info)
             else:
-                self._credentials, _ = google.auth.load_credentials_from_file(path, scopes=[SCOPE])
+                self._credentials, _ = google.auth.load_credentials_from_dict(info, scopes=[SCOPE])
         except Exception as exc:  # google-auth's DefaultCredentialsError, a malformed field
             raise TokenRefused(self._failed("cannot be used", exc)) from None
 
@@ -121,7 +124,7 @@ class TokenProvider:
         header values blanked, at most 240 characters of it."""
         first = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
         reason = _SECRET_SHAPES.sub("***", " ".join(first.split()))
-        for secret in getattr(self, "_secrets", ()):
+        for secret in self._secrets:
             reason = reason.replace(secret, "***")
         reason = reason[:240]
         return f"{FILE_ENV} ({self._kind} credentials) {what}: {type(exc).__name__}: {reason}"
