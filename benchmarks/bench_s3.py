@@ -32,11 +32,15 @@ With `--services`: the same empty runner's restore from Azurite (`az://`) and fa
 S3's (emulators on this machine: the client's path per service, not the clouds).
 With `--cpu-per-gib`: restore CPU seconds per GiB, an empty runner's `fxcache restore` (no
 link, download included) beside `zstd -d -T0 | tar -x` of the archive on disk. `--no-fleet`:
-no fleet rows after the links. The toolkit runs from bytecode, as pip installs it. With
+no fleet rows after the links. The toolkit runs as the action installs it
+(scripts/install-toolkit.sh into the temporary directory; `--toolkit dev`: this checkout, by
+this interpreter). The file system of the temporary directory is printed: put it elsewhere
+with TMPDIR (an ext4 without a journal creates files slowly for minutes after a removal). With
 `--fleet-only`: only the concurrent savers (`--savers`). benchmarks/sim_savers.py goes
 beyond what one machine's processes can (100 / 500 / 1,000 savers, in process).
 
-Usage: python benchmarks/bench_s3.py [--python PY] [--size-mib 256] [--repeat 3]
+Usage: python benchmarks/bench_s3.py [--python PY] [--toolkit installed|dev]
+           [--size-mib 256] [--repeat 3]
            [--cpu-per-gib [--cpu-repeat 6] [--quiet-wait 120]]
            [--links 320,1000,10000] [--conn-mbit 720] [--rtt-ms 10] [--clients]
            [--delete-between] [--save-memory | --save-memory-only] [--services]
@@ -183,8 +187,53 @@ def _run(cmd: list[str], env: dict[str, str]) -> Run:
     return Run(wall, usage.ru_utime + usage.ru_stime, b"".join(out).decode(), usage.ru_stime)
 
 
+# How the toolkit is run: as the action installs it (main: _install_toolkit), or with
+# `--toolkit dev` from this checkout by this interpreter.
+FXCACHE = [sys.executable, "-m", "ci_fxcache"]
+
+
+def _install_toolkit(work: Path) -> list[str]:
+    """The toolkit installed as the action installs it for `store: object`
+    (scripts/install-toolkit.sh: a venv of the locked dependencies with the toolkit copied in
+    and compiled, run isolated), in `work`; the command that runs it. What a runner runs: no
+    editable-install finder, no torch or test packages on its path."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "FXCACHE_"))}
+    env.update(FXCACHE_ACTION_ROOT=str(ROOT), FXCACHE_STORE="object",
+               FXCACHE_BASE_PYTHON=sys.executable,
+               RUNNER_TOOL_CACHE=str(work / "toolcache"))  # fmt: skip
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "install-toolkit.sh")], env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    if proc.returncode != 0:
+        sys.exit(f"bench: installing the toolkit failed: {(proc.stdout + proc.stderr)[-2000:]}")
+    (exe,) = (work / "toolcache" / "fxcache-toolkit").glob("*/bin/fxcache")
+    return [str(exe)]
+
+
+def _filesystem(path: Path) -> str:
+    """The file system `path` is on (/proc/self/mountinfo), and for ext4 whether it keeps a
+    journal: without one, creating files stays slow for minutes after a large removal (see
+    `settle`), which both contenders pay."""
+    where = str(path.resolve()).rstrip("/") + "/"
+    best = ("", "unknown", "?")
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return "unknown"
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        mount, (fstype, source) = left.split()[4], right.split()[:2]
+        if where.startswith(mount.rstrip("/") + "/") and len(mount) >= len(best[0]):
+            best = (mount, fstype, source)
+    mount, fstype, source = best
+    if fstype == "ext4":
+        dev = Path(source).name
+        journal = any(p.name.startswith(f"{dev}-") for p in Path("/proc/fs/jbd2").glob("*"))
+        fstype += " with a journal" if journal else " without a journal"
+    return f"{fstype} ({source} on {mount})"
+
+
 def _fxcache(*args: str, env: dict[str, str]) -> tuple[dict[str, Any], Run]:
-    run = _run([sys.executable, "-m", "ci_fxcache", *args], env)
+    run = _run([*FXCACHE, *args], env)
     return (json.loads(run.stdout) if "--json" in args else {}), run
 
 
@@ -237,6 +286,8 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", default=sys.executable, help="interpreter with torch")
+    parser.add_argument("--toolkit", choices=("installed", "dev"), default="installed",
+                        help="as the action installs it, or this checkout")  # fmt: skip
     parser.add_argument("--size-mib", type=int, default=256)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--links", default="320,1000,10000",
@@ -286,16 +337,23 @@ def _load() -> str:
 
 
 def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) -> None:
+    global FXCACHE
     print(f"load average (1 / 5 / 15 min) at the start: {_load()}", flush=True)
+    print(f"work directory {work}: {_filesystem(work)}", flush=True)
+    if args.toolkit == "installed":
+        FXCACHE = _install_toolkit(work)
+    print(f"toolkit: {' '.join(FXCACHE)}", flush=True)
     bucket = "bench"
     server.make_bucket(bucket)
     url = f"s3://{bucket}/fxcache"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "FXCACHE_"))}
     env.update(server.env(), FXCACHE_S3_URL=url, TORCHINDUCTOR_COMPILE_THREADS="1")
-    # The toolkit as installed (pip writes bytecode), not compiled from source on every run
-    # (~0.1 s of CPU per process where PYTHONDONTWRITEBYTECODE is set; bench_restore.py too).
+    # From bytecode, as installed, not compiled from source on every run (~0.1 s of CPU per
+    # process where PYTHONDONTWRITEBYTECODE is set; bench_restore.py too).
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "ci_fxcache")], check=True)
+    if args.toolkit == "dev":
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "ci_fxcache")],
+                       check=True)  # fmt: skip
     if args.save_memory or args.save_memory_only:
         _save_memory(args, work, env)
         if args.save_memory_only:
@@ -682,7 +740,7 @@ def _save_memory(args: argparse.Namespace, work: Path, env: dict[str, str]) -> N
                           "s3", "--json", "--state-file", str(state), "--salt", f"mem{n}",
                           env=env)  # fmt: skip
         populate(Path(got["inductor_dir"]).parent)
-        save = [sys.executable, "-m", "ci_fxcache", "save", "--json", "--state-file", str(state)]
+        save = [*FXCACHE, "save", "--json", "--state-file", str(state)]
         run = _run([sys.executable, "-c", _PEAK, *save], env)
         code, peak_kib = run.stdout.split()
         assert code == "0", code
