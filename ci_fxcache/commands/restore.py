@@ -151,9 +151,9 @@ def run(
 ) -> int:
     """`fxcache restore`: the store decided from the flags (factory.choose, as the action's
     setup decides it), the signing key from $FXCACHE_SIGNING_KEY; then `restore`."""
+    taking = Pending(python, salt)  # first: the job's interpreter reports while we import
     from ci_fxcache.store import trust
 
-    taking = Pending(python, salt)  # first: the job's interpreter reports while we import
     reason = "--read-only" if read_only else trust.untrusted_reason()
     policy = store_policy_of(store=store, s3_url=s3_url, object_url=object_url, redis_url=redis_url,
                              key_suffix=key_suffix, read_only_reason=reason,
