@@ -292,6 +292,35 @@ def _modes(root: Path) -> dict[str, int]:
     }
 
 
+def test_an_archive_restore_vouches_for_each_file_it_wrote_until_one_changes(
+    tmp_path: Path, fake: FakeCacheService
+) -> None:
+    """What the restore vouches for (store.seal.Fresh: every file checked as written, its
+    inode and ctime) holds for what it wrote, and no longer once a file changed."""
+    import time
+
+    scope = _scope(tmp_path / "a")
+    service = _service(fake)
+    assert ac.save_directory(service, scope, "fxcache-v1-linux-x-run1.1")["uploaded"]
+    target = tmp_path / "b" / scope.name
+    got = ac.restore_directory(service, target, "fxcache-v1-linux-x-run2.1",
+                               ["fxcache-v1-linux-x-"])  # fmt: skip
+    assert got is not None
+    written = got.unpacked.written
+    raw = (target / "manifest.json").read_bytes()
+    digest, manifest = hashlib.sha256(raw).hexdigest(), mf.parse(raw)
+    assert written.unchanged(target, digest, manifest)
+    assert written.sealed.listed is not None
+    assert sorted(written.sealed.listed.names) == sorted(manifest["files"])
+    time.sleep(0.05)  # past the coarse clock's tick in which the restore wrote the files
+    graph = target / "inductor/fx/graph.bin"
+    st = graph.stat()
+    graph.chmod(0o644)
+    graph.write_bytes(b"KERNEL")  # the same size, its mtime put back
+    os.utime(graph, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert not written.unchanged(target, digest, manifest)
+
+
 def test_an_archive_restore_keeps_committed_files_read_only(
     tmp_path: Path, fake: FakeCacheService, run_fxcache: RunFxcache
 ) -> None:

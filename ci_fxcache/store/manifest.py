@@ -523,6 +523,23 @@ def inspect_listed(scope_dir: Path, expected: Listed, sealed: stat_batch.Dirs) -
     return Inspection(problems, stamps, listed, started_ns)
 
 
+def unchanged_since_written(
+    scope_dir: Path, dirs: stat_batch.Dirs, files: list[str], inodes: list[int], ctimes: list[int]
+) -> bool:
+    """Whether every directory of `dirs` and every file of `files` still has the inode and
+    ctime it had when written (`inodes`, `ctimes`: one each per file), and the scope holds
+    nothing else at its top level (store.seal.Fresh says what this proves)."""
+    root = str(scope_dir)
+    if _top_level_problems(root) or not all(top in dirs.names for top in CACHE_DIRS):
+        return False
+    if not len(files) == len(inodes) == len(ctimes):
+        return False
+    prefix = root + "/"
+    paths = [prefix + rel for rel in dirs.names] + [prefix + rel for rel in files]
+    firsts, seconds = dirs.inodes + inodes, dirs.ctimes + ctimes
+    return not stat_batch.mismatches(paths, len(dirs.names), firsts, seconds, files_by_inode=True)
+
+
 def _file_problem(rel: str, path: str, meta: dict[str, Any], full: bool) -> Problem | None:
     """Why the file at `path` is not the manifest's entry `meta`, or None (same content)."""
     try:

@@ -81,10 +81,15 @@ class _Checked:
 
 
 def _problem_of(
-    layout: Layout, key: str, opts: Options, served: Path | None = None
+    layout: Layout,
+    key: str,
+    opts: Options,
+    served: Path | None = None,
+    written: seal.Fresh | None = None,
 ) -> tuple[str | None, list[mf.Problem], _Contents | None, list[str]]:
     """(reason to quarantine, problems, contents, unsaved files) of scope `key`, checking the
-    files of `served` (default: the scope itself) against the scope's manifest."""
+    files of `served` (default: the scope itself) against the scope's manifest; a full check
+    of the scope a fetch of this process just `written` stats what it wrote (seal.Fresh)."""
     scope = layout.scope(key) if served is None else served
     if not layout.manifest(key).exists():
         files, problems = mf.scan(scope)
@@ -112,9 +117,11 @@ def _problem_of(
             reason = mf.signature_problem(manifest, opts.signing_key)
             if reason:
                 return reason, [], None, []
+        listed, signed = mf.listed(manifest), bool(manifest.get("signature"))
+        if served is None and written is not None and written.unchanged(scope, digest, manifest):
+            return None, [], _contents(listed, signed), []  # checked byte by byte as written
         found = mf.inspect(scope, manifest, opts.full_verify, sealed.dirs, stamp=served is None)
         problems = found.problems
-        listed, signed = mf.listed(manifest), bool(manifest.get("signature"))
         if not problems and served is None:
             seal.refresh(
                 layout, key, digest, found.dir_stamps, found.started_ns, sealed, listed, signed
@@ -148,7 +155,9 @@ def _from_spare(layout: Layout, key: str, opts: Options, target: Path) -> _Check
     return _Checked(contents, False, strategy=strategy)
 
 
-def _check_scope(layout: Layout, key: str, opts: Options) -> _Checked:
+def _check_scope(
+    layout: Layout, key: str, opts: Options, written: seal.Fresh | None = None
+) -> _Checked:
     scope = layout.scope(key)
     busy = bool(scopes.live_leases(layout, key, "in-place"))
     reason: str | None
@@ -158,7 +167,7 @@ def _check_scope(layout: Layout, key: str, opts: Options) -> _Checked:
     elif not scope.exists():
         return _Checked(None, False)
     else:
-        reason, problems, contents, unsaved = _problem_of(layout, key, opts)
+        reason, problems, contents, unsaved = _problem_of(layout, key, opts, written=written)
         if reason is None:
             aside = None
             if unsaved and not busy:
@@ -182,7 +191,13 @@ def _check_scope(layout: Layout, key: str, opts: Options) -> _Checked:
 
 
 def _checked_scope(
-    layout: Layout, key: str, opts: Options, base: Path, use_spares: bool, private: bool
+    layout: Layout,
+    key: str,
+    opts: Options,
+    base: Path,
+    use_spares: bool,
+    private: bool,
+    written: seal.Fresh | None = None,
 ) -> _Checked:
     """Under the scope's lock: the scope checked (a read-only job may take a spare built
     from it instead); a keyed job checks the scope itself first (a changed file quarantines
@@ -191,7 +206,7 @@ def _checked_scope(
     if opts.read_only and use_spares:
         checked = _from_spare(layout, key, opts, base)
     if checked is None:
-        checked = _check_scope(layout, key, opts)
+        checked = _check_scope(layout, key, opts, written)
         if private and use_spares and checked.contents is not None:
             taken = _from_spare(layout, key, opts, base)
             if taken is not None:
@@ -234,8 +249,11 @@ def _in_place(layout: Layout, key: str, contents: _Contents | None) -> Path:
     return lease
 
 
-def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> Restored:
-    """Run the restore; what it handed out (see docs/store.md).
+def restore(
+    layout: Layout, key: str, fp: Fingerprint, opts: Options, written: seal.Fresh | None = None
+) -> Restored:
+    """Run the restore; what it handed out (see docs/store.md). `written`: what a fetch of
+    this process vouches for, having just put the scope in place (seal.Fresh).
 
     A trusted job gets the scope in place unless another live trusted job has it in place;
     then it gets a private overlay whose new files its `save` merges into the scope.
@@ -250,7 +268,7 @@ def restore(layout: Layout, key: str, fp: Fingerprint, opts: Options) -> Restore
     private = private_writes(opts)
     scope = layout.scope(key)
     with scopes.lock(layout, key):
-        checked = _checked_scope(layout, key, opts, base, use_spares, private)
+        checked = _checked_scope(layout, key, opts, base, use_spares, private, written)
         if not opts.read_only and not checked.busy and not private:
             lease: Path | None = _in_place(layout, key, checked.contents)
             base, strategy = scope, "in-place"

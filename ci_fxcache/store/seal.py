@@ -57,6 +57,41 @@ class Seal:
 NONE = Seal()
 
 
+@dataclass(frozen=True)
+class Fresh:
+    """What a fetch of this process wrote moments ago, each file's bytes checked against the
+    remote index as they were written: the sha256 of the manifest it wrote, its seal, and
+    each listed file's inode and ctime as written (in the manifest's order). Never stored:
+    only the process that checked the bytes can vouch for them.
+
+    A full verification right after that fetch (a signing key's) stats the files instead of
+    hashing them again (`unchanged`): a file whose inode and ctime are as written has not been
+    written, truncated, replaced or had its mtime set since (no unprivileged process can set
+    a ctime back), and a directory's unchanged inode and ctime mean no entry was added or
+    removed. What it does not cover: a change in the same clock tick (a few ms) as the fetch
+    wrote the file, which only a process racing the fetch on purpose can make, and which such
+    a process can as well make right after any check (docs/store.md: a file changed after
+    restore checked it); root setting the clock back."""
+
+    manifest_sha256: str
+    sealed: Seal
+    inodes: list[int]
+    ctimes: list[int]
+
+    def unchanged(self, scope: Path, manifest_sha256: str, manifest: Mapping[str, Any]) -> bool:
+        """Whether `scope`, whose manifest has `manifest_sha256` and parses to `manifest`, is
+        still exactly what the fetch wrote."""
+        listed = self.sealed.listed
+        return (
+            listed is not None
+            and manifest_sha256 == self.manifest_sha256
+            and list(manifest["files"]) == listed.names
+            and mf.unchanged_since_written(
+                scope, self.sealed.dirs, listed.names, self.inodes, self.ctimes
+            )
+        )
+
+
 def _scope_id(scope: Path) -> list[int] | None:
     try:
         st = os.lstat(scope)

@@ -47,7 +47,12 @@ def dir_stamp(st: os.stat_result) -> DirStamp:
 
 
 def _serial(
-    paths: Sequence[str], dirs: int, firsts: Sequence[int], seconds: Sequence[int], share: range
+    paths: Sequence[str],
+    dirs: int,
+    firsts: Sequence[int],
+    seconds: Sequence[int],
+    share: range,
+    files_by_inode: bool = False,
 ) -> list[int]:
     lstat = os.lstat
     out = []
@@ -62,27 +67,39 @@ def _serial(
                 S_ISDIR(st.st_mode) and st.st_ino == firsts[i] and st.st_ctime_ns == seconds[i]
             ):
                 out.append(i)
+        elif files_by_inode:
+            if not (
+                S_ISREG(st.st_mode) and st.st_ino == firsts[i] and st.st_ctime_ns == seconds[i]
+            ):
+                out.append(i)
         elif not (S_ISREG(st.st_mode) and st.st_size == firsts[i] and st.st_mtime_ns == seconds[i]):
             out.append(i)
     return out
 
 
 def mismatches(
-    paths: Sequence[str], dirs: int, firsts: Sequence[int], seconds: Sequence[int]
+    paths: Sequence[str],
+    dirs: int,
+    firsts: Sequence[int],
+    seconds: Sequence[int],
+    files_by_inode: bool = False,
 ) -> list[int]:
     """Indices (ascending) of the paths that cannot be lstat'ed (symlinks are never followed)
     or differ from what is expected: the first `dirs` paths directories whose inode and ctime
-    are `firsts[i]` and `seconds[i]`, the rest regular files whose size and mtime are."""
+    are `firsts[i]` and `seconds[i]`, the rest regular files whose size and mtime are (with
+    `files_by_inode`: whose inode and ctime are, as for directories)."""
     if not len(paths) == len(firsts) == len(seconds) or not 0 <= dirs <= len(paths):
         raise ValueError("mismatches: paths, firsts and seconds differ in length")
     workers = forked.workers(len(paths), _MIN_PER_WORKER)
     # Strided shares: neighbours in the list cost alike (directories first, then files).
     shares = [range(k, len(paths), workers) for k in range(workers)]
-    answers = forked.run(shares, lambda share: _serial(paths, dirs, firsts, seconds, share))
+    answers = forked.run(
+        shares, lambda share: _serial(paths, dirs, firsts, seconds, share, files_by_inode)
+    )
     found: list[int] = []
     for share, answer in zip(shares, answers, strict=True):
         if isinstance(answer, list) and all(isinstance(i, int) and i in share for i in answer):
             found.extend(answer)
         else:  # the child failed: do its share here
-            found.extend(_serial(paths, dirs, firsts, seconds, share))
+            found.extend(_serial(paths, dirs, firsts, seconds, share, files_by_inode))
     return sorted(found)

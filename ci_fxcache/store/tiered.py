@@ -172,11 +172,11 @@ def restore(
     and the remote tier's report (complete: with whether this run only reads the tier)."""
     from ci_fxcache.store.remote.transfer import fetch_scope
 
-    remote_info = None
+    remote_info = written = None
     try:
         if tier is not None:
-            remote_info = fetch_scope(layout, key, tier, signing_key=options.signing_key)
-        restored = store_restore.restore(layout, key, fp, options)
+            remote_info, written = fetch_scope(layout, key, tier, signing_key=options.signing_key)
+        restored = store_restore.restore(layout, key, fp, options, written)
     except PermissionError as exc:
         # Not tampering: another user's files in a shared store. Nothing is quarantined.
         why = f"permission denied: {exc.filename or exc}; the scope is left as it is"

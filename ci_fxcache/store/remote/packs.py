@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
 from ci_fxcache.store import manifest as mf
+from ci_fxcache.store.seal import Fresh, Seal
 from ci_fxcache.store.stat_batch import DirStamp, dir_stamp
 
 PACK_BYTES = 32 * 1024 * 1024  # decoded bytes per pack (a larger file is a pack of its own)
@@ -554,6 +555,7 @@ class Unpacker:
         st = os.fstat(fd)  # the size and mtime the manifest records (close keeps them)
         if stat.S_IMODE(st.st_mode) != _FILE_MODE:  # a umask took read bits
             os.fchmod(fd, _FILE_MODE)
+            st = os.fstat(fd)  # its ctime as left (store.seal.Fresh)
         self.stats[rel] = st
 
     def _whole(self, rel: str, e: Entry, data: memoryview) -> None:
@@ -667,6 +669,15 @@ def unpack_span(
     if pack_digest is not None and pack_digest.hexdigest() != span.pack:
         unpacker.recheck()
     return problems
+
+
+def written(digest: str, made: Seal, stats: dict[str, os.stat_result]) -> Fresh:
+    """What a fetch that wrote manifest `digest`, the directories and files of `made` (its
+    seal) and checked every byte vouches for: each listed file's inode and ctime from `stats`
+    (taken as it was written) beside them (store.seal.Fresh)."""
+    names = made.listed.names if made.listed is not None else []
+    inodes = [stats[rel].st_ino for rel in names]
+    return Fresh(digest, made, inodes, [stats[rel].st_ctime_ns for rel in names])
 
 
 def write_empty(entries: Index, tree: Tree, stats: dict[str, os.stat_result]) -> list[str]:

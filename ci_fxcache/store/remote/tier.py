@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from ci_fxcache.store.layout import Layout
 from ci_fxcache.store.manifest import Committed
-from ci_fxcache.store.seal import Seal
+from ci_fxcache.store.seal import Fresh
 
 # Fetches in progress (fresh directories renamed into a scope when complete) and what
 # backends keep about the remote tier on this runner (immutable index objects, bad objects).
@@ -33,15 +33,16 @@ class RemoteCorrupt(Exception):
 @dataclass(frozen=True)
 class Fetched:
     """What a fetch wrote: files, bytes, and transfer counts (requests by kind, bytes in);
-    and, where the backend created every file and directory itself, the seal it vouches for
-    (the sha256 of the manifest it wrote, and the seal: store.seal), written when the fetch is
-    renamed into place, so that the local restore that follows stats what the fetch made
-    instead of listing every directory again."""
+    and, where the backend created every file and directory itself and checked every byte
+    as it wrote it, what it vouches for (store.seal.Fresh): its seal is written when the
+    fetch is renamed into place, so that the local restore that follows stats what the fetch
+    made instead of listing every directory again, and a full verification that follows at
+    once stats the files instead of hashing them again."""
 
     files: int
     total_bytes: int
     detail: dict[str, Any]
-    seal: tuple[str, Seal] | None = None
+    written: Fresh | None = None
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from ci_fxcache.store import manifest as mf
 from ci_fxcache.store import scopes, seal
 from ci_fxcache.store.layout import Layout
 from ci_fxcache.store.remote.tier import REMOTE_DIR, RemoteCorrupt, RemoteTier, RemoteUnavailable
+from ci_fxcache.store.seal import Fresh
 
 
 def _in_use(layout: Layout, key: str) -> bool:
@@ -148,19 +149,22 @@ def _fetch_dir(layout: Layout, key: str) -> Iterator[Path]:
 
 def fetch_scope(
     layout: Layout, key: str, tier: RemoteTier, *, signing_key: str | None
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], Fresh | None]:
     """Bring scope `key` from the remote tier into the local root unless it is present; the
-    state's `remote` object. Never raises for the remote's sake: an unusable remote is one
-    warning, a broken remote copy is quarantined locally (the job continues cold). A tier
-    this run may not write (ReadOnly) gets no last-used marker."""
+    state's `remote` object, and what the fetch vouches for when it put the scope in place
+    (store.seal.Fresh: for the local restore that follows at once). Never raises for the
+    remote's sake: an unusable remote is one warning, a broken remote copy is quarantined
+    locally (the job continues cold). A tier this run may not write (ReadOnly) gets no
+    last-used marker."""
     info: dict[str, Any] = {"store": tier.name, "url": tier.describe(), "fetched": False}
+    written = None
     try:
         layout.root.mkdir(parents=True, exist_ok=True)
         _clear_killed_fetches(layout)
         with scopes.lock(layout, key):
             info["local"] = _present(layout, key, signing_key)
         if not info["local"]:
-            _fetch(layout, key, tier, signing_key, info)
+            written = _fetch(layout, key, tier, signing_key, info)
     except (RemoteUnavailable, OSError) as exc:  # OSError: the local root (a full disk)
         info["error"] = str(exc)
         gha.warn(
@@ -172,14 +176,15 @@ def fetch_scope(
     if not tier.read_only and "error" not in info and info.get("found", True):
         _touch(tier, key, info)
     info.update(tier.stats())
-    return info
+    return info, written if "error" not in info else None
 
 
 def _fetch(
     layout: Layout, key: str, tier: RemoteTier, signing_key: str | None, info: dict[str, Any]
-) -> None:
+) -> Fresh | None:
     """The fetch, with no lock but its own; then, under the scope's lock, the rename into
-    place (unless another job put a scope there meanwhile: then ours is discarded)."""
+    place (unless another job put a scope there meanwhile: then ours is discarded); what the
+    fetch vouches for once in place."""
     with _fetch_dir(layout, key) as target:
         try:
             got = tier.fetch(layout, key, target, signing_key)
@@ -188,17 +193,18 @@ def _fetch(
             raise
         if got is None:
             info["found"] = False
-            return
+            return None
         info.update(found=True, files=got.files, bytes=got.total_bytes)
         info.update(got.detail)
         with scopes.lock(layout, key):
             if os.path.lexists(layout.scope(key)):
                 info["discarded"] = "another job put the scope in place meanwhile"
-                return
+                return None
             os.rename(target, layout.scope(key))
-            if got.seal is not None:
-                seal.write(layout, key, *got.seal)
+            if got.written is not None:
+                seal.write(layout, key, got.written.manifest_sha256, got.written.sealed)
             info["fetched"] = True
+            return got.written
 
 
 def _keep_broken(layout: Layout, key: str, target: Path, exc: RemoteCorrupt) -> str | None:

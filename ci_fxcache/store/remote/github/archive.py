@@ -44,7 +44,7 @@ from ci_fxcache.store import manifest as mf
 from ci_fxcache.store import modes
 from ci_fxcache.store.layout import CACHE_DIRS, MANIFEST
 from ci_fxcache.store.remote import packs
-from ci_fxcache.store.seal import Seal
+from ci_fxcache.store.seal import Fresh, Seal
 from ci_fxcache.store.stat_batch import Dirs
 
 MAGIC = b"FXSCOPE\x01"
@@ -66,12 +66,13 @@ class ArchiveError(Exception):
 
 @dataclass(frozen=True)
 class Unpacked:
-    """What a restore wrote: files, bytes, and the seal it vouches for (store.seal: the
-    sha256 of the manifest it wrote, and every directory and file it made)."""
+    """What a restore wrote: files, bytes, and what it vouches for (store.seal.Fresh: the
+    sha256 of the manifest it wrote, every directory and file it made, each file checked
+    against the manifest as it was written)."""
 
     files: int
     total_bytes: int
-    seal: tuple[str, Seal]
+    written: Fresh
 
 
 def _add_committed(framer: packs.Framer, scope: Path, rel: str, meta: dict[str, Any]) -> None:
@@ -217,7 +218,7 @@ def extract(read: Callable[[int], bytes], target: Path) -> Unpacked:
         tree.make(name)
     made = Seal(Dirs.of(tree.stamps()), mf.listed(manifest), bool(manifest.get("signature")))
     digest = hashlib.sha256(raw).hexdigest()
-    return Unpacked(len(files), manifest["total_bytes"], (digest, made))
+    return Unpacked(len(files), manifest["total_bytes"], packs.written(digest, made, stats))
 
 
 def _frames(

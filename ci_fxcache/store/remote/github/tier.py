@@ -82,7 +82,8 @@ class GitHubTier:
         if restored is None:
             return None
         done = restored.unpacked
-        return Fetched(done.files, done.total_bytes, {"matched_key": restored.matched}, done.seal)
+        detail = {"matched_key": restored.matched}
+        return Fetched(done.files, done.total_bytes, detail, done.written)
 
     def publish(
         self, layout: Layout, key: str, committed: Committed, signing_key: str | None

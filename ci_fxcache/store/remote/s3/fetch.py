@@ -113,7 +113,7 @@ def _fetch(
     made = seal.Seal(Dirs.of(tree.stamps()), mf.listed(manifest), bool(signing_key))
     used = {e.pack for e in entries.values() if e.size}
     detail = {"packs": len(used), "ranges": len(spans)}
-    return Fetched(len(files), manifest["total_bytes"], detail, (digest, made))
+    return Fetched(len(files), manifest["total_bytes"], detail, packs.written(digest, made, stats))
 
 
 def _unpack(
