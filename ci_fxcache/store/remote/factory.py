@@ -180,9 +180,9 @@ def tier_for(choice: StoreChoice) -> RemoteTier | None:
         case "local" | "redis":
             return None
         case "s3":
-            tier = s3_tier(choice.url)
+            tier = s3_tier(choice.url, marks_use=choice.may_write_remote)
         case "object":
-            tier = object_tier(choice.url)
+            tier = object_tier(choice.url, marks_use=choice.may_write_remote)
         case "github":
             from ci_fxcache.store.remote.github import tier as github
 
@@ -235,18 +235,19 @@ def invalidator_for(
             raise UsageError(f"unknown store {other!r}")
 
 
-def s3_tier(url: str | None) -> S3Tier:
+def s3_tier(url: str | None, *, marks_use: bool = True) -> S3Tier:
     """The S3 backend itself (invalidation works on its objects): `url`, else $FXCACHE_S3_URL;
-    UsageError when neither is an s3:// URL."""
+    UsageError when neither is an s3:// URL. `marks_use`: whether its fetch sends the
+    last-used marker (not where this run may not write the bucket)."""
     # Imported here, not at the top: only `store: s3` pays its start-up (~12 ms measured),
     # and restore runs on every job's critical path.
     from ci_fxcache.store.remote.s3 import client
     from ci_fxcache.store.remote.s3 import tier as s3
 
-    return s3.S3Tier(client.resolve_url(url))
+    return s3.S3Tier(client.resolve_url(url), marks_use=marks_use)
 
 
-def object_tier(url: str | None) -> S3Tier:
+def object_tier(url: str | None, *, marks_use: bool = True) -> S3Tier:
     """The tier of `--store object`: the service the URL's scheme names (s3://, gs://, az://, file://),
     `url`, else $FXCACHE_OBJECT_URL; the same tier as s3's on every service. Named `object`
     in the restore's state (a save rebuilds it from there) unless the URL is s3://."""
@@ -254,7 +255,7 @@ def object_tier(url: str | None) -> S3Tier:
     from ci_fxcache.store.remote.s3 import tier as s3
 
     where = client.resolve_object_url(url)
-    tier = s3.S3Tier(where)
+    tier = s3.S3Tier(where, marks_use=marks_use)
     if where.scheme != "s3":
         tier.name = "object"
     return tier

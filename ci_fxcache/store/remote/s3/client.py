@@ -433,11 +433,11 @@ class Bucket:
         """Bound every later request by `deadline` (one per restore, save or invalidate)."""
         self.deadline = deadline
 
-    def within(self, work: Callable[[], T], what: str) -> T:
-        """`work()` (network I/O: a call, a body's read) within the deadline; S3Unavailable
-        when the bound is spent first."""
+    def within(self, work: Callable[[], T], what: str, deadline: Deadline | None = None) -> T:
+        """`work()` (network I/O: a call, a body's read) within the deadline (the operation's,
+        else `deadline`); S3Unavailable when the bound is spent first."""
         try:
-            return self.deadline.run(work, what)
+            return (deadline or self.deadline).run(work, what)
         except DeadlinePassed as exc:
             raise S3Unavailable(f"{exc} ({DEADLINE_ENV})") from None
 
@@ -471,9 +471,16 @@ class Bucket:
             return S3Unavailable(f"throttled: {described} after {MAX_ATTEMPTS} attempts")
         return S3Unavailable(f"request failed: {described}")
 
-    def _call(self, what: str, key: str, work: Callable[[], T], sent: int = 0) -> T:
-        """One request (`work`, obstore's retries included) counted and within the deadline;
-        its failure as the tier's exception."""
+    def _call(
+        self,
+        what: str,
+        key: str,
+        work: Callable[[], T],
+        sent: int = 0,
+        deadline: Deadline | None = None,
+    ) -> T:
+        """One request (`work`, obstore's retries included) counted and within the deadline
+        (the operation's, else `deadline`); its failure as the tier's exception."""
         self._count(what, sent=sent)
 
         def request() -> T:
@@ -484,7 +491,7 @@ class Bucket:
             except Exception as exc:  # obstore's errors (BaseError, FileNotFoundError, ...)
                 raise self._fail(exc, key) from None
 
-        return self.within(request, what)
+        return self.within(request, what, deadline)
 
     def get(
         self, key: str, if_none_match: str | None = None, *, limit: int
@@ -566,9 +573,11 @@ class Bucket:
         if_match: str | None = None,
         if_absent: bool = False,
         content_type: str = "application/octet-stream",
+        deadline: Deadline | None = None,
     ) -> str:
         """PUT `key`; with `if_match` (an ETag) or `if_absent`, only under that condition
-        (S3Conflict when it does not hold). Its new ETag."""
+        (S3Conflict when it does not hold); within `deadline` instead of the operation's when
+        given (a request beside the operation's own). Its new ETag."""
         if if_match and self._directory:
             return self._put_locked(key, body, if_match)
         mode: Any = "create" if if_absent else None
@@ -581,7 +590,7 @@ class Bucket:
         attributes = None if self._directory else {"Content-Type": content_type}
         answer = self._call("put_object", key, lambda: self._obs.put(
             self._store, key, body, mode=mode, use_multipart=False,
-            attributes=attributes), sent=len(body))  # fmt: skip
+            attributes=attributes), sent=len(body), deadline=deadline)  # fmt: skip
         etag = str(answer.get("e_tag") or "")
         self._seen(key, etag, answer.get("version"))
         return etag

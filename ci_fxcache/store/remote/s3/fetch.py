@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,26 +36,39 @@ RANGE_BYTES = 8 * 1024 * 1024
 
 
 def fetch(
-    objects: S3Objects, layout: Layout, key: str, target: Path, signing_key: str | None
+    objects: S3Objects,
+    layout: Layout,
+    key: str,
+    target: Path,
+    signing_key: str | None,
+    found: Callable[[str], None] | None = None,
 ) -> Fetched | None:
-    """Download scope `key` into `target` (store.remote.tier.RemoteTier.fetch)."""
+    """Download scope `key` into `target` (store.remote.tier.RemoteTier.fetch); `found(key)`
+    is called once the scope is known to be there, before its packs are read."""
     # A restore allocates ~10 objects per file and frees few: the collector would walk every
     # live object (botocore's models included) many times over, for no garbage.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _fetch(objects, layout, key, target, signing_key)
+        return _fetch(objects, layout, key, target, signing_key, found)
     finally:
         if collecting:
             gc.enable()
 
 
 def _fetch(
-    objects: S3Objects, layout: Layout, key: str, target: Path, signing_key: str | None
+    objects: S3Objects,
+    layout: Layout,
+    key: str,
+    target: Path,
+    signing_key: str | None,
+    found: Callable[[str], None] | None,
 ) -> Fetched | None:
     head, entries = refs.view(objects, layout, key, signing_key)  # the head and its references
     if head is None:
         return None
+    if found is not None:
+        found(key)
     objects.refuse_remembered(layout, entries)  # a broken copy is downloaded once per runner
     target.mkdir()
     tree = packs.Tree(str(target))
