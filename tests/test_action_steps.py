@@ -766,3 +766,25 @@ def test_store_object_takes_its_service_from_the_urls_scheme_and_the_same_save_p
                  GITHUB_REF="refs/heads/main")  # fmt: skip
     assert s.settings()["remote"] is False
     assert any("store object without an object-url" in line for line in s.lines), s.lines
+
+
+def test_the_restore_step_starts_the_interpreter_report_before_it_imports_the_other_steps(
+    tmp_path: Path,
+) -> None:
+    """The restore step is on every job's critical path and waits on the job's interpreter
+    reporting its versions: that report starts (env.pending_fingerprint is imported for it)
+    before the inputs' table is imported, and the other steps (steps.py) are never imported
+    (`-X importtime` prints each module as its import ends, nested ones first)."""
+    setup = run_step(tmp_path, "setup")
+    assert setup.proc.returncode == 0, setup.lines
+    restored = run_step(tmp_path, "restore", FXCACHE_ACTION_SETTINGS=setup.outputs["settings"],
+                        PYTHONPROFILEIMPORTTIME="1")  # fmt: skip
+    assert restored.proc.returncode == 0, restored.lines[-20:]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in restored.proc.stderr.splitlines()
+                if line.startswith("import time:")]  # fmt: skip
+    assert "ci_fxcache.action.restore_step" in imported, imported[-20:]
+    assert "ci_fxcache.action.steps" not in imported
+    report = imported.index("ci_fxcache.env.pending_fingerprint")
+    assert report < imported.index("ci_fxcache.action.inputs"), imported
+    state = Path(setup.outputs["settings"]).parent / "restore-state.json"
+    assert json.loads(state.read_text())["scope_key"]  # it restored

@@ -14,7 +14,7 @@ from typing import Any
 
 from ci_fxcache import gha, names
 from ci_fxcache.action import inputs as inp
-from ci_fxcache.action import job_compiles, job_record, job_stats
+from ci_fxcache.action import job_compiles, job_record, job_stats, restore_step
 from ci_fxcache.action.inputs import Input
 from ci_fxcache.action.settings import (
     DIGEST_STATE,
@@ -296,32 +296,6 @@ def setup() -> int:
     return 0
 
 
-def restore() -> int:
-    """The restore into the settings' root with setup's store choice (the typed call
-    `fxcache restore` makes), read-only when setup decided so; the signing key, the Redis URL
-    and setup's nonce as arguments."""
-    from ci_fxcache.commands import restore as restore_command
-    from ci_fxcache.env.pending_fingerprint import Pending
-
-    values = inp.from_env(inp.MAIN)
-    s = load()
-    started = time.monotonic()
-    redis = s.choice.kind == "redis"
-    restore_command.restore(
-        taking=Pending(s.python, None), root=Path(s.root),
-        read_only_reason="--read-only" if s.read_only else trust.untrusted_reason(),
-        invalidate_on_upgrade=bool(values["invalidate-on-upgrade"]), verify=None,
-        overlay_strategy=None, as_json=False, state_file=s.state_file, choice=s.choice,
-        redis_url=values["redis-url"] if redis else None,
-        redis_writers_run_code=bool(redis and values["redis-writers-run-code"]),
-        signing_key=values["signing-key"] or None, nonce=s.nonce,
-        job_trace=bool(values["job-stats"]),
-    )  # fmt: skip
-    # restore and save run in different processes: the time goes through the job record
-    job_record.update(Path(s.work), restore_s=round(time.monotonic() - started, 3))
-    return 0
-
-
 def verify() -> int:
     """`fxcache verify`; a failed fail-on check is kept for the last step, so that the report
     and the comment are still written."""
@@ -569,7 +543,7 @@ def invalidate() -> int:
 STEPS: dict[str, Callable[[], int]] = {
     "admit": admit,
     "setup": setup,
-    "restore": restore,
+    "restore": restore_step.restore,
     "verify": verify,
     "report": report,
     "comment": post_comment,
