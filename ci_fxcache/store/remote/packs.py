@@ -378,7 +378,10 @@ def spans(entries: Index, range_bytes: int) -> list[Span]:
     found: list[Span] = []
     for pack, files in sorted(by_pack.items()):
         files.sort(key=lambda item: (item[1].offset, item[0]))
-        table = max((e.frames for _rel, e in files), key=decoded_size)
+        # The entries of one pack share its frame table (decode_segment makes one per pack):
+        # each distinct table is measured once, not once per file.
+        tables = {id(e.frames): e.frames for _rel, e in files}
+        table = max(tables.values(), key=decoded_size)
         found += _pack_spans(pack, table, files, range_bytes)
     found.sort(key=lambda s: s.end - s.start, reverse=True)
     return found
