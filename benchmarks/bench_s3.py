@@ -272,6 +272,7 @@ class LinkResult:
     times: dict[str, float] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)
     remote: dict[str, Any] = field(default_factory=dict)
+    keyed_mode: str = ""  # how the keyed restore handed the scope out (its overlay strategy)
 
 
 def main() -> None:
@@ -318,6 +319,8 @@ def main() -> None:
     )
     parser.add_argument("--no-fleet", action="store_true",
                         help="no concurrent-saver, hung-endpoint rows")  # fmt: skip
+    parser.add_argument("--no-signed", action="store_true",
+                        help="no row for a restore with a signing key")  # fmt: skip
     parser.add_argument("--savers", default="8,16,24,32",
                         help="concurrent savers of one scope to try, comma-separated")  # fmt: skip
     args = parser.parse_args()
@@ -381,6 +384,10 @@ def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) ->
     first_save, first_run = _fxcache("save", "--json", "--state-file", str(work / "a0.json"),
                                      env=env)  # fmt: skip
 
+    # The same files saved with a signing key under a prefix of their own (a keyed restore
+    # refuses an unsigned head): what a keyed empty runner restores.
+    signed_env = None if args.no_signed else _signed_scope(work, env, populate, args, files)
+
     # The actions/cache way: one tar.zst object of the same files.
     archive = work / "cache.tzst"
     subprocess.run(["tar", "-I", "zstd -T0 --long=30 -3", "-cf", str(archive), "-C", str(scope),
@@ -425,7 +432,8 @@ def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) ->
     for mbit in [float(m) for m in args.links.split(",")]:
         link = LinkProcess(target, mbit, min(args.conn_mbit, mbit), args.rtt_ms)
         result = LinkResult(mbit)
-        samples: dict[str, list[Run]] = {"s3": [], "archive": []}
+        samples: dict[str, list[Run]] = {"s3": [], "archive": [], "keyed": [],
+                                         "keyed-hardlink": []}  # fmt: skip
         try:
 
             def empty_runner(link: LinkProcess = link, result: LinkResult = result) -> Run:
@@ -451,8 +459,28 @@ def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) ->
                               str(dest)], env)  # fmt: skip
                 return Run(down.wall + untar.wall, down.cpu + untar.cpu)
 
+            def keyed_runner(overlay: str = "", link: LinkProcess = link,
+                             result: LinkResult = result) -> Run:  # fmt: skip
+                assert signed_env is not None
+                n = next(counter)
+                root = work / f"keyed{n}"
+                made.append(root)
+                via = {**signed_env, "AWS_ENDPOINT_URL_S3": link.endpoint}
+                if overlay:
+                    via["FXCACHE_OVERLAY"] = overlay
+                got, run = _fxcache("restore", "--root", str(root), *base, "--state-file",
+                                    str(work / f"k{n}.json"), env=via)  # fmt: skip
+                assert got["hit"] and got["files"] == files and got["signed"], got
+                if not overlay:
+                    result.keyed_mode = got["mode"]
+                return run
+
             contenders: dict[str, Callable[[], Run]] = {
                 "s3": empty_runner, "archive": actions_cache_way}  # fmt: skip
+            if signed_env is not None:
+                contenders["keyed"] = keyed_runner
+                if os.geteuid() == 0:  # root is never given hardlinks: time a non-root runner's
+                    contenders["keyed-hardlink"] = lambda: keyed_runner("hardlink")
             for _ in range(args.repeat):
                 for name, fn in contenders.items():
                     settle()
@@ -461,8 +489,9 @@ def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) ->
         finally:
             link.stop()
         for name, runs in samples.items():
-            result.times[name] = statistics.median(r.wall for r in runs)
-            result.cpu[name] = statistics.median(r.cpu for r in runs)
+            if runs:
+                result.times[name] = statistics.median(r.wall for r in runs)
+                result.cpu[name] = statistics.median(r.cpu for r in runs)
         results.append(result)
         print(f"  link {mbit:g} Mbit/s done: s3 {result.times['s3']:.2f} s, "
               f"archive {result.times['archive']:.2f} s (load {os.getloadavg()[0]:.1f})",
@@ -502,6 +531,21 @@ def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) ->
     print(f"load average (1 / 5 / 15 min) at the end: {_load()}")
 
 
+def _signed_scope(work: Path, env: dict[str, str], populate: Callable[[Path, int], tuple[int, int]],
+                  args: argparse.Namespace, files: int) -> dict[str, str]:  # fmt: skip
+    """The scope's files (the same seed) saved by a job with a signing key under the bucket
+    prefix `fxcache-signed`; the environment of a keyed runner of that prefix."""
+    keyed = {**env, "FXCACHE_S3_URL": env["FXCACHE_S3_URL"] + "-signed",
+             "FXCACHE_SIGNING_KEY": "bench-signing-key-" + "0" * 32}  # fmt: skip
+    state = work / "keyed-first.json"
+    got, _ = _fxcache("restore", "--root", str(work / "keyed-a"), "--python", args.python,
+                      "--store", "s3", "--json", "--state-file", str(state), env=keyed)  # fmt: skip
+    written, _size = populate(Path(got["inductor_dir"]).parent, args.size_mib)  # its overlay
+    saved, _ = _fxcache("save", "--json", "--state-file", str(state), env=keyed)
+    assert written == files and saved["signed"] and saved["files"] == files, saved
+    return keyed
+
+
 def _report(args: argparse.Namespace, files: int, size: int, archives: tuple[int, int],
             in_bucket: dict[str, int], first_save: dict[str, Any], first_run: Run,
             results: list[LinkResult], saved: dict[str, Any], new_bytes: int,
@@ -539,6 +583,18 @@ def _report(args: argparse.Namespace, files: int, size: int, archives: tuple[int
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
     for row in (head, *rows):
         print("  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)))
+    for r in results:
+        if "keyed" in r.times:
+            ratio = math.floor(r.times["archive"] / r.times["keyed"] * 1000) / 1000
+            root = " (as root: root is never given hardlinks)" if os.geteuid() == 0 else ""
+            print(f"with a signing key, {r.mbit:g} Mbit/s: {r.times['keyed']:.2f} s, "
+                  f"{ratio:.3f}x the actions/cache way, {r.cpu['keyed']:.1f} s CPU (full "
+                  f"verification; its private overlay by {r.keyed_mode}{root})")  # fmt: skip
+        if "keyed-hardlink" in r.times:
+            ratio = math.floor(r.times["archive"] / r.times["keyed-hardlink"] * 1000) / 1000
+            print(f"  the same with a hardlinked overlay (a non-root runner's): "
+                  f"{r.times['keyed-hardlink']:.2f} s, {ratio:.3f}x, "
+                  f"{r.cpu['keyed-hardlink']:.1f} s CPU")  # fmt: skip
     if saved:
         sent = saved["remote"]
         print(f"\nsave after one new compile: {saved['added']} new files, {new_bytes:,} bytes; "
