@@ -105,6 +105,31 @@ def write_files(base: str | Path, files: dict[str, bytes]) -> None:
         os.replace(tmp, path)
 
 
+def committed_scope(
+    root: Path, key: str, files: dict[str, bytes], signing_key: str | None = None
+) -> Any:
+    """Scope `key` of the store at `root` committed with `files` as a save leaves it (signed
+    with `signing_key` when given): its `manifest.Committed`."""
+    from ci_fxcache.store import manifest as mf
+    from ci_fxcache.store.layout import Layout
+
+    layout = Layout(root)
+    write_files(layout.scope(key), files)
+    found, problems = mf.scan(layout.scope(key))
+    assert problems == []
+    entries = mf.file_entries(layout.scope(key), found)
+    stamp = "2026-12-06T00:00:00Z"
+    manifest = {"schema": mf.SCHEMA, "scope_key": key, "fingerprint": {}, "torch_paths": [],
+                "created_at": stamp, "updated_at": stamp, "last_used_at": stamp,
+                "verification": {"references": []}, "files": entries,
+                "total_bytes": sum(m["size"] for m in entries.values())}  # fmt: skip
+    if signing_key:
+        mf.sign(manifest, signing_key)
+    (root / ".locks").mkdir(parents=True, exist_ok=True)
+    mf.write_atomic(layout.manifest(key), manifest, root / ".locks")
+    return mf.Committed.read(layout.manifest(key))
+
+
 def tree_digest(base: str | Path) -> dict[str, str]:
     """Relative path -> sha256 of every regular file under `base`."""
     base = Path(base)

@@ -25,7 +25,7 @@ from ci_fxcache.store.remote import transfer
 from ci_fxcache.store.remote.s3 import client
 from ci_fxcache.store.remote.s3.tier import S3Tier
 from tests.conftest import TORCH_PYTHON
-from tests.store_helpers import write_files
+from tests.store_helpers import committed_scope
 
 obstore_store = pytest.importorskip("obstore.store")
 
@@ -49,21 +49,9 @@ def bucket(tmp_path: Path) -> S3Tier:
     memory = obstore_store.MemoryStore()
     where = client.parse_url("s3://memory-bucket/fleet/ci")
     root = tmp_path / "first"
-    layout = Layout(root)
-    write_files(layout.scope(SCOPE), FILES)
-    found, problems = mf.scan(layout.scope(SCOPE))
-    assert problems == []
-    entries = mf.file_entries(layout.scope(SCOPE), found)
-    stamp = "2026-12-06T00:00:00Z"
-    manifest = {"schema": mf.SCHEMA, "scope_key": SCOPE, "fingerprint": {}, "torch_paths": [],
-                "created_at": stamp, "updated_at": stamp, "last_used_at": stamp,
-                "verification": {"references": []}, "files": entries,
-                "total_bytes": sum(m["size"] for m in entries.values())}  # fmt: skip
-    mf.sign(manifest, KEY)
-    (root / ".locks").mkdir(parents=True, exist_ok=True)
-    mf.write_atomic(layout.manifest(SCOPE), manifest, root / ".locks")
+    committed = committed_scope(root, SCOPE, FILES, KEY)
     tier = S3Tier(where, client.Bucket(where, store=memory))
-    published = tier.publish(layout, SCOPE, mf.Committed.read(layout.manifest(SCOPE)), KEY)
+    published = tier.publish(Layout(root), SCOPE, committed, KEY)
     assert published.published, published
     return S3Tier(where, client.Bucket(where, store=memory))
 

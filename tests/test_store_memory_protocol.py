@@ -27,7 +27,7 @@ from ci_fxcache.store.policies import Policy
 from ci_fxcache.store.remote.s3 import client, invalidate
 from ci_fxcache.store.remote.s3.tier import S3Tier
 from tests.conftest import RunFxcache
-from tests.store_helpers import FailingFile, Store, tree_digest, write_files
+from tests.store_helpers import FailingFile, Store, committed_scope, tree_digest, write_files
 from tests.test_invalidate_stores import invalidate_step
 
 obstore_store = pytest.importorskip("obstore.store")
@@ -110,19 +110,8 @@ def _tier(memory: Any) -> S3Tier:
 
 def _committed(root: Path, key: str, files: dict[str, bytes]) -> mf.Committed:
     """Scope `key` of runner `root` committed with `files`, as a save leaves it."""
-    layout = Layout(root)
-    write_files(layout.scope(key), files)
-    found, problems = mf.scan(layout.scope(key))
-    assert problems == []
-    entries = mf.file_entries(layout.scope(key), found)
-    stamp = "2026-12-06T00:00:00Z"
-    manifest = {"schema": mf.SCHEMA, "scope_key": key, "fingerprint": {}, "torch_paths": [],
-                "created_at": stamp, "updated_at": stamp, "last_used_at": stamp,
-                "verification": {"references": []}, "files": entries,
-                "total_bytes": sum(m["size"] for m in entries.values())}  # fmt: skip
-    (root / ".locks").mkdir(parents=True, exist_ok=True)
-    mf.write_atomic(layout.manifest(key), manifest, root / ".locks")
-    return mf.Committed.read(layout.manifest(key))
+    committed: mf.Committed = committed_scope(root, key, files)
+    return committed
 
 
 def _publish(memory: Any, root: Path, key: str, files: dict[str, bytes]) -> dict[str, Any]:

@@ -11,14 +11,13 @@ from typing import Any
 
 import pytest
 
-from ci_fxcache.store import manifest as mf
 from ci_fxcache.store.layout import Layout
 from ci_fxcache.store.remote import transfer
 from ci_fxcache.store.remote.s3 import client
 from ci_fxcache.store.remote.s3.client import S3Unavailable
 from ci_fxcache.store.remote.s3.tier import S3Tier
 from ci_fxcache.store.remote.tier import ReadOnly
-from tests.store_helpers import write_files
+from tests.store_helpers import committed_scope
 
 obstore_store = pytest.importorskip("obstore.store")
 
@@ -31,20 +30,10 @@ WHERE = client.parse_url("s3://memory-bucket/fleet/ci")
 def memory(tmp_path: Path) -> Any:
     """An in-memory bucket holding scope SCOPE, published by a first runner."""
     store = obstore_store.MemoryStore()
-    layout = Layout(tmp_path / "first")
-    write_files(layout.scope(SCOPE), FILES)
-    found, problems = mf.scan(layout.scope(SCOPE))
-    assert problems == []
-    entries = mf.file_entries(layout.scope(SCOPE), found)
-    stamp = "2026-12-06T00:00:00Z"
-    manifest = {"schema": mf.SCHEMA, "scope_key": SCOPE, "fingerprint": {}, "torch_paths": [],
-                "created_at": stamp, "updated_at": stamp, "last_used_at": stamp,
-                "verification": {"references": []}, "files": entries,
-                "total_bytes": sum(m["size"] for m in entries.values())}  # fmt: skip
-    (layout.root / ".locks").mkdir(parents=True, exist_ok=True)
-    mf.write_atomic(layout.manifest(SCOPE), manifest, layout.root / ".locks")
+    root = tmp_path / "first"
+    committed = committed_scope(root, SCOPE, FILES)
     tier = S3Tier(WHERE, client.Bucket(WHERE, store=store))
-    assert tier.publish(layout, SCOPE, mf.Committed.read(layout.manifest(SCOPE)), None).published
+    assert tier.publish(Layout(root), SCOPE, committed, None).published
     return store
 
 
