@@ -1,14 +1,16 @@
 """One total time bound per restore, save or invalidate on S3, honoured by every request.
 
-A per-request timeout does not bound an operation: botocore retries a timed-out request
-(3 attempts of connect + read timeout each), a fetch makes dozens of requests, and a server
-that freezes in the middle of a body leaves a read blocked until the socket's own timeout.
-So each operation gets one `Deadline`, and every network call of the tier runs through
-`Deadline.run`: the call (botocore's retries and backoff included, and the read of the body
-when the caller reads it inside `work`) runs on a daemon thread, and the caller stops waiting
-when the bound is spent, whatever the socket is doing. A request whose bound is spent is
-never sent (`refuse_if_passed`, registered on botocore's `before-send` event, also stops the
-retries of a call the caller already gave up on).
+A per-request timeout does not bound an operation: the client retries a timed-out request
+(client.MAX_ATTEMPTS attempts of connect + read timeout each), a fetch makes dozens of
+requests, and a server that freezes in the middle of a body leaves a read blocked until the
+socket's own timeout. So each operation gets one `Deadline`, and every network call of the
+tier runs through `Deadline.run`: the call (the client's retries and backoff included, and the
+read of the body when the caller reads it inside `work`) runs on a daemon thread, and the
+caller stops waiting when the bound is spent, whatever the socket is doing. obstore's retries
+stop at the bound it was made with; botocore's (a versioned bucket's clean-up only) are stopped
+by `refuse_if_passed`, registered on its `before-send` event: no request is sent once the
+bound is spent. A request beside the operation's own (the last-used marker) runs within a
+shorter bound of its own (`sub`).
 
 `FXCACHE_S3_DEADLINE` sets the bound in seconds (default `DEFAULT_S`, at most `MAX_S`: the
 garbage collector's minimum grace period (invalidate.py) is derived from it).

@@ -46,7 +46,7 @@ def fetch(
     """Download scope `key` into `target` (store.remote.tier.RemoteTier.fetch); `found(key)`
     is called once the scope is known to be there, before its packs are read."""
     # A restore allocates ~10 objects per file and frees few: the collector would walk every
-    # live object (botocore's models included) many times over, for no garbage.
+    # live object (the index's entries included) many times over, for no garbage.
     collecting = gc.isenabled()
     gc.disable()
     try:
