@@ -434,8 +434,8 @@ class Bucket:
         self.deadline = deadline
 
     def within(self, work: Callable[[], T], what: str, deadline: Deadline | None = None) -> T:
-        """`work()` (network I/O: a call, a body's read) within the deadline (the operation's,
-        else `deadline`); S3Unavailable when the bound is spent first."""
+        """`work()` (network I/O: a call, a body's read) within `deadline` when given, else the
+        operation's; S3Unavailable when the bound is spent first."""
         try:
             return (deadline or self.deadline).run(work, what)
         except DeadlinePassed as exc:
@@ -479,8 +479,8 @@ class Bucket:
         sent: int = 0,
         deadline: Deadline | None = None,
     ) -> T:
-        """One request (`work`, obstore's retries included) counted and within the deadline
-        (the operation's, else `deadline`); its failure as the tier's exception."""
+        """One request (`work`, obstore's retries included) counted and within `deadline` when
+        given, else the operation's; its failure as the tier's exception."""
         self._count(what, sent=sent)
 
         def request() -> T:
