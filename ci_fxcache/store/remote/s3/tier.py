@@ -91,11 +91,6 @@ class S3Tier(S3Objects):
         TOUCH_S of what is left of the restore's bound. After a fetch of `key`, the one its
         fetch sent."""
         marking, self._marking = self._marking, None
-        if marking is not None and marking.key == key:
-            marking.result()
-            return
-        self.start(self.deadline.capped(TOUCH_S))
-        try:
-            self.bucket.put(self.last_used_key(key), b"")
-        except (S3Unavailable, S3Missing, S3Conflict) as exc:
-            raise RemoteUnavailable(str(exc)) from None
+        if marking is None or marking.key != key:
+            marking = _Marking(self, key, self.deadline.sub(TOUCH_S))
+        marking.result()
