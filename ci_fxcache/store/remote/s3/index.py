@@ -369,7 +369,9 @@ def _segment_json(entries: packs.Index) -> bytes:
     tables: dict[str, list[packs.Frame]] = {}
     for e in entries.values():
         known = tables.get(e.pack)
-        if known is None or packs.decoded_size(e.frames) > packs.decoded_size(known):
+        if known is None or (  # a pack's entries mostly share one table: nothing to measure
+            e.frames is not known and packs.decoded_size(e.frames) > packs.decoded_size(known)
+        ):
             tables[e.pack] = e.frames
     data = {
         "schema": SEGMENT_SCHEMA,
