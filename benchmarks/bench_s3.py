@@ -417,7 +417,11 @@ def _bench(args: argparse.Namespace, work: Path, server: s3_server.SeaweedS3) ->
         ext4 without a journal (this machine's) the inode allocator skips every inode freed in
         the last 60-360 s, reading the inode table for each (ext4's `recently_deleted`), which
         tripled the kernel time of creating 4,879 files right after removing as many (measured
-        with perf: `tar` took 2.9 s instead of 0.4-1.1 s). An empty runner has nothing freed."""
+        with perf: `tar` took 2.9 s instead of 0.4-1.1 s). An empty runner has nothing freed.
+        First, the spare overlay a keyed try's restore builds in the background (store/spare.py)
+        is let finish: it would take CPU from the next try, and write into a tree being
+        removed."""
+        _wait_for_spare_builds(work)
         if args.delete_between:
             for path in made:
                 if path.is_dir():
@@ -934,6 +938,29 @@ def _cpu_per_gib(
     verdict = "met" if ratio <= CPU_GOAL else "MISSED"
     print(f"  fxcache / zstd | tar: {ratio:.2f}x (target <= {CPU_GOAL:g}x: {verdict}); try by try "
           f"{', '.join(tries)}; load {_load()}")  # fmt: skip
+
+
+def _wait_for_spare_builds(work: Path, limit_s: float = 300) -> None:
+    """Wait for every background spare build (`python -m ci_fxcache.store.spare ROOT KEY`)
+    whose store root is under `work` to exit, up to `limit_s`; say so when one outlives it."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        building = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                argv = cmdline.read_bytes().split(b"\0")
+            except OSError:  # the process ended meanwhile
+                continue
+            if b"ci_fxcache.store.spare" in argv and any(
+                a.startswith(os.fsencode(work)) for a in argv
+            ):
+                building.append(cmdline.parent.name)
+        if not building:
+            return
+        if time.monotonic() > deadline:
+            print(f"  spare builds still running after {limit_s:.0f} s: pids {building}")
+            return
+        time.sleep(0.1)
 
 
 def _inode_probe(where: Path, count: int = 1000) -> float:
