@@ -944,6 +944,7 @@ def _wait_for_spare_builds(work: Path, limit_s: float = 300) -> None:
     """Wait for every background spare build (`python -m ci_fxcache.store.spare ROOT KEY`)
     whose store root is under `work` to exit, up to `limit_s`; say so when one outlives it."""
     deadline = time.monotonic() + limit_s
+    under = os.fsencode(f"{work}/")
     while True:
         building = []
         for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
@@ -951,9 +952,7 @@ def _wait_for_spare_builds(work: Path, limit_s: float = 300) -> None:
                 argv = cmdline.read_bytes().split(b"\0")
             except OSError:  # the process ended meanwhile
                 continue
-            if b"ci_fxcache.store.spare" in argv and any(
-                a.startswith(os.fsencode(work)) for a in argv
-            ):
+            if b"ci_fxcache.store.spare" in argv and any(a.startswith(under) for a in argv):
                 building.append(cmdline.parent.name)
         if not building:
             return
