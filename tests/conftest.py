@@ -6,9 +6,11 @@ import contextlib
 import functools
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import venv
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ from types import ModuleType
 import pytest
 
 from ci_fxcache.env.interpreter import run_snippet
+from tests import cxx_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 # The interpreter running the tests has the pinned torch==2.13.0: it is the "user's" Python.
@@ -86,6 +89,30 @@ def torch2_python() -> str:
             "at a torch 2.15.0 interpreter (the README's test command builds .venv-torch2.15)"
         )
     return python
+
+
+_CXX_CACHE = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller (not each xdist worker) puts tests/cxx_cache.py's `g++` first on PATH, so
+    every process the tests start shares one compiler-output cache; FXCACHE_TEST_CXX_CACHE=0
+    compiles everything for real."""
+    if hasattr(config, "workerinput") or os.environ.get("FXCACHE_TEST_CXX_CACHE") == "0":
+        return
+    compiler = cxx_cache.real_compiler()
+    if compiler is None:
+        return
+    base = Path(tempfile.mkdtemp(prefix="fxcache-test-cxx-"))
+    config.stash[_CXX_CACHE] = base
+    bin_dir = cxx_cache.install(base, compiler, sys.executable)
+    os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    base = config.stash.get(_CXX_CACHE, None)
+    if base is not None:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
