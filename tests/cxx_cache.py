@@ -178,13 +178,16 @@ def install(base: Path, compiler: str, python: str) -> Path:
     store.mkdir(mode=0o755)
     wrapper = bin_dir / "g++"
     here = Path(__file__).resolve()
-    # Only compiles with -o start Python; --version and other probes exec the compiler at once.
+    # Only compiles with -o start Python; probes and preprocessing exec the compiler at once, and
+    # so does a user who cannot run this Python (the tests' unprivileged user).
     wrapper.write_text(
         "#!/bin/sh\n"
         'case " $* " in\n'
-        f'  *" -o "*) exec "{python}" -I -S "{here}" "{compiler}" "{store}" "$@" ;;\n'
-        f'  *) exec "{compiler}" "$@" ;;\n'
+        '  *" -E "*) ;;\n'
+        f'  *" -o "*) [ -x "{python}" ] && [ -r "{here}" ] &&\n'
+        f'    exec "{python}" -I -S "{here}" "{compiler}" "{store}" "$@" ;;\n'
         "esac\n"
+        f'exec "{compiler}" "$@"\n'
     )
     wrapper.chmod(0o755)
     return bin_dir

@@ -122,6 +122,15 @@ def test_probes_and_preprocessing_run_the_real_compiler(tmp_path: Path) -> None:
     assert "return 1;" in (tree.out / "a.i").read_text() and tree.kept() == []
 
 
+def test_a_user_who_cannot_run_the_cache_compiles_for_real(tmp_path: Path) -> None:
+    """The tests' unprivileged user cannot run the test venv's Python: g++ runs directly."""
+    tree = Tree(tmp_path)
+    assert REAL is not None
+    tree.bin = cxx_cache.install(tmp_path / "other", REAL, str(tmp_path / "no-such-python"))
+    assert tree.compile("a.so").returncode == 0 and tree.value("a.so") == 1
+    assert list((tmp_path / "other" / "store").iterdir()) == []
+
+
 def test_an_unwritable_store_still_compiles(tmp_path: Path) -> None:
     tree = Tree(tmp_path)
     tree.store.rmdir()
