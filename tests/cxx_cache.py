@@ -122,20 +122,19 @@ def _compile_and_keep(compiler: str, args: list[str], store: Path, key: str, out
         headers = [[h, _signature(h)] for h in _headers(deps, sources)]
         if any(signature is None for _, signature in headers):
             return 0  # a header it cannot name again (a path with spaces): never served
-        try:
-            fd, tmp = tempfile.mkstemp(dir=store, prefix=".keep-")
-            os.close(fd)
-            shutil.copyfile(out, tmp)
-            os.chmod(tmp, 0o644)  # readable by the tests' unprivileged user
-            os.replace(tmp, store / f"{key}.out")
-            fd, tmp = tempfile.mkstemp(dir=store, prefix=".keep-")
-            with os.fdopen(fd, "w") as f:
-                json.dump({"headers": headers}, f)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, store / f"{key}.json")
-        except OSError:
-            pass  # a store this user cannot write to: the compile itself succeeded
+        with contextlib.suppress(OSError):  # a store this user cannot write to: compiled anyway
+            _keep(store / f"{key}.out", Path(out).read_bytes())
+            _keep(store / f"{key}.json", json.dumps({"headers": headers}).encode())  # last: a hit
     return 0
+
+
+def _keep(path: Path, data: bytes) -> None:
+    """Write `path` whole or not at all, readable by the tests' unprivileged user."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".keep-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
 
 
 def main(argv: list[str]) -> int:
@@ -162,8 +161,8 @@ def real_compiler() -> str | None:
     for folder in os.environ.get("PATH", "").split(os.pathsep):
         candidate = Path(folder, "g++")
         if candidate.is_file() and os.access(candidate, os.X_OK):
-            with contextlib.suppress(OSError, UnicodeDecodeError):
-                if Path(__file__).name in candidate.read_text()[:4096]:
+            with open(candidate, "rb") as f:  # a wrapper names this file in its first lines
+                if Path(__file__).name.encode() in f.read(4096):
                     continue
             return str(candidate)
     return None
