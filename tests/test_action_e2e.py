@@ -334,6 +334,7 @@ def test_action_end_to_end(
     assert manifest_doc.get("signature"), "save did not sign the manifest with the secret key"
     results = first.json("results.json")
     assert results["settings"]["phase"] == "both", results["settings"]
+    assert results["settings"]["min_speedup"] == 0.0, results["settings"]  # the workflow's input
     combo = _combo(results)
     assert combo["verdict"] == "safe", combo
     assert combo["cold"]["status"] == "ok" and combo["hot"]["status"] == "ok", combo
@@ -407,7 +408,7 @@ def test_action_end_to_end(
     out4 = fork.json("outputs.json")
     assert out4["CACHE_HIT"] == "true", out4
     assert not out4["TORCHINDUCTOR_CACHE_DIR"].startswith(str(scope)), out4
-    assert json.loads(out4["SAFE_COMBOS"]) == [COMBO], out4
+    assert json.loads(out4["SAFE_COMBOS"]) == [COMBO], (out4, fork.json("results.json"))
     assert fork.json("save.json") == {"saved": "false"}
     assert (scope / "manifest.json").read_bytes() == manifest, "a fork's run wrote the store"
     assert any("pull request from a fork" in n for n in fork.notices), fork.notices

@@ -268,6 +268,17 @@ def test_a_floor_is_an_explicit_policy_and_never_rounded_across() -> None:
     assert verdicts.shown_speedup(1.996, None) == 2.0  # no floor: plain rounding
 
 
+def test_a_zero_floor_asks_for_nothing_even_when_the_speedup_is_unmeasured() -> None:
+    slower = judge(hot=_phase(compile_s=30.0, counters=HIT, kernels_built=0), min_speedup=0.0)
+    assert (slower["verdict"], slower["cause"], slower["speedup"]) == ("safe", "hit", 0.33)
+    # kernels copied from the run's build memo: no speedup is computed
+    memo = _phase(compile_s=1.0, counters=HIT, kernels_from_memo=2)
+    judged = judge(hot=memo, min_speedup=0.0)
+    assert (judged["verdict"], judged["cause"], judged["speedup"]) == ("safe", "hit", None)
+    # the same unmeasured speedup under a real floor cannot be shown to reach it
+    assert judge(hot=memo, min_speedup=0.5)["cause"] == "slow"
+
+
 def test_a_hit_whose_hot_compile_is_mostly_dynamo_tracing_says_so() -> None:
     hot = _phase(compile_s=4.0, counters=HIT, tracing_s=3.1)
     judged = judge(hot=hot, min_speedup=None)

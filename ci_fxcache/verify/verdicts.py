@@ -309,8 +309,9 @@ def _rebuilt(ev: Evidence) -> Finding | None:
 def _slow(ev: Evidence) -> Finding | None:
     # Only an explicit policy: the hot process's work (hits, misses, kernels built) is the
     # evidence; its compile time moves with the runner's load and the model's tracing cost.
+    # A floor of 0 asks for nothing, so a speedup this run could not measure passes it too.
     floor = ev.floor
-    if floor is None or (ev.ratio is not None and ev.ratio >= floor):
+    if not floor or (ev.ratio is not None and ev.ratio >= floor):
         return None
     return (
         "no-gain",
