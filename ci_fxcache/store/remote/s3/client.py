@@ -61,6 +61,9 @@ MULTIPART_BYTES = 64 * 1024 * 1024
 PART_BYTES = 8 * 1024 * 1024
 # A ranged GET's body arrives in pieces of at least this many bytes (one frame is read whole).
 _PIECE_BYTES = 1024 * 1024
+# file://: fcntl locks belong to the process, so threads of one process (saves running side
+# by side in it) are kept apart by this lock too, held around the lock file's.
+_THREADS = threading.Lock()
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 T = TypeVar("T")
 Buffer = bytes | memoryview
@@ -597,7 +600,8 @@ class Bucket:
 
     def _put_locked(self, key: str, body: bytes, if_match: str) -> str:
         """A directory's conditional update, which LocalStore lacks: under an exclusive lock
-        (a file of FILE_LOCKS, per key; fcntl locks, which NFSv4 and local disks honour),
+        (a file of FILE_LOCKS, per key; fcntl locks, which NFSv4 and local disks honour,
+        and _THREADS for this process's other threads, which fcntl does not hold off),
         S3Conflict unless `key`'s ETag is still `if_match`, else an atomic replace (LocalStore
         writes a staging file and renames it: a new inode, so a new ETag)."""
         import fcntl
@@ -608,18 +612,24 @@ class Bucket:
 
         def update() -> Any:
             locks.mkdir(exist_ok=True)
-            fd = os.open(locks / name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
-            try:
-                fcntl.lockf(fd, fcntl.LOCK_EX)
+            # Closing any descriptor of the file drops the process's fcntl lock on it: the
+            # descriptor is opened and closed while _THREADS is held.
+            with _THREADS:
+                fd = os.open(locks / name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
                 try:
-                    current = str(self._obs.head(self._store, key).get("e_tag") or "")
-                except FileNotFoundError:  # removed meanwhile: S3 answers 412 too
-                    raise S3Conflict(key) from None
-                if current != if_match:
-                    raise S3Conflict(key)
-                return self._obs.put(self._store, key, body, use_multipart=False)
-            finally:
-                os.close(fd)  # closing releases the lock
+                    fcntl.lockf(fd, fcntl.LOCK_EX)
+                    return checked()
+                finally:
+                    os.close(fd)  # closing releases the lock
+
+        def checked() -> Any:
+            try:
+                current = str(self._obs.head(self._store, key).get("e_tag") or "")
+            except FileNotFoundError:  # removed meanwhile: S3 answers 412 too
+                raise S3Conflict(key) from None
+            if current != if_match:
+                raise S3Conflict(key)
+            return self._obs.put(self._store, key, body, use_multipart=False)
 
         answer = self._call("put_object", key, update, sent=len(body))
         return str(answer.get("e_tag") or "")
