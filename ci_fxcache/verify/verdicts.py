@@ -170,9 +170,10 @@ class Evidence:
 
     @property
     def floor(self) -> float | None:
-        """`--min-speedup`: a time floor only where the user asked for one (None: no floor)."""
+        """`--min-speedup`: a time floor only where the user asked for one (None: no floor;
+        0 asks for nothing, so a speedup the run could not measure passes it too)."""
         value = self.settings.get("min_speedup")
-        return None if value is None else float(value)
+        return float(value) if value else None
 
 
 Finding = tuple[str, str, str]  # (verdict, cause, reason)
@@ -309,9 +310,8 @@ def _rebuilt(ev: Evidence) -> Finding | None:
 def _slow(ev: Evidence) -> Finding | None:
     # Only an explicit policy: the hot process's work (hits, misses, kernels built) is the
     # evidence; its compile time moves with the runner's load and the model's tracing cost.
-    # A floor of 0 asks for nothing, so a speedup this run could not measure passes it too.
     floor = ev.floor
-    if not floor or (ev.ratio is not None and ev.ratio >= floor):
+    if floor is None or (ev.ratio is not None and ev.ratio >= floor):
         return None
     return (
         "no-gain",
