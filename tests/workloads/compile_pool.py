@@ -17,6 +17,12 @@ def _wake_compile_pool() -> None:
     from torch._inductor.async_compile import AsyncCompile
 
     AsyncCompile.wakeup()
+    # Until a worker has answered: the pool is then there to be counted however soon the
+    # phase ends (its sidecar imports torch first, seconds; a compile that checks nothing
+    # else, such as the CPU's vector instructions, can end before it).
+    wait = getattr(AsyncCompile, "wait_pool_ready", None)
+    if wait is not None:
+        wait()
 
 
 def _fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
