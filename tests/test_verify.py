@@ -155,6 +155,18 @@ def test_fxgraph_float32_bfloat16_static_dynamic_are_safe(fxgraph_run: FxgraphRu
     assert doc["scope_key"].startswith("fxcache-v1-")
 
 
+def test_no_phase_checks_the_cpus_vector_instructions_again(fxgraph_run: FxgraphRun) -> None:
+    """Inductor checks which vector instruction sets the CPU and compiler build by compiling
+    a probe into the cache dir and loading it in a child interpreter, in every process that
+    compiles for the CPU (about 0.2 s of CPU a set, 3-6 sets). The fork server does it once,
+    in a private dir, before its first CPU phase: no phase's cache holds a probe, though the
+    phases compiled C++ there."""
+    _, _, cache, python = fxgraph_run
+    sources = list(cache.rglob("*.cpp"))
+    probes = [p for p in sources if "__avx_chk_kernel" in p.read_text(errors="replace")]
+    assert sources and not probes, (python, probes)
+
+
 def test_phase_auto_is_hot_only_when_references_exist(
     fxgraph_run: FxgraphRun, run_fxcache: RunFxcache, tmp_path: Path
 ) -> None:

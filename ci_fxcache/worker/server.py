@@ -1,4 +1,5 @@
-"""Fork server: imports torch once (compiling nothing), then forks one child per phase.
+"""Fork server: imports torch once (compiling nothing of the user's), then forks one child per
+phase; before the first CPU phase, it checks the CPU's vector instructions (_check_vector_isa).
 
 Protocol (JSON lines): the server prints `{"ready": ..., "info": {...}}`; each request line
 `{"id", "kind": "phase"|"check"|"identity", "spec", "log", "result"}` is answered by
@@ -16,6 +17,8 @@ import signal
 import sys
 import time
 from typing import Any
+
+_CACHE_DIR_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 
 def _info_in_child() -> dict[str, Any]:
@@ -72,6 +75,39 @@ def _info() -> dict[str, Any]:
         "redis_module": importlib.util.find_spec("redis") is not None,
         "python": sys.executable,
     }
+
+
+def _check_vector_isa() -> None:
+    """Inductor's check of which vector instruction sets this CPU and compiler can build (it
+    compiles a probe per set and loads it in a child interpreter: about 0.2 s of CPU per set,
+    3-6 sets, in every process that compiles for the CPU), made once here before the first
+    CPU phase, so that forked phases inherit the answer torch keeps in memory. Into a private
+    cache dir, removed after: the probes never land in a phase's cache. Any failure only
+    leaves each phase to check for itself, as a process without a server does."""
+    import shutil
+    import tempfile
+
+    private = tempfile.mkdtemp(prefix="fxcache-isa-")
+    before = os.environ.get(_CACHE_DIR_ENV)
+    os.environ[_CACHE_DIR_ENV] = private
+    try:
+        with contextlib.suppress(Exception):  # an older torch, a compiler that fails
+            from torch._inductor import cpu_vec_isa
+
+            cpu_vec_isa.pick_vec_isa()
+    finally:
+        if before is None:
+            os.environ.pop(_CACHE_DIR_ENV, None)
+        else:
+            os.environ[_CACHE_DIR_ENV] = before
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def _is_cpu_phase(request: dict[str, Any]) -> bool:
+    if request.get("kind") != "phase":
+        return False
+    combo = (request.get("spec") or {}).get("combo") or {}
+    return combo.get("device") == "cpu"
 
 
 def _die_with_parent() -> None:
@@ -184,6 +220,7 @@ def serve() -> None:
     pending = b""
     stdin = sys.stdin.fileno()
     open_ = True
+    isa_checked = False
     while open_ or children:
         timeout = 0.05 if children else None
         ready, _, _ = select.select([stdin] if open_ else [], [], [], timeout)
@@ -200,6 +237,9 @@ def serve() -> None:
                 if not line.strip():
                     continue
                 request = json.loads(line)
+                if not isa_checked and _is_cpu_phase(request):
+                    _check_vector_isa()
+                    isa_checked = True
                 server_pid = os.getpid()
                 pid = os.fork()
                 if pid == 0:
