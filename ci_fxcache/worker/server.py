@@ -77,13 +77,17 @@ def _info() -> dict[str, Any]:
     }
 
 
-def _check_vector_isa() -> None:
-    """Inductor's check of which vector instruction sets this CPU and compiler can build (it
+def _check_vector_isa(request: dict[str, Any]) -> bool:
+    """Before the first CPU phase (`request`; True once done, False for any other request):
+    Inductor's check of which vector instruction sets this CPU and compiler can build (it
     compiles a probe per set and loads it in a child interpreter: about 0.2 s of CPU per set,
-    3-6 sets, in every process that compiles for the CPU), made once here before the first
-    CPU phase, so that forked phases inherit the answer torch keeps in memory. Into a private
-    cache dir, removed after: the probes never land in a phase's cache. Any failure only
-    leaves each phase to check for itself, as a process without a server does."""
+    3-6 sets, in every process that compiles for the CPU), made here so that forked phases
+    inherit the answer torch keeps in memory. Into a private cache dir, removed after: the
+    probes never land in a phase's cache. Any failure only leaves each phase to check for
+    itself, as a process without a server does."""
+    combo = (request.get("spec") or {}).get("combo") or {}
+    if request.get("kind") != "phase" or combo.get("device") != "cpu":
+        return False
     import shutil
     import tempfile
 
@@ -101,13 +105,7 @@ def _check_vector_isa() -> None:
         else:
             os.environ[_CACHE_DIR_ENV] = before
         shutil.rmtree(private, ignore_errors=True)
-
-
-def _is_cpu_phase(request: dict[str, Any]) -> bool:
-    if request.get("kind") != "phase":
-        return False
-    combo = (request.get("spec") or {}).get("combo") or {}
-    return combo.get("device") == "cpu"
+    return True
 
 
 def _die_with_parent() -> None:
@@ -219,8 +217,7 @@ def serve() -> None:
         signal.signal(signum, stop)
     pending = b""
     stdin = sys.stdin.fileno()
-    open_ = True
-    isa_checked = False
+    open_, isa_checked = True, False
     while open_ or children:
         timeout = 0.05 if children else None
         ready, _, _ = select.select([stdin] if open_ else [], [], [], timeout)
@@ -237,9 +234,7 @@ def serve() -> None:
                 if not line.strip():
                     continue
                 request = json.loads(line)
-                if not isa_checked and _is_cpu_phase(request):
-                    _check_vector_isa()
-                    isa_checked = True
+                isa_checked = isa_checked or _check_vector_isa(request)
                 server_pid = os.getpid()
                 pid = os.fork()
                 if pid == 0:
