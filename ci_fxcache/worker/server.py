@@ -91,7 +91,10 @@ def _check_vector_isa(request: dict[str, Any]) -> bool:
     import shutil
     import tempfile
 
-    private = tempfile.mkdtemp(prefix="fxcache-isa-")
+    try:
+        private = tempfile.mkdtemp(prefix="fxcache-isa-")
+    except OSError:  # no temp dir to write to: not a reason to stop serving
+        return True
     before = os.environ.get(_CACHE_DIR_ENV)
     os.environ[_CACHE_DIR_ENV] = private
     try:
